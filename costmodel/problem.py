@@ -1,0 +1,434 @@
+"""Problem: the strategy graph every solver sees, its evaluation (Cost), and Plan.
+
+A Problem is stored as flat numpy arrays (CSR style) so that 60,000-node contest instances load
+and evaluate in seconds:
+
+* node i has ``k_i = strategy_offsets[i+1] - strategy_offsets[i]`` strategies; strategy s of node i
+  lives at flat index ``strategy_offsets[i] + s`` of ``node_costs`` (seconds, or contest units),
+  ``node_usages`` (per-device bytes held while the node's tensor is live), ``node_redundant``
+  (bytes replicated across devices), ``node_comm_bytes`` (bytes the node's own collectives move
+  per device) and ``node_imbalance_s`` (seconds the slowest device adds over a balanced split).
+* ``intervals[i] = [start, end)`` is the half-open lifetime of node i's usage.
+* edge e = (u, v) has a ``k_u x k_v`` row-major cost matrix (producer's strategy first) at
+  ``edge_costs[edge_offsets[e]:edge_offsets[e+1]]``, and the same layout in ``edge_comm_bytes``.
+* ``usage_limit``: the per-device memory cap (None = unbounded).
+
+Cost of a plan = Σ node costs + Σ edge costs: for an IOPDDL instance exactly the contest cost.
+A plan is feasible iff the live usage never exceeds the limit at any time point.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+
+class PlanError(ValueError):
+    """A plan that does not fit its problem (wrong length, strategy index out of range)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ProblemMeta:
+    """What a traced Problem knows beyond the contest format (None for IOPDDL instances).
+
+    ``graph_node[i]`` is the OpGraph node behind problem node i; ``out_specs[i][s]`` is the
+    PartitionSpec of node i's output 0 under strategy s, as a tuple with one entry per dim:
+    None, an axis name, or a tuple of axis names. ``operand_specs[i][s]`` likewise per operand.
+    """
+
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    cluster_name: str
+    graph_node: np.ndarray
+    names: list[str]
+    primitives: list[str]
+    roles: list[str]
+    strategy_names: list[list[str]]
+    out_specs: list[list[tuple]]
+    operand_specs: list[list[tuple]] = field(default_factory=list)
+    input_index: list[int | None] = field(default_factory=list)
+    input_path: list[str | None] = field(default_factory=list)
+    graph: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    name: str
+    strategy_offsets: np.ndarray
+    node_costs: np.ndarray
+    node_usages: np.ndarray
+    intervals: np.ndarray
+    edges: np.ndarray
+    edge_offsets: np.ndarray
+    edge_costs: np.ndarray
+    usage_limit: float | None = None
+    node_redundant: np.ndarray | None = None
+    node_comm_bytes: np.ndarray | None = None
+    edge_comm_bytes: np.ndarray | None = None
+    node_imbalance_s: np.ndarray | None = None
+    meta: ProblemMeta | None = None
+
+    def __post_init__(self):
+        S = len(self.node_costs)
+        for name in ("node_redundant", "node_comm_bytes", "node_imbalance_s"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(S))
+        if self.edge_comm_bytes is None:
+            object.__setattr__(self, "edge_comm_bytes", np.zeros(len(self.edge_costs)))
+        n = self.num_nodes
+        if self.intervals.shape != (n, 2):
+            raise ValueError(f"intervals must have shape ({n}, 2), got {self.intervals.shape}")
+        if self.edges.size and (self.edges.min() < 0 or self.edges.max() >= n):
+            raise ValueError("an edge names a node that does not exist")
+        k = self.num_strategies
+        if np.any(k <= 0):
+            raise ValueError(f"node {int(np.argmin(k))} has no strategy")
+        if len(self.edges):
+            sizes = np.diff(self.edge_offsets)
+            want = k[self.edges[:, 0]] * k[self.edges[:, 1]]
+            bad = np.nonzero(sizes != want)[0]
+            if len(bad):
+                e = int(bad[0])
+                raise ValueError(f"edge {e} {tuple(self.edges[e])} has {sizes[e]} costs, expected {want[e]}")
+
+    # ---- shape -------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.strategy_offsets) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edges)
+
+    @property
+    def num_strategies(self) -> np.ndarray:
+        return np.diff(self.strategy_offsets)
+
+    def node_slice(self, i: int) -> slice:
+        return slice(int(self.strategy_offsets[i]), int(self.strategy_offsets[i + 1]))
+
+    def edge_matrix(self, e: int, arr: np.ndarray | None = None) -> np.ndarray:
+        """Edge e's cost matrix (k_u x k_v view), or the same view into ``arr``."""
+        u, v = self.edges[e]
+        a = self.edge_costs if arr is None else arr
+        k = self.num_strategies
+        return a[self.edge_offsets[e]:self.edge_offsets[e + 1]].reshape(int(k[u]), int(k[v]))
+
+    def __repr__(self) -> str:
+        return (f"Problem({self.name!r}, nodes={self.num_nodes}, edges={self.num_edges}, "
+                f"strategies={len(self.node_costs)}, usage_limit={self.usage_limit})")
+
+    def with_usage_limit(self, usage_limit: float | None) -> Problem:
+        from dataclasses import replace
+        return replace(self, usage_limit=usage_limit)
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def from_lists(cls, name, node_costs, node_usages, intervals, edges, edge_costs,
+                   usage_limit=None, **extra) -> Problem:
+        """Build from per-node lists (costs[i][s]) and per-edge flat row-major lists."""
+        k = np.array([len(c) for c in node_costs], dtype=np.int64)
+        offs = np.zeros(len(k) + 1, dtype=np.int64)
+        np.cumsum(k, out=offs[1:])
+        ek = np.array([len(c) for c in edge_costs], dtype=np.int64)
+        eoffs = np.zeros(len(ek) + 1, dtype=np.int64)
+        np.cumsum(ek, out=eoffs[1:])
+
+        def flat(lists):
+            return np.fromiter(chain.from_iterable(lists), dtype=np.float64)
+
+        for key in ("node_redundant", "node_comm_bytes", "node_imbalance_s"):
+            if key in extra and extra[key] is not None and not isinstance(extra[key], np.ndarray):
+                extra[key] = flat(extra[key])
+        if "edge_comm_bytes" in extra and extra["edge_comm_bytes"] is not None and not isinstance(extra["edge_comm_bytes"], np.ndarray):
+            extra["edge_comm_bytes"] = flat(extra["edge_comm_bytes"])
+        return cls(
+            name=name,
+            strategy_offsets=offs,
+            node_costs=flat(node_costs),
+            node_usages=flat(node_usages),
+            intervals=np.asarray(intervals, dtype=np.int64).reshape(len(k), 2),
+            edges=np.asarray(edges, dtype=np.int64).reshape(-1, 2),
+            edge_offsets=eoffs,
+            edge_costs=flat(edge_costs),
+            usage_limit=None if usage_limit is None else float(usage_limit),
+            **extra,
+        )
+
+    # ---- IOPDDL contest format -----------------------------------------------------------
+    @classmethod
+    def from_iopddl(cls, path: str) -> Problem:
+        """Read a contest instance (.json or .json.gz). Errors name the file and the bad field."""
+        opener = gzip.open if str(path).endswith(".gz") else open
+        try:
+            with opener(path, "rt") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise
+        except (OSError, json.JSONDecodeError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable IOPDDL JSON file ({exc})") from exc
+        try:
+            p = doc["problem"]
+            nodes, edges = p["nodes"], p["edges"]
+            return cls.from_lists(
+                name=p.get("name", os.path.basename(str(path))),
+                node_costs=nodes["costs"],
+                node_usages=nodes["usages"],
+                intervals=nodes["intervals"] if nodes["intervals"] else np.zeros((0, 2)),
+                edges=edges["nodes"] if edges["nodes"] else np.zeros((0, 2)),
+                edge_costs=edges["costs"],
+                usage_limit=p.get("usage_limit"),
+            )
+        except KeyError as exc:
+            raise ValueError(f"{path}: IOPDDL field {exc} is missing") from exc
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: malformed IOPDDL instance: {exc}") from exc
+
+    def to_iopddl(self, path: str) -> None:
+        """Write the contest format. Costs and usages are written as numbers as stored
+        (seconds and bytes for a traced Problem; the contest itself uses integers)."""
+        k = self.num_strategies
+
+        def num(x):
+            return int(x) if float(x).is_integer() else float(x)
+
+        costs = [[num(c) for c in self.node_costs[self.node_slice(i)]] for i in range(self.num_nodes)]
+        usages = [[num(c) for c in self.node_usages[self.node_slice(i)]] for i in range(self.num_nodes)]
+        ecosts = [[num(c) for c in self.edge_costs[self.edge_offsets[e]:self.edge_offsets[e + 1]]]
+                  for e in range(self.num_edges)]
+        del k
+        doc = {"problem": {
+            "name": self.name,
+            "nodes": {"intervals": self.intervals.tolist(), "costs": costs, "usages": usages},
+            "edges": {"nodes": self.edges.tolist(), "costs": ecosts},
+        }}
+        if self.usage_limit is not None:
+            doc["problem"]["usage_limit"] = num(self.usage_limit)
+        opener = gzip.open if str(path).endswith(".gz") else open
+        tmp = f"{path}.tmp"
+        with opener(tmp, "wt") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a plan costs under the cost model.
+
+    total = node_cost + edge_cost (seconds; for IOPDDL the contest cost). step_time_s = total.
+    peak_memory_bytes = max over time of the live per-device usage; feasible iff it is within
+    the problem's usage_limit. redundant_memory_bytes = Σ over nodes of the bytes the chosen
+    strategy replicates across devices. comm_bytes = per-device bytes moved by collectives
+    (node collectives + resharding). imbalance_s = Σ seconds lost to the slowest device.
+    """
+
+    total: float
+    feasible: bool
+    step_time_s: float
+    peak_memory_bytes: float
+    redundant_memory_bytes: float
+    comm_bytes: float
+    imbalance_s: float
+    node_cost: float
+    edge_cost: float
+
+    @property
+    def imbalance(self) -> float:
+        return self.imbalance_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def as_strategy_array(problem: Problem, plan) -> np.ndarray:
+    """Validate a Plan or a sequence of strategy indices against ``problem``."""
+    s = plan.strategies if isinstance(plan, Plan) else plan
+    s = np.asarray(s, dtype=np.int64).reshape(-1)
+    if len(s) != problem.num_nodes:
+        raise PlanError(f"plan has {len(s)} strategies but problem {problem.name!r} has {problem.num_nodes} nodes")
+    k = problem.num_strategies
+    bad = np.nonzero((s < 0) | (s >= k))[0]
+    if len(bad):
+        i = int(bad[0])
+        raise PlanError(f"plan picks strategy {int(s[i])} for node {i}, which has {int(k[i])} strategies")
+    return s
+
+
+def usage_profile(problem: Problem, usages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Live usage at each time point where it changes: (times, usage). Half-open intervals:
+    node i counts at time t iff start_i <= t < end_i."""
+    st, en = problem.intervals[:, 0], problem.intervals[:, 1]
+    keep = en > st
+    times = np.concatenate([st[keep], en[keep]])
+    deltas = np.concatenate([usages[keep], -usages[keep]])
+    if len(times) == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(1)
+    ut, inv = np.unique(times, return_inverse=True)
+    acc = np.zeros(len(ut))
+    np.add.at(acc, inv, deltas)
+    return ut, np.cumsum(acc)
+
+
+def evaluate(problem: Problem, plan) -> Cost:
+    """Price a plan: vectorised over nodes and edges, O(n + m + n log n)."""
+    s = as_strategy_array(problem, plan)
+    flat = problem.strategy_offsets[:-1] + s
+    node_cost = float(problem.node_costs[flat].sum())
+    if problem.num_edges:
+        u, v = problem.edges[:, 0], problem.edges[:, 1]
+        eidx = problem.edge_offsets[:-1] + s[u] * problem.num_strategies[v] + s[v]
+        edge_cost = float(problem.edge_costs[eidx].sum())
+        edge_comm = float(problem.edge_comm_bytes[eidx].sum())
+    else:
+        edge_cost = edge_comm = 0.0
+    _, live = usage_profile(problem, problem.node_usages[flat])
+    peak = float(max(live.max(), 0.0))
+    feasible = problem.usage_limit is None or peak <= problem.usage_limit
+    total = node_cost + edge_cost
+    return Cost(
+        total=total,
+        feasible=bool(feasible),
+        step_time_s=total,
+        peak_memory_bytes=peak,
+        redundant_memory_bytes=float(problem.node_redundant[flat].sum()),
+        comm_bytes=float(problem.node_comm_bytes[flat].sum()) + edge_comm,
+        imbalance_s=float(problem.node_imbalance_s[flat].sum()),
+        node_cost=node_cost,
+        edge_cost=edge_cost,
+    )
+
+
+def _spec_to_json(spec):
+    return None if spec is None else [list(a) if isinstance(a, (tuple, list)) else a for a in spec]
+
+
+def _spec_from_json(spec):
+    return None if spec is None else tuple(tuple(a) if isinstance(a, list) else a for a in spec)
+
+
+@dataclass
+class Plan:
+    """A solver's answer: one strategy index per Problem node, plus what it takes to run it.
+
+    ``info``: the solver's report (status, objective, bound, gap, wall_s, ...).
+    ``mesh_shape``/``axis_names``: the mesh the plan was made for (empty for IOPDDL).
+    ``input_specs``: [(flat input index, keypath, spec)] for every program input leaf.
+    ``node_specs``: [(graph node id, spec of output 0)] for every planned operator.
+    ``meta``: free-form provenance (model, size, cluster, ...) used by ``shardgym run``.
+    """
+
+    strategies: list[int]
+    method: str = ""
+    objective: str = ""
+    problem_name: str = ""
+    solve_time_s: float = 0.0
+    info: dict = field(default_factory=dict)
+    mesh_shape: tuple[int, ...] = ()
+    axis_names: tuple[str, ...] = ()
+    input_specs: list = field(default_factory=list)
+    node_specs: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def for_problem(cls, problem: Problem, strategies, **kw) -> Plan:
+        """Make a plan and, for a traced problem, fill in its PartitionSpecs from the meta."""
+        s = as_strategy_array(problem, strategies)
+        plan = cls(strategies=[int(x) for x in s], problem_name=problem.name, **kw)
+        m = problem.meta
+        if m is not None:
+            plan.mesh_shape = tuple(m.mesh_shape)
+            plan.axis_names = tuple(m.axis_names)
+            plan.meta.setdefault("cluster", m.cluster_name)
+            for i, si in enumerate(s):
+                spec = m.out_specs[i][int(si)]
+                idx = m.input_index[i] if m.input_index else None
+                if idx is not None:
+                    plan.input_specs.append((int(idx), m.input_path[i], spec))
+                else:
+                    plan.node_specs.append((int(m.graph_node[i]), spec))
+        return plan
+
+    # ---- PartitionSpecs ----------------------------------------------------------------
+    def input_partition_specs(self) -> dict[int, Any]:
+        from jax.sharding import PartitionSpec as P
+        return {i: P(*spec) if spec is not None else P() for i, _, spec in self.input_specs}
+
+    def arg_specs(self, args) -> Any:
+        """PartitionSpec pytree matching ``args`` (params, opt_state, batch) of the traced fn."""
+        import jax
+        from jax.sharding import PartitionSpec as P
+        leaves, treedef = jax.tree.flatten(args)
+        by_index = self.input_partition_specs()
+        return jax.tree.unflatten(treedef, [by_index.get(i, P()) for i in range(len(leaves))])
+
+    def param_specs(self) -> dict:
+        """PartitionSpec pytree for the parameters (the inputs whose path starts with ``[0]``),
+        as nested dicts keyed like the Flax params."""
+        import re
+        from jax.sharding import PartitionSpec as P
+        tree: dict = {}
+        for _, path, spec in self.input_specs:
+            if not path or not path.startswith("[0]"):
+                continue
+            keys = re.findall(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)", path[3:])
+            keys = [a or b for a, b in keys]
+            if not keys:
+                continue
+            d = tree
+            for k in keys[:-1]:
+                d = d.setdefault(k, {})
+            d[keys[-1]] = P(*spec) if spec is not None else P()
+        return tree
+
+    # ---- JSON ---------------------------------------------------------------------------
+    def to_json(self, path: str) -> None:
+        doc = {
+            "format": "shardgym.Plan/1",
+            "strategies": [int(x) for x in self.strategies],
+            "method": self.method,
+            "objective": self.objective,
+            "problem_name": self.problem_name,
+            "solve_time_s": self.solve_time_s,
+            "info": self.info,
+            "mesh_shape": list(self.mesh_shape),
+            "axis_names": list(self.axis_names),
+            "input_specs": [[i, p, _spec_to_json(s)] for i, p, s in self.input_specs],
+            "node_specs": [[i, _spec_to_json(s)] for i, s in self.node_specs],
+            "meta": self.meta,
+        }
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, default=float)
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_json(cls, path: str) -> Plan:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: malformed plan file ({exc})") from exc
+        if not isinstance(doc, dict) or doc.get("format") != "shardgym.Plan/1":
+            raise ValueError(f"{path}: not a shardgym plan file (missing format 'shardgym.Plan/1')")
+        try:
+            strategies = [int(x) for x in doc["strategies"]]
+            return cls(
+                strategies=strategies,
+                method=doc.get("method", ""),
+                objective=doc.get("objective", ""),
+                problem_name=doc.get("problem_name", ""),
+                solve_time_s=float(doc.get("solve_time_s", 0.0)),
+                info=doc.get("info", {}),
+                mesh_shape=tuple(doc.get("mesh_shape", ())),
+                axis_names=tuple(doc.get("axis_names", ())),
+                input_specs=[(int(i), p, _spec_from_json(s)) for i, p, s in doc.get("input_specs", [])],
+                node_specs=[(int(i), _spec_from_json(s)) for i, s in doc.get("node_specs", [])],
+                meta=doc.get("meta", {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: malformed plan file ({type(exc).__name__}: {exc})") from exc

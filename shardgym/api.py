@@ -1,0 +1,72 @@
+"""The functions users call: trace, build_problem, solve, evaluate, execute.
+
+This module only dispatches; the work lives in costmodel/, agent/ and shardgym/runtime.py.
+"""
+from __future__ import annotations
+
+import time
+
+from costmodel.graph import OpGraph
+from costmodel.problem import Cost, Plan, Problem, evaluate
+
+METHODS = ("ilp", "policy", "dp", "megatron", "fsdp", "replicated")
+OBJECTIVES = ("time", "memory", "redundancy")
+
+
+def trace(fn, *args, **kw) -> OpGraph:
+    """Trace ``fn(*args)`` (args may be ShapeDtypeStructs) into an OpGraph."""
+    from costmodel.trace import trace as _trace
+    return _trace(fn, *args, **kw)
+
+
+def build_problem(graph: OpGraph, cluster, **kw) -> Problem:
+    """Compile an OpGraph on a Cluster into a Problem (strategies, costs, resharding, liveness)."""
+    from costmodel.builder import build_problem as _build
+    return _build(graph, cluster, **kw)
+
+
+def __getattr__(name):
+    if name == "Cluster":
+        from costmodel.cluster import Cluster
+        return Cluster
+    raise AttributeError(name)
+
+
+def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory_cap_bytes=None,
+          max_step_time_s=None, time_limit_s: float = 60, **kw) -> Plan:
+    """Plan ``problem`` with one of METHODS; see README for what each objective means."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    t0 = time.perf_counter()
+    info: dict = {}
+    if method == "ilp":
+        from costmodel.ilp import solve_ilp
+        strategies, solve_info = solve_ilp(problem, objective=objective, memory_cap_bytes=memory_cap_bytes,
+                                           max_step_time_s=max_step_time_s, time_limit_s=time_limit_s, **kw)
+        info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
+    elif method == "policy":
+        from agent.planner import Planner
+        planner = Planner.load(kw.pop("checkpoint", "pretrained"))
+        strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)
+        info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
+    else:
+        from costmodel.baselines import baseline_plan
+        strategies = baseline_plan(problem, method)
+    plan = Plan.for_problem(problem, strategies, method=method, objective=objective, info=info)
+    plan.solve_time_s = time.perf_counter() - t0
+    return plan
+
+
+def execute(fn, args, graph: OpGraph, plan: Plan, **kw):
+    """Run ``fn(*args)`` sharded as ``plan`` says on the local devices; see shardgym/runtime.py."""
+    from shardgym.runtime import execute as _execute
+    return _execute(fn, args, graph, plan, **kw)
+
+
+Cluster = None  # replaced below when the cluster module is importable
+try:
+    from costmodel.cluster import Cluster  # noqa: F811
+except ImportError:  # pragma: no cover - during bring-up
+    del Cluster
