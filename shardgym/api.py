@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import time
 
+from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem, evaluate
+
+__all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace"]
 
 METHODS = ("ilp", "policy", "dp", "megatron", "fsdp", "replicated")
 OBJECTIVES = ("time", "memory", "redundancy")
@@ -23,13 +26,6 @@ def build_problem(graph: OpGraph, cluster, **kw) -> Problem:
     """Compile an OpGraph on a Cluster into a Problem (strategies, costs, resharding, liveness)."""
     from costmodel.builder import build_problem as _build
     return _build(graph, cluster, **kw)
-
-
-def __getattr__(name):
-    if name == "Cluster":
-        from costmodel.cluster import Cluster
-        return Cluster
-    raise AttributeError(name)
 
 
 def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory_cap_bytes=None,
@@ -63,10 +59,3 @@ def execute(fn, args, graph: OpGraph, plan: Plan, **kw):
     """Run ``fn(*args)`` sharded as ``plan`` says on the local devices; see shardgym/runtime.py."""
     from shardgym.runtime import execute as _execute
     return _execute(fn, args, graph, plan, **kw)
-
-
-Cluster = None  # replaced below when the cluster module is importable
-try:
-    from costmodel.cluster import Cluster  # noqa: F811
-except ImportError:  # pragma: no cover - during bring-up
-    del Cluster
