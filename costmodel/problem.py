@@ -370,6 +370,7 @@ class Plan:
         """PartitionSpec pytree for the parameters (the inputs whose path starts with ``[0]``),
         as nested dicts keyed like the Flax params."""
         import re
+
         from jax.sharding import PartitionSpec as P
         tree: dict = {}
         for _, path, spec in self.input_specs:
