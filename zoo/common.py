@@ -1,0 +1,84 @@
+"""Shared machinery of the zoo: turn (Flax module, loss, batch maker) into one AdamW training step.
+
+Every model module (gpt, vit, fno, unet, meshgraphnet, mlp) provides
+  SIZES: dict[str, Config]            sizes, smallest first (the first one is what tests execute)
+  model(cfg) -> flax.linen.Module
+  make_batch(cfg, key) -> dict        deterministic from `key`; works under jax.eval_shape
+  loss(module, params, batch) -> ()   scalar float32 loss; params = variables['params']
+and `build_step` below does the rest.
+
+Conventions (a contract for the tracer and runtime):
+  train_step(params, opt_state, batch) -> (new_params, new_opt_state, loss)
+  params    = the Flax `variables['params']` dict (top-level keys are module names such as
+              'Dense_0', 'block_3'), NOT wrapped in {'params': ...};
+  opt_state = optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY).init(params);
+  batch     = dict of arrays; its leading dim is the batch (or node/edge count) and divides by 8.
+train_step is not jitted: callers jit it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import optax
+
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 0.01
+
+
+def optimizer() -> optax.GradientTransformation:
+    """The zoo's optimizer: AdamW with a fixed learning rate (no schedule)."""
+    return optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+
+
+def make_train_step(module, loss):
+    """One full training step: loss, value_and_grad, AdamW update, apply_updates."""
+    tx = optimizer()
+
+    def train_step(params, opt_state, batch):
+        value, grads = jax.value_and_grad(lambda p: loss(module, p, batch))(params)
+        updates, new_opt_state = tx.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        return new_params, new_opt_state, value
+
+    return train_step
+
+
+def with_batch(cfg, batch_size: int | None):
+    """`cfg` with its `batch` field replaced (ValueError unless a positive multiple of 8)."""
+    if batch_size is None:
+        return cfg
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int (or None for the size's default), got {batch_size!r}")
+    return dataclasses.replace(cfg, batch=batch_size)
+
+
+def build_step(spec, cfg, abstract: bool = False, seed: int = 0):
+    """(train_step, (params, opt_state, batch)) for model module `spec` at config `cfg`.
+
+    abstract=True: every leaf is a jax.ShapeDtypeStruct (init and optimizer init run under
+    jax.eval_shape, so nothing is allocated). abstract=False: real arrays from PRNGKey(seed).
+    """
+    module = spec.model(cfg)
+    tx = optimizer()
+
+    def make_args(key):
+        init_key, batch_key = jax.random.split(key)
+        batch = spec.make_batch(cfg, batch_key)
+        params = module.init(init_key, batch)["params"]
+        return params, tx.init(params), batch
+
+    key = jax.random.PRNGKey(seed)
+    shapes = jax.eval_shape(make_args, key)
+    if abstract:
+        return make_train_step(module, spec.loss), shapes
+    compiled = jax.jit(make_args).lower(key)
+    nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes))
+    # Small models: initialisation is compile-bound (RNG code), so skip XLA's optimisation passes.
+    options = _FAST_COMPILE if nbytes <= _FAST_COMPILE_MAX_BYTES else None
+    args = compiled.compile(compiler_options=options)(key)
+    return make_train_step(module, spec.loss), args
+
+
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_FAST_COMPILE_MAX_BYTES = 64 << 20

@@ -1,0 +1,132 @@
+"""GPT: a decoder-only transformer language model (float32, one Python loop over layers).
+
+Token embedding (gather) + learned position embedding, `n_layers` pre-LayerNorm blocks with
+explicit causal multi-head self-attention (einsum) and a 4x gelu MLP, a final LayerNorm and an
+untied LM head (Dense, no bias); loss = mean next-token cross-entropy. No nn.scan / nn.remat,
+so every layer appears in the traced graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    vocab: int
+    seq_len: int
+    batch: int
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+SIZES = {
+    "tiny": GPTConfig(n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=256, seq_len=32, batch=8),
+    "125m": GPTConfig(n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab=50304, seq_len=1024, batch=8),
+    "1.3b": GPTConfig(n_layers=24, d_model=2048, n_heads=16, d_ff=8192, vocab=50304, seq_len=2048, batch=8),
+    "7b": GPTConfig(n_layers=32, d_model=4096, n_heads=32, d_ff=16384, vocab=50304, seq_len=2048, batch=8),
+}
+
+
+class CausalSelfAttention(nn.Module):
+    n_heads: int
+
+    @nn.compact
+    def __call__(self, x):
+        b, t, d = x.shape
+        h, dh = self.n_heads, d // self.n_heads
+        q = nn.Dense(d, name="query")(x).reshape(b, t, h, dh)
+        k = nn.Dense(d, name="key")(x).reshape(b, t, h, dh)
+        v = nn.Dense(d, name="value")(x).reshape(b, t, h, dh)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.float32(dh))
+        causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, d)
+        return nn.Dense(d, name="out")(out)
+
+
+class Block(nn.Module):
+    n_heads: int
+    d_ff: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = x + CausalSelfAttention(self.n_heads, name="attn")(nn.LayerNorm(name="ln1")(x))
+        y = nn.LayerNorm(name="ln2")(x)
+        y = nn.Dense(self.d_ff, name="fc1")(y)
+        y = nn.gelu(y)
+        y = nn.Dense(x.shape[-1], name="fc2")(y)
+        return x + y
+
+
+class GPT(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, batch):
+        cfg = self.cfg
+        tokens = batch["inputs"]
+        x = nn.Embed(cfg.vocab, cfg.d_model, name="wte")(tokens)
+        pos = self.param("wpe", nn.initializers.normal(0.02), (cfg.seq_len, cfg.d_model))
+        x = x + pos[None, : tokens.shape[1]]
+        for i in range(cfg.n_layers):
+            x = Block(cfg.n_heads, cfg.d_ff, name=f"block_{i}")(x)
+        x = nn.LayerNorm(name="ln_f")(x)
+        return nn.Dense(cfg.vocab, use_bias=False, name="lm_head")(x)
+
+
+def model(cfg: GPTConfig) -> nn.Module:
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"GPTConfig.d_model={cfg.d_model} must divide by n_heads={cfg.n_heads}")
+    return GPT(cfg)
+
+
+def make_batch(cfg: GPTConfig, key) -> dict:
+    """Random token sequences of length seq_len+1, split into inputs and next-token targets."""
+    seq = jax.random.randint(key, (cfg.batch, cfg.seq_len + 1), 0, cfg.vocab, dtype=jnp.int32)
+    return {"inputs": seq[:, :-1], "targets": seq[:, 1:]}
+
+
+def cross_entropy(logits, targets):
+    """Mean softmax cross-entropy with integer labels (a gather, no one-hot matmul)."""
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+def loss(module, params, batch):
+    return cross_entropy(module.apply({"params": params}, batch), batch["targets"])
+
+
+def matmul_flops(cfg: GPTConfig) -> float:
+    """Closed-form dot_general FLOPs of one training step (forward + backward), as jax.grad computes it.
+
+    A dot_general with result R and contracting size K costs 2*|R|*K FLOPs. With B = batch,
+    T = seq_len, d = d_model, f = d_ff, V = vocab, L = n_layers, the forward pass per layer has
+      q, k, v projections      3 * 2*B*T*d*d
+      scores  q.k^T            2*B*T*T*d      (B*h*T*T results, contracting d_head; h*d_head = d)
+      probs.v                  2*B*T*T*d      (B*T*h*d_head results, contracting T)
+      output projection        2*B*T*d*d
+      MLP fc1 + fc2            2 * 2*B*T*d*f
+    and once: the LM head      2*B*T*d*V.
+    The token embedding is a gather (jnp.take) and the position embedding an add: no matmul.
+    Backward: reverse-mode emits, for every forward dot, one dot per operand that needs a
+    gradient, each of the same FLOPs as the forward dot. Every operand of every dot needs one:
+    Dense kernels are parameters; the Dense inputs are activations downstream of the embedding
+    parameters (even in block 0, since wte and wpe are trained); both attention operands are
+    activations. No dot touches the integer tokens. Hence backward = 2 x forward, total = 3 x forward.
+    Biases, LayerNorm, softmax, gelu, the loss and AdamW are elementwise/reductions: not counted.
+    """
+    b, t, d, f, v = cfg.batch, cfg.seq_len, cfg.d_model, cfg.d_ff, cfg.vocab
+    per_layer = 3 * 2 * b * t * d * d + 2 * b * t * t * d + 2 * b * t * t * d + 2 * b * t * d * d + 2 * 2 * b * t * d * f
+    forward = cfg.n_layers * per_layer + 2 * b * t * d * v
+    return float(3 * forward)
