@@ -43,6 +43,7 @@ _ARRAY = re.compile(r"\b([a-z]+\d*(?:e\dm\d\w*)?)\[([\d,\s]*)\]")
 _COMP_HEAD = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?\s*->.*\{\s*$")
 _CALLS = re.compile(r"\b(?:body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_COMMENT = re.compile(r"/\*.*?\*/")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 
 
@@ -182,7 +183,7 @@ def parse_collectives(text: str, num_devices: int | None = None) -> list[Collect
             entry = cname
         rows = []
         for line in lines:
-            m = _INSTR.match(line)
+            m = _INSTR.match(_COMMENT.sub("", line))
             if not m:
                 continue
             iname, shape, opcode, rest = m.groups()

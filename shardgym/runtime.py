@@ -1,0 +1,399 @@
+"""Run a Plan for real: jax.jit + NamedSharding on a Mesh, numerics against the unsharded program,
+and XLA's own memory and collective figures beside the cost model's.
+
+``execute(fn, args, graph, plan)``:
+
+1. builds the Mesh ``plan.mesh_shape`` x ``plan.axis_names`` (Auto axes: the plan's per-node specs
+   are ``with_sharding_constraint`` hints) over the first prod(mesh_shape) devices;
+2. shards every input leaf as ``plan.input_specs`` says (leaves without a spec are replicated);
+   outputs that replace an input (``graph.output_aliases``: new params / new optimizer state) get
+   that input's sharding, the others are replicated; params and optimizer state are donated;
+3. when the plan has per-node specs, re-evaluates the traced program equation by equation
+   (``costmodel.trace.flatten_program``) and pins each planned node's outputs with
+   ``jax.lax.with_sharding_constraint`` (a spec that does not divide a dim is allowed: XLA pads);
+4. compiles (``compile_time_s``), runs ``warmup`` + ``iters`` steps (``step_time_s`` = median of the
+   timed steps), and compares every output leaf with a plain single-device ``jax.jit`` run;
+5. reads ``compiled.memory_analysis()`` (per device) and the collectives of ``compiled.as_text()``
+   (shardgym/hlo.py), and prices the same plan with the cost model.
+
+Numerics (see DESIGN.md): ``max_rel_err`` is the largest per-leaf ‖sharded − ref‖₂ / ‖ref‖₂ (AdamW
+turns 1e-9 gradient noise into lr-sized elementwise differences where |g| ~ eps, so an elementwise
+relative error would be meaningless); ``max_abs_err`` is the largest elementwise |sharded − ref|;
+the loss is compared on its own (``loss_abs_err``, ``loss_rel_err``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from costmodel.graph import OpGraph
+from costmodel.problem import Plan
+
+CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before jax is "
+                    "imported) to get 8 virtual CPU devices")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one sharded run measured (bytes are per device, times in seconds).
+
+    ``xla_memory_bytes`` = argument + output − alias + temp bytes of ``compiled.memory_analysis()``;
+    ``xla_peak_memory_bytes`` = its ``peak_memory_in_bytes`` (can be below temp on CPU).
+    ``collectives``: per kind {kind, count, bytes, wire_bytes, group_sizes} (shardgym/hlo.py);
+    ``predicted_collectives``: the cost model's figures for the same plan, same keys where known.
+    ``predicted_*`` are None when no Problem could be built for the plan.
+    """
+
+    max_abs_err: float
+    max_rel_err: float
+    loss_abs_err: float
+    loss_rel_err: float
+    loss: float
+    ref_loss: float
+    worst_leaf: str
+    xla_memory_bytes: float
+    xla_peak_memory_bytes: float
+    xla_memory_breakdown: dict
+    predicted_memory_bytes: float | None
+    collectives: tuple
+    collective_bytes: float
+    collective_wire_bytes: float
+    predicted_collectives: tuple
+    predicted_comm_bytes: float | None
+    compile_time_s: float
+    step_time_s: float
+    ref_step_time_s: float
+    mesh_shape: tuple
+    axis_names: tuple
+    num_constraints: int
+    method: str = ""
+    notes: tuple = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["collectives"] = [dict(c) for c in self.collectives]
+        d["predicted_collectives"] = [dict(c) for c in self.predicted_collectives]
+        return d
+
+    def summary(self) -> str:
+        mb = 1 / 2**20
+        pred_mem = "n/a" if self.predicted_memory_bytes is None else f"{self.predicted_memory_bytes * mb:.3f} MiB"
+        pred_comm = "n/a" if self.predicted_comm_bytes is None else f"{self.predicted_comm_bytes * mb:.3f} MiB"
+        coll = ", ".join(f"{c['kind']} x{c['count']} {c['bytes'] * mb:.3f} MiB" for c in self.collectives) or "none"
+        lines = [
+            f"plan {self.method or '?'} on mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
+            f"{self.num_constraints} sharding constraints",
+            f"numerics: loss {self.loss:.6g} (ref {self.ref_loss:.6g}, |d| {self.loss_abs_err:.2e}), "
+            f"max_rel_err {self.max_rel_err:.2e} ({self.worst_leaf}), max_abs_err {self.max_abs_err:.2e}",
+            f"memory/device: XLA {self.xla_memory_bytes * mb:.3f} MiB (peak {self.xla_peak_memory_bytes * mb:.3f}), "
+            f"predicted {pred_mem}",
+            f"collectives: {coll}; total {self.collective_bytes * mb:.3f} MiB, predicted {pred_comm}",
+            f"compile {self.compile_time_s:.2f} s, step {self.step_time_s * 1e3:.2f} ms "
+            f"(unsharded {self.ref_step_time_s * 1e3:.2f} ms)",
+        ]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ---- mesh and shardings ----------------------------------------------------------------------
+def make_mesh(plan: Plan, devices=None):
+    """The plan's Mesh (Auto axes) over the first prod(mesh_shape) devices."""
+    import jax
+    shape, names = tuple(int(s) for s in plan.mesh_shape), tuple(plan.axis_names)
+    if not shape or len(shape) != len(names):
+        raise ValueError(f"plan has mesh_shape {shape} and axis_names {names}: give one name per mesh axis "
+                         "(a plan made for an IOPDDL problem cannot be executed)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"plan.axis_names {names} repeats an axis name")
+    n = math.prod(shape)
+    devs = list(devices) if devices is not None else jax.devices()
+    if len(devs) < n:
+        raise ValueError(f"plan needs {n} devices for mesh {dict(zip(names, shape))} but only {len(devs)} "
+                         f"{devs[0].platform if devs else ''} devices are available; {CPU_DEVICES_HINT}")
+    return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape),
+                         devices=devs[:n])
+
+
+def _axes_of(entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    return tuple(entry)
+
+
+def check_spec(spec, shape, axis_sizes: dict, where: str, require_divisible: bool = True) -> None:
+    """ValueError unless ``spec`` fits an array of ``shape`` on a mesh with ``axis_sizes``."""
+    if spec is None:
+        return
+    if len(spec) > len(shape):
+        raise ValueError(f"{where}: spec {spec} has {len(spec)} entries but the array has shape {tuple(shape)}")
+    used: set[str] = set()
+    for d, entry in enumerate(spec):
+        axes = _axes_of(entry)
+        for a in axes:
+            if a not in axis_sizes:
+                raise ValueError(f"{where}: spec {spec} names mesh axis {a!r}, which is not one of "
+                                 f"{tuple(axis_sizes)}")
+            if a in used:
+                raise ValueError(f"{where}: spec {spec} uses mesh axis {a!r} twice")
+            used.add(a)
+        k = math.prod(axis_sizes[a] for a in axes)
+        if require_divisible and k > 1 and shape[d] % k:
+            raise ValueError(f"{where}: dim {d} of size {shape[d]} does not divide by {k} "
+                             f"(mesh axes {axes} of spec {spec}); pick a spec whose axes divide it")
+
+
+def _pspec(spec):
+    from jax.sharding import PartitionSpec as P
+    return P() if spec is None else P(*spec)
+
+
+def input_shardings(args, plan: Plan, mesh):
+    """NamedSharding pytree for ``args`` from ``plan.input_specs`` (missing leaves: replicated);
+    validates every spec against its leaf."""
+    import jax
+    from jax.sharding import NamedSharding
+    leaves, treedef = jax.tree.flatten(args)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(args)[0]]
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+    specs: dict[int, tuple] = {}
+    for idx, path, spec in plan.input_specs:
+        if not 0 <= int(idx) < len(leaves):
+            raise ValueError(f"plan input spec for {path!r} has flat index {idx}, but args have {len(leaves)} leaves")
+        check_spec(spec, np.shape(leaves[idx]), sizes, f"input {paths[idx]} (plan path {path})")
+        specs[int(idx)] = spec
+    return jax.tree.unflatten(treedef, [NamedSharding(mesh, _pspec(specs.get(i))) for i in range(len(leaves))])
+
+
+def _infer_aliases(args, out_shape) -> list[int | None]:
+    """Without a graph: output subtree k replaces args[k] (k = 0, 1) when structure and shapes match."""
+    import jax
+    n_in = [len(jax.tree.leaves(a)) for a in args]
+    offsets = np.concatenate([[0], np.cumsum(n_in)]).astype(int)
+    aliases: list[int | None] = []
+    outs = out_shape if isinstance(out_shape, (tuple, list)) else (out_shape,)
+    for k, o in enumerate(outs):
+        ol = jax.tree.leaves(o)
+        same = (k < min(2, len(args)) and jax.tree.structure(o) == jax.tree.structure(args[k])
+                and all(np.shape(a) == b.shape for a, b in zip(jax.tree.leaves(args[k]), ol)))
+        aliases += [int(offsets[k] + j) for j in range(len(ol))] if same else [None] * len(ol)
+    return aliases
+
+
+def output_shardings(fn, args, graph: OpGraph | None, in_sh, mesh):
+    """Outputs aliasing an input get that input's sharding; the others are replicated."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    out_shape = jax.eval_shape(fn, *args)
+    leaves, treedef = jax.tree.flatten(out_shape)
+    if graph is not None and len(graph.output_aliases) == len(leaves):
+        aliases = list(graph.output_aliases)
+    else:
+        aliases = _infer_aliases(args, out_shape)
+    in_leaves = jax.tree.leaves(in_sh)
+    rep = NamedSharding(mesh, P())
+    sh = []
+    for i, a in enumerate(leaves):
+        j = aliases[i] if i < len(aliases) else None
+        ok = j is not None and 0 <= j < len(in_leaves)
+        sh.append(in_leaves[j] if ok else rep)
+    return jax.tree.unflatten(treedef, sh), out_shape
+
+
+# ---- numerics ------------------------------------------------------------------------------
+def compare(out, ref, paths: list[str]) -> tuple[float, float, str]:
+    """(max_abs_err, max_rel_err, worst leaf path) over matching leaves (see module doc)."""
+    max_abs, max_rel, worst = 0.0, 0.0, ""
+    for a, b, p in zip(out, ref, paths):
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape:
+            raise ValueError(f"output {p}: sharded shape {a.shape} differs from reference {b.shape}")
+        if a.size == 0:
+            continue
+        d = a - b
+        ab = float(np.max(np.abs(d)))
+        nb = float(np.linalg.norm(b))
+        rel = float(np.linalg.norm(d)) / nb if nb > 0 else float(np.linalg.norm(d))
+        if not np.isfinite(ab) or not np.isfinite(rel):
+            ab = rel = float("inf")
+        max_abs = max(max_abs, ab)
+        if rel > max_rel or not worst:
+            max_rel, worst = rel, p
+    return max_abs, max_rel, worst
+
+
+def _loss_index(out_shape) -> int | None:
+    """Flat index of the loss: output [2] of the zoo's (params, opt_state, loss) convention, else
+    the last scalar output."""
+    import jax
+    leaves = jax.tree.leaves(out_shape)
+    if isinstance(out_shape, (tuple, list)) and len(out_shape) == 3 and len(jax.tree.leaves(out_shape[2])) == 1:
+        return len(jax.tree.leaves(out_shape[0])) + len(jax.tree.leaves(out_shape[1]))
+    for i in range(len(leaves) - 1, -1, -1):
+        if leaves[i].shape == ():
+            return i
+    return None
+
+
+# ---- the cost model's view -------------------------------------------------------------------
+def predict(graph: OpGraph | None, plan: Plan, problem=None) -> tuple[float | None, float | None, list[dict], list[str]]:
+    """(predicted peak memory bytes/device, predicted comm bytes/device, per-kind predicted
+    collectives, notes) for ``plan`` under the cost model."""
+    notes: list[str] = []
+    if problem is None:
+        cluster_name = plan.meta.get("cluster") if plan.meta else None
+        if graph is None or not cluster_name:
+            return None, None, [], ["no Problem given and none buildable (needs graph and plan.meta['cluster'])"]
+        try:
+            from costmodel.cluster import Cluster
+            import shardgym.api as api
+            problem = api.build_problem(graph, Cluster.preset(cluster_name))
+        except (ImportError, ValueError) as exc:
+            return None, None, [], [f"cost model unavailable: {type(exc).__name__}: {exc}"]
+    if len(plan.strategies) != problem.num_nodes:
+        return None, None, [], [f"plan has {len(plan.strategies)} strategies, problem {problem.num_nodes} nodes: "
+                                "no prediction"]
+    from costmodel.problem import evaluate
+    cost = evaluate(problem, plan)
+    kinds = predicted_collectives(problem, plan)
+    if not kinds:
+        notes.append("cost model exposes no per-kind collective info: only total predicted comm bytes")
+    return float(cost.peak_memory_bytes), float(cost.comm_bytes), kinds, notes
+
+
+def predicted_collectives(problem, plan: Plan) -> list[dict]:
+    """Per-kind predicted collectives, when the Problem carries per-strategy kind info
+    (``problem.meta.node_collectives`` / ``edge_collectives``); else []."""
+    m = problem.meta
+    node_c = getattr(m, "node_collectives", None) if m is not None else None
+    if not node_c:
+        return []
+    acc: dict[str, dict] = {}
+
+    def add(items):
+        for c in items or ():
+            kind, b = c["kind"], float(c.get("bytes", 0.0))
+            d = acc.setdefault(kind, {"kind": kind, "count": 0, "bytes": 0.0})
+            d["count"] += int(c.get("count", 1))
+            d["bytes"] += b * int(c.get("count", 1))
+
+    s = np.asarray(plan.strategies, dtype=int)
+    for i, si in enumerate(s):
+        add(node_c[i][si])
+    edge_c = getattr(m, "edge_collectives", None)
+    if edge_c:
+        k = problem.num_strategies
+        for e, (u, v) in enumerate(problem.edges):
+            add(edge_c[e][int(s[u] * k[v] + s[v])])
+    from shardgym.hlo import KINDS
+    return [acc[k] for k in KINDS if k in acc] + [v for k, v in acc.items() if k not in KINDS]
+
+
+# ---- the sharded program ---------------------------------------------------------------------
+def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh):
+    """``fn`` itself when the plan has no per-node specs; otherwise a function that re-evaluates the
+    traced program with a sharding constraint on every output of each planned node. Returns
+    (function, number of constraints)."""
+    if not plan.node_specs:
+        return fn, 0
+    return _constrained_program(fn, args, graph, plan, mesh)
+
+
+def _block(x):
+    import jax
+    return jax.block_until_ready(x)
+
+
+def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, donate: bool = True,
+            warmup: int = 1, iters: int = 3, problem=None, devices=None) -> Report:
+    """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring."""
+    import jax
+
+    if warmup < 0 or iters < 1:
+        raise ValueError(f"need warmup >= 0 and iters >= 1, got warmup={warmup}, iters={iters}")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError("args must be the tuple of positional arguments of fn, e.g. (params, opt_state, batch)")
+    args = tuple(args)
+    leaves = jax.tree.leaves(args)
+    if any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
+        raise ValueError("execute needs real arrays, not ShapeDtypeStructs: build the args with abstract=False")
+    mesh = make_mesh(plan, devices)
+    in_sh = input_shardings(args, plan, mesh)
+    out_sh, out_shape = output_shardings(fn, args, graph, in_sh, mesh)
+    run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh)
+
+    host_args = jax.tree.map(np.asarray, args)  # donation invalidates device buffers: keep a copy
+    donate_argnums = tuple(i for i in (0, 1) if i < len(args)) if donate else ()
+    jitted = jax.jit(run_fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate_argnums)
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
+        compiled = jitted.lower(*args).compile()
+    compile_time_s = time.perf_counter() - t0
+
+    def run_once():
+        placed = _block(jax.device_put(host_args, in_sh))
+        t = time.perf_counter()
+        out = _block(compiled(*placed))
+        return out, time.perf_counter() - t
+
+    out, _ = run_once()
+    out_host = [np.asarray(x) for x in jax.tree.leaves(out)]
+    del out
+    times = []
+    for i in range(warmup + iters):
+        o, dt = run_once()
+        del o
+        if i >= warmup:
+            times.append(dt)
+    step_time_s = statistics.median(times)
+
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
+    li = _loss_index(out_shape)
+    max_abs = max_rel = loss_abs = loss_rel = ref_step = float("nan")
+    loss = ref_loss = float(out_host[li]) if li is not None else float("nan")
+    worst = ""
+    if check:
+        dev0 = jax.devices()[0] if devices is None else list(devices)[0]
+        ref_jit = jax.jit(fn)
+        ref_args = jax.device_put(host_args, dev0)
+        ref_out = _block(ref_jit(*ref_args))
+        t = time.perf_counter()
+        ref_out = _block(ref_jit(*ref_args))
+        ref_step = time.perf_counter() - t
+        ref_host = [np.asarray(x) for x in jax.tree.leaves(ref_out)]
+        max_abs, max_rel, worst = compare(out_host, ref_host, paths)
+        if li is not None:
+            ref_loss = float(ref_host[li])
+            loss_abs = abs(loss - ref_loss)
+            loss_rel = loss_abs / abs(ref_loss) if ref_loss else loss_abs
+
+    ma = compiled.memory_analysis()
+    breakdown = {k: float(getattr(ma, k + "_size_in_bytes", 0) or 0) for k in ("argument", "output", "alias", "temp")}
+    xla_mem = breakdown["argument"] + breakdown["output"] - breakdown["alias"] + breakdown["temp"]
+    xla_peak = float(getattr(ma, "peak_memory_in_bytes", 0) or 0)
+
+    from shardgym.hlo import parse_collectives, summarize
+    colls = summarize(parse_collectives(compiled.as_text(), num_devices=math.prod(plan.mesh_shape)))
+    pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
+
+    return Report(
+        max_abs_err=max_abs, max_rel_err=max_rel, loss_abs_err=loss_abs, loss_rel_err=loss_rel,
+        loss=loss, ref_loss=ref_loss, worst_leaf=worst,
+        xla_memory_bytes=xla_mem, xla_peak_memory_bytes=xla_peak, xla_memory_breakdown=breakdown,
+        predicted_memory_bytes=pred_mem,
+        collectives=tuple(colls), collective_bytes=float(sum(c["bytes"] for c in colls)),
+        collective_wire_bytes=float(sum(c["wire_bytes"] for c in colls)),
+        predicted_collectives=tuple(pred_colls), predicted_comm_bytes=pred_comm,
+        compile_time_s=compile_time_s, step_time_s=step_time_s, ref_step_time_s=ref_step,
+        mesh_shape=tuple(plan.mesh_shape), axis_names=tuple(plan.axis_names),
+        num_constraints=n_constraints, method=plan.method, notes=tuple(notes),
+    )
