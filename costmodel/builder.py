@@ -1,0 +1,223 @@
+"""build_problem: compile an OpGraph on a Cluster into a Problem (the strategy graph solvers see).
+
+One Problem node per OpGraph node, same order (``meta.graph_node[i] == i``). Per strategy:
+- node_costs (s)     = compute time of the padded shard on the slowest device + the node's own
+                       collectives (costmodel.cost.compute_time / collective);
+- node_imbalance_s   = compute time on the slowest device − at the mean device FLOP/s;
+- node_comm_bytes    = bytes per device the node's collectives send;
+- node_usages        = per-device (padded) bytes of the node's outputs, except outputs that alias
+                       a program input (new params / opt state replace the donated input buffer);
+- node_redundant     = Σ over the same outputs of bytes × (replication factor − 1).
+Liveness (docs/INTERFACES.md), T = 1 + the largest ``order``: input nodes live [0, T); an op lives
+from its ``order`` to 1 + the order of its last consumer, or to T when one of its outputs is a
+program output that aliases nothing; an op all of whose uses are aliased program outputs gets the
+zero-length interval [order, order). A group's outputs share one interval (their longest).
+Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
+takes from that producer summed (producer strategy = row). An output that aliases input leaf a
+must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
+to the edge (a's input node, producer), created if absent.
+usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.cost import Mesh, collective, compute_time, local_bytes, public_spec, redundant_bytes, reshard_matrix
+from costmodel.graph import OpGraph
+from costmodel.problem import Problem, ProblemMeta
+from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key
+
+
+def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None,
+                  max_strategies: int = MAX_STRATEGIES) -> Problem:
+    """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta."""
+    from costmodel.cluster import Cluster
+    if isinstance(cluster, str):
+        cluster = Cluster.preset(cluster)
+    if not isinstance(graph, OpGraph):
+        raise ValueError(f"build_problem needs an OpGraph (from shardgym.trace), got {type(graph).__name__}")
+    if len(graph.nodes) == 0:
+        raise ValueError("build_problem: the OpGraph has no nodes")
+    if max_strategies < 1:
+        raise ValueError(f"max_strategies must be >= 1, got {max_strategies}")
+    mesh = Mesh(cluster)
+    nodes = graph.nodes
+    n = len(nodes)
+    for i, nd in enumerate(nodes):
+        if nd.id != i:
+            raise ValueError(f"OpGraph node at position {i} has id {nd.id}; ids must equal positions")
+
+    # ---- strategies (cached across repeated layers) ----
+    cache: dict = {}
+    strats = []
+    for nd in nodes:
+        key = node_key(nd)
+        st = cache.get(key)
+        if st is None:
+            st = enumerate_strategies(nd, mesh, max_strategies)
+            cache[key] = st
+        strats.append(st)
+
+    # ---- aliasing and program outputs ----
+    aliased: set = set()
+    plain_out: set = set()
+    alias_edges = []  # (input node, producer node, producer output idx)
+    input_of_leaf = {nd.input_index: nd.id for nd in nodes if nd.is_input and nd.input_index is not None}
+    for k, (src, oi) in enumerate(graph.outputs):
+        if src < 0:
+            continue
+        a = graph.output_aliases[k] if k < len(graph.output_aliases) else None
+        if a is not None and not nodes[src].is_input:
+            aliased.add((src, oi))
+            w = input_of_leaf.get(a)
+            if w is not None and w != src:
+                alias_edges.append((w, src, oi))
+        else:
+            plain_out.add((src, oi))
+
+    # ---- node arrays ----
+    k_arr = np.array([len(s) for s in strats], dtype=np.int64)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(k_arr, out=offs[1:])
+    S = int(offs[-1])
+    costs = np.zeros(S)
+    usages = np.zeros(S)
+    redundant = np.zeros(S)
+    comm = np.zeros(S)
+    imbalance = np.zeros(S)
+    node_cache: dict = {}
+    for i, nd in enumerate(nodes):
+        counted = [o for o in range(len(nd.outputs)) if (i, o) not in aliased]
+        ck = (id(strats[i]), tuple(counted))
+        got = node_cache.get(ck)
+        if got is None:
+            rows = []
+            for st in strats[i]:
+                t, imb = compute_time(st.flops, mesh)
+                cb = 0.0
+                for kind, ax, B in st.collectives:
+                    dt, ds = collective(kind, ax, B, mesh)
+                    t += dt
+                    cb += ds
+                mem = red = 0.0
+                for o in counted:
+                    ten = nd.outputs[o]
+                    mem += local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.out_specs[o], mesh)
+                    red += redundant_bytes(ten.nbytes, st.out_specs[o], mesh)
+                rows.append((t, mem, red, cb, imb))
+            got = np.array(rows, dtype=np.float64).reshape(-1, 5)
+            node_cache[ck] = got
+        sl = slice(int(offs[i]), int(offs[i + 1]))
+        costs[sl], usages[sl], redundant[sl], comm[sl], imbalance[sl] = got.T
+
+    # ---- liveness ----
+    T = 1 + max(int(nd.order) for nd in nodes)
+    last_use = np.full(n, -1, dtype=np.int64)
+    for nd in nodes:
+        for src, _ in nd.operands:
+            if src >= 0:
+                last_use[src] = max(last_use[src], int(nd.order))
+    intervals = np.zeros((n, 2), dtype=np.int64)
+    to_end = {src for src, _ in plain_out}
+    for i, nd in enumerate(nodes):
+        if nd.is_input:
+            intervals[i] = (0, T)
+        else:
+            start = int(nd.order)
+            end = T if i in to_end else (last_use[i] + 1 if last_use[i] >= 0 else start)
+            intervals[i] = (start, max(start, end))
+
+    # ---- edges ----
+    edge_parts: dict = {}
+    mat_cache: dict = {}
+
+    def add(u, v, T_, C_):
+        got = edge_parts.get((u, v))
+        if got is None:
+            edge_parts[(u, v)] = [T_, C_]
+        else:
+            got[0] = got[0] + T_
+            got[1] = got[1] + C_
+
+    for v, nd in enumerate(nodes):
+        for k, (u, oi) in enumerate(nd.operands):
+            if u < 0:
+                continue
+            ten = nd.operand_types[k]
+            src = tuple(s.out_specs[oi] for s in strats[u])
+            dst = tuple(s.operand_specs[k] for s in strats[v])
+            mk = (ten.shape, ten.dtype, src, dst)
+            m = mat_cache.get(mk)
+            if m is None:
+                m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
+                mat_cache[mk] = m
+            add(u, v, m[0], m[1])
+    for w, u, oi in alias_edges:
+        ten = nodes[u].outputs[oi]
+        src = tuple(s.out_specs[oi] for s in strats[u])
+        dst = tuple(s.out_specs[0] for s in strats[w])
+        mk = (ten.shape, ten.dtype, src, dst)
+        m = mat_cache.get(mk)
+        if m is None:
+            m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
+            mat_cache[mk] = m
+        a, b = (w, u) if w < u else (u, w)
+        if (a, b) == (w, u):
+            add(w, u, m[0].T, m[1].T)
+        else:
+            add(u, w, m[0], m[1])
+    keys = sorted(edge_parts)
+    edges = np.array(keys, dtype=np.int64).reshape(-1, 2)
+    eoffs = np.zeros(len(keys) + 1, dtype=np.int64)
+    if keys:
+        np.cumsum([edge_parts[k][0].size for k in keys], out=eoffs[1:])
+        ecost = np.concatenate([edge_parts[k][0].ravel() for k in keys])
+        ecomm = np.concatenate([edge_parts[k][1].ravel() for k in keys])
+    else:
+        ecost = np.zeros(0)
+        ecomm = np.zeros(0)
+
+    # ---- meta ----
+    axes = mesh.axis_names
+    meta = ProblemMeta(
+        mesh_shape=tuple(int(x) for x in cluster.mesh_shape),
+        axis_names=tuple(axes),
+        cluster_name=cluster.name,
+        graph_node=np.arange(n, dtype=np.int64),
+        names=[nd.module_path or nd.primitive for nd in nodes],
+        primitives=[nd.primitive for nd in nodes],
+        roles=[nd.role for nd in nodes],
+        strategy_names=[[s.name for s in st] for st in strats],
+        out_specs=[[public_spec(s.out_specs[0]) for s in st] for st in strats],
+        operand_specs=[[tuple(public_spec(o) for o in s.operand_specs) for s in st] for st in strats],
+        input_index=[nd.input_index for nd in nodes],
+        input_path=[nd.input_path for nd in nodes],
+        graph=graph,
+    )
+    limit = float(cluster.memory_limit_bytes)
+    if memory_cap_bytes is not None:
+        if not memory_cap_bytes > 0:
+            raise ValueError(f"memory_cap_bytes must be positive, got {memory_cap_bytes}")
+        limit = min(limit, float(memory_cap_bytes))
+    return Problem(
+        name=f"{graph.name or 'graph'}@{cluster.name}",
+        strategy_offsets=offs,
+        node_costs=costs,
+        node_usages=usages,
+        intervals=intervals,
+        edges=edges,
+        edge_offsets=eoffs,
+        edge_costs=ecost,
+        usage_limit=limit,
+        node_redundant=redundant,
+        node_comm_bytes=comm,
+        edge_comm_bytes=ecomm,
+        node_imbalance_s=imbalance,
+        meta=meta,
+    )
+
+
+def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES):
+    """The per-node strategy lists build_problem uses (for inspection and the runtime)."""
+    mesh = Mesh(cluster)
+    return [enumerate_strategies(nd, mesh, max_strategies) for nd in graph.nodes]

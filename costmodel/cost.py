@@ -1,0 +1,258 @@
+"""Costs on a Cluster: collectives (α-β per mesh axis), compute, resharding, memory of a spec.
+
+Specs. A spec of an n-dim tensor is a tuple of n entries; inside the cost model each entry is a
+tuple of mesh-axis names (major first, ``()`` = not sharded). ``norm_spec`` turns the public
+form (None / axis name / tuple of names per dim) into that; ``public_spec`` turns it back.
+
+Padding. A dim of size d sharded over n devices holds ceil(d / n) elements per device (XLA pads
+the last shard): every per-device size below (memory, FLOPs, collective bytes) uses the padded
+shard. Strategies where a dim is smaller than its shard count are never generated.
+
+Units: bytes, seconds, FLOP/s. ``bw`` is the per-device link bandwidth of a mesh axis
+(``Cluster.axis_bandwidth_Bps``), ``α`` its per-step latency (``Cluster.axis_latency_s``).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
+
+
+# ---- specs --------------------------------------------------------------------------------
+def norm_spec(spec, ndim: int | None = None) -> tuple[tuple[str, ...], ...]:
+    """Public spec (None / "x" / ("x", "y") per dim, or None for a replicated tensor) ->
+    internal form (a tuple of axis-name tuples). ``ndim`` pads/validates the length."""
+    if spec is None:
+        if ndim is None:
+            raise ValueError("norm_spec(None) needs ndim")
+        return ((),) * ndim
+    out = []
+    for e in spec:
+        if e is None:
+            out.append(())
+        elif isinstance(e, str):
+            out.append((e,))
+        else:
+            out.append(tuple(e))
+    if ndim is not None:
+        if len(out) > ndim:
+            raise ValueError(f"spec {spec!r} has more entries than the tensor's {ndim} dims")
+        out += [()] * (ndim - len(out))
+    return tuple(out)
+
+
+def public_spec(nspec) -> tuple:
+    """Internal spec -> public: () -> None, (a,) -> a, (a, b) -> (a, b)."""
+    return tuple(None if not e else (e[0] if len(e) == 1 else tuple(e)) for e in nspec)
+
+
+def spec_name(nspec, axis_names) -> str:
+    """Alpa notation: per dim R (replicated) or S + the mesh-axis indices, e.g. "S01R"."""
+    idx = {a: i for i, a in enumerate(axis_names)}
+    if not nspec:
+        return "R"
+    return "".join("R" if not e else "S" + "".join(str(idx[a]) for a in e) for e in nspec)
+
+
+class Mesh:
+    """The mesh view of a Cluster the cost functions need (hashable, cheap to pass around)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.axis_names = tuple(cluster.axis_names)
+        self.size = {a: int(n) for a, n in zip(cluster.axis_names, cluster.mesh_shape)}
+        self.bw = {a: float(b) for a, b in zip(cluster.axis_names, cluster.axis_bandwidth_Bps)}
+        self.lat = {a: float(x) for a, x in zip(cluster.axis_names, cluster.axis_latency_s)}
+        self.index = {a: i for i, a in enumerate(cluster.axis_names)}
+        self.num_devices = int(cluster.num_devices)
+        f = np.asarray(cluster.device_flops, dtype=np.float64)
+        self.min_flops = float(f.min()) * float(cluster.efficiency)
+        self.mean_flops = float(f.mean()) * float(cluster.efficiency)
+        self.key = (self.axis_names, tuple(cluster.mesh_shape), tuple(cluster.axis_bandwidth_Bps),
+                    tuple(cluster.axis_latency_s))
+        _MESHES[self.key] = self
+
+    def fastest_first(self, axes) -> tuple[str, ...]:
+        """Axes by bandwidth, highest first (ties: the later mesh axis first)."""
+        return tuple(sorted(axes, key=lambda a: (-self.bw[a], -self.index[a])))
+
+    def shards(self, axes) -> int:
+        return int(math.prod(self.size[a] for a in axes))
+
+
+def local_shape(shape, nspec, mesh: Mesh) -> tuple[int, ...]:
+    """Per-device (padded) shape: ceil(d / shards(d)) per dim."""
+    return tuple(-(-int(d) // mesh.shards(e)) if e else int(d) for d, e in zip(shape, nspec))
+
+
+def local_bytes(shape, itemsize: int, nspec, mesh: Mesh) -> float:
+    """Per-device bytes of a tensor under ``nspec`` = itemsize · Π ceil(d_i / shards_i)."""
+    return float(itemsize * math.prod(local_shape(shape, nspec, mesh)))
+
+
+def replication(nspec, mesh: Mesh) -> int:
+    """How many devices hold each element = Π sizes of the mesh axes the spec does not use."""
+    used = {a for e in nspec for a in e}
+    return int(math.prod(n for a, n in mesh.size.items() if a not in used))
+
+
+def redundant_bytes(nbytes: float, nspec, mesh: Mesh) -> float:
+    """Bytes replication wastes, summed over devices: nbytes · (R − 1), R = ``replication``.
+    A fully replicated B-byte tensor on D devices: (D − 1)·B; fully sharded: 0."""
+    return float(nbytes) * (replication(nspec, mesh) - 1)
+
+
+# ---- collectives ----------------------------------------------------------------------------
+def _one_axis(kind: str, B: float, n: int, bw: float, lat: float) -> tuple[float, float]:
+    """(seconds, bytes sent per device) of one collective over a group of n devices on one axis.
+
+    B = bytes of the whole tensor as seen by the group (the gathered result of an all-gather, the
+    unreduced input of a reduce-scatter or all-reduce, Σ of the n local pieces for all-to-all).
+      all-reduce:      2(n−1)/n · B/bw + 2(n−1)·α      (ring: reduce-scatter + all-gather)
+      all-gather:       (n−1)/n · B/bw +  (n−1)·α
+      reduce-scatter:   (n−1)/n · B/bw +  (n−1)·α
+      all-to-all:      (n−1)/n² · B/bw + (n−1)·α       (each device keeps 1/n of its B/n piece)
+    """
+    if n <= 1 or B <= 0:
+        return 0.0, 0.0
+    if kind == "all-reduce":
+        sent = 2.0 * (n - 1) / n * B
+        steps = 2 * (n - 1)
+    elif kind in ("all-gather", "reduce-scatter"):
+        sent = (n - 1) / n * B
+        steps = n - 1
+    elif kind == "all-to-all":
+        sent = (n - 1) / (n * n) * B
+        steps = n - 1
+    else:
+        raise ValueError(f"unknown collective {kind!r}; expected one of {COLLECTIVES}")
+    return sent / bw + steps * lat, sent
+
+
+def collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float]:
+    """(seconds, bytes sent per device) of a collective over one or more mesh axes, hierarchical.
+
+    Axes are taken fastest first (a1, a2, ..., ak; n_i devices each) and B_j = B / Π_{i<j} n_i:
+      all-gather / reduce-scatter over (a1..ak) = Σ_j AG/RS over a_j on B_j
+      all-reduce over (a1..ak) = Σ_{j<k} [RS over a_j on B_j + AG over a_j on B_j] + AR over a_k on B_k
+        (e.g. all-reduce over (x, y), y fastest = RS_y(B) + AR_x(B/n_y) + AG_y(B))
+      all-to-all over (a1..ak) = Σ_j all-to-all over a_j on B·n_j/N (N = Π n_j; an approximation:
+        the exchange is done one axis at a time, each moving the local pieces of its group).
+    """
+    axes = mesh.fastest_first(axes)
+    if not axes or B <= 0:
+        return 0.0, 0.0
+    t = sent = 0.0
+    if kind == "all-to-all":
+        N = mesh.shards(axes)
+        for a in axes:
+            dt, ds = _one_axis(kind, B * mesh.size[a] / N, mesh.size[a], mesh.bw[a], mesh.lat[a])
+            t += dt
+            sent += ds
+        return t, sent
+    Bj = float(B)
+    for j, a in enumerate(axes):
+        n = mesh.size[a]
+        if kind == "all-reduce" and j < len(axes) - 1:
+            dt, ds = _one_axis("reduce-scatter", Bj, n, mesh.bw[a], mesh.lat[a])
+            t += 2 * dt
+            sent += 2 * ds
+        else:
+            dt, ds = _one_axis(kind, Bj, n, mesh.bw[a], mesh.lat[a])
+            t += dt
+            sent += ds
+        Bj /= n
+    return t, sent
+
+
+# ---- compute ----------------------------------------------------------------------------------
+def compute_time(flops_per_device: float, mesh: Mesh) -> tuple[float, float]:
+    """(seconds, imbalance seconds) of ``flops_per_device`` (the padded shard's FLOPs; every
+    device runs the same SPMD program, so the step waits for the slowest one):
+      time_s      = flops / (min_d FLOP/s_d · efficiency)
+      imbalance_s = time_s − flops / (mean_d FLOP/s_d · efficiency)   (0 on a uniform mesh)."""
+    if flops_per_device <= 0:
+        return 0.0, 0.0
+    t = flops_per_device / mesh.min_flops
+    return t, t - flops_per_device / mesh.mean_flops
+
+
+# ---- resharding ----------------------------------------------------------------------------------
+def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
+    """(seconds, bytes sent per device) to turn a tensor laid out as ``src`` into ``dst``
+    (internal specs). Per mesh axis, comparing where it shards the tensor in src and dst (within a
+    dim, the common major prefix of the two axis tuples stays; the rest is "removed"/"added"):
+      in dst only                     -> local slice, free (done first: it shrinks what moves);
+      removed from dim i, added to j≠i -> all-to-all over that axis, B = local bytes · n_axis;
+      removed and not added elsewhere  -> all-gather over that axis (slowest axis first, each on
+                                          B = the local bytes after that gather);
+      removed and re-added to the same dim in another order -> all-gather (then a free slice).
+    The changes are summed; sizes are padded shards of the running layout."""
+    src = tuple(src)
+    dst = tuple(dst)
+    if src == dst:
+        return 0.0, 0.0
+    nd = len(shape)
+    removed: dict[str, int] = {}
+    added: dict[str, int] = {}
+    keep = []
+    for d in range(nd):
+        s, t = src[d], dst[d]
+        k = 0
+        while k < len(s) and k < len(t) and s[k] == t[k]:
+            k += 1
+        keep.append(list(s[:k]))
+        for a in s[k:]:
+            removed[a] = d
+        for a in t[k:]:
+            added[a] = d
+    cur = [list(e) for e in src]
+    # 1. free slices: axes only in dst
+    for a, d in added.items():
+        if a not in removed:
+            cur[d].append(a)
+    t_total = sent_total = 0.0
+    # 2. all-to-all: axis moves between dims
+    for a, d_from in list(removed.items()):
+        d_to = added.get(a)
+        if d_to is not None and d_to != d_from:
+            lb = local_bytes(shape, itemsize, tuple(tuple(e) for e in cur), mesh)
+            dt, ds = collective("all-to-all", (a,), lb * mesh.size[a], mesh)
+            t_total += dt
+            sent_total += ds
+            cur[d_from].remove(a)
+            cur[d_to].append(a)
+            del removed[a]
+    # 3. all-gathers, slowest axis first
+    for a in reversed(mesh.fastest_first(tuple(removed))):
+        d = removed[a]
+        cur[d].remove(a)
+        lb = local_bytes(shape, itemsize, tuple(tuple(e) for e in cur), mesh)
+        dt, ds = collective("all-gather", (a,), lb, mesh)
+        t_total += dt
+        sent_total += ds
+    return t_total, sent_total
+
+
+@lru_cache(maxsize=None)
+def _reshard_cached(shape, itemsize, src, dst, mesh_key):
+    return reshard(shape, itemsize, src, dst, _MESHES[mesh_key])
+
+
+_MESHES: dict = {}
+
+
+def reshard_matrix(shape, itemsize: int, srcs, dsts, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, bytes) matrices [len(srcs), len(dsts)] of ``reshard`` for every spec pair.
+    Pairs are memoised per (mesh, shape, itemsize, src, dst)."""
+    key = mesh.key
+    shape = tuple(int(d) for d in shape)
+    T = np.empty((len(srcs), len(dsts)))
+    C = np.empty((len(srcs), len(dsts)))
+    for i, s in enumerate(srcs):
+        for j, d in enumerate(dsts):
+            T[i, j], C[i, j] = _reshard_cached(shape, itemsize, s, d, key)
+    return T, C
