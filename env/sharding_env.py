@@ -1,0 +1,615 @@
+"""ShardingEnv: choose a sharding strategy for one Problem node per step (gymnasium.Env).
+
+Episode. At reset a Problem is drawn from the workload source (seeded by ``reset(seed=...)``).
+Nodes are decided one per step in a fixed **topological order**: Kahn's algorithm over the edges
+(producer before consumer) taking the smallest ready node id first, so a traced Problem (whose node
+order is already topological) is walked in node order 0..n-1; a cycle (none in practice) is broken
+by taking the smallest remaining id. The action is the strategy index of ``obs["current_node"]``.
+With ``skip_trivial=True`` (default) nodes with a single strategy are applied automatically,
+their cost being added to the reward of the step that reaches them (those before the first
+decision go into the first step's reward), so the rewards still sum exactly.
+
+Reward of a step that decides node i with strategy s (units of the per-problem reference cost R):
+
+    r = -( w_time * (c_i[s] + Σ_{e to decided j} E_e[s, s_j])
+         + w_balance * imbalance_i[s]
+         + w_redundancy * (R / ref_redundant_bytes) * redundant_i[s]
+         + w_memory * (R / ref_peak_bytes) * (rise of the running peak) ) / R
+
+where the running peak is the maximum over time of the live per-device usage of the decided
+nodes (maintained on the problem's grid of interval endpoints). The episode's rewards therefore sum
+to ``-objective / R`` with ``objective = w_time * cost.total + w_memory * (R/ref_peak) *
+cost.peak_memory_bytes + w_redundancy * (R/ref_redundant) * cost.redundant_memory_bytes +
+w_balance * cost.imbalance_s`` (so memory weights are dimensionless: weight 1 values the
+reference plan's peak like its step time). With default weights this is ``-cost.total / R``.
+Extra penalties (not part of the objective): ``invalid_penalty`` (default 1.0) for a masked-out
+action, which is then NOT applied (the state is unchanged); ``infeasible_penalty`` (default 1.0)
+added once on the last step when the final peak exceeds the memory cap.
+
+Reference cost R (> 0): the data-parallel plan's cost when the problem is traced (has meta) and
+``costmodel.baselines`` can build it, else the cost of the greedy plan (``greedy_plan``: each node
+in the decision order takes the strategy with the least node + resharding cost to decided
+neighbours). If that is not > 0, the mean positive node cost times num_nodes, else 1.
+
+Action mask: strategies s < k_i of the current node, minus (``mask_forbidden``) those whose
+incremental time cost is >= 1e15 (IOPDDL's "impossible" marker) and minus (``mask_memory``, when
+a cap exists) those that would make the cap impossible: s is masked when, somewhere in node i's
+interval, the decided usage + the smallest usage of every undecided node + u_i[s] exceeds the cap.
+With the memory mask on, every valid action sequence ends feasible whenever the cap is attainable
+at all. If the masks leave nothing, the memory mask alone is used (it always keeps the
+least-usage strategy).
+
+Observation (all Boxes, padded to max_nodes N, max_edges E, max_strategies K; see env/features.py
+for each feature): node_features (N, F_node), action_features (N, K, F_act), edge_index (E, 2)
+int32 (producer, consumer), edge_features (E, F_edge), edge_mask (E,), node_mask (N,),
+current_node (1,) int64, action_mask (K,) int8. At the terminal step current_node is 0 and
+action_mask is [1, 0, ...] (a dummy; the episode is over). Obs arrays are copies
+(``copy_obs=True``, default, required by check_env) or, with ``copy_obs=False``, the env's
+persistent arrays, updated in place in O(degree x K) per step: copy them if you keep them
+(gymnasium's vector envs copy into their own buffers, so ``copy_obs=False`` is safe there).
+
+Step cost: O(degree x K + interval length in grid points); the plan is evaluated once per episode
+(``costmodel.problem.evaluate``) for the final info: plan, cost, reference_cost, objective.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from costmodel.problem import Problem, evaluate
+from env.features import (
+    ACTION_FEATURES,
+    ACTION_INDEX,
+    EDGE_FEATURES,
+    EDGE_INDEX,
+    NODE_FEATURES,
+    NODE_INDEX,
+    static_features,
+    unit_of,
+)
+
+FORBIDDEN_COST = 1e15
+FEATURE_MAX = 1e4  # every feature is >= 0 (log1p of clipped-at-0 quantities, fractions, flags)
+DEFAULT_WEIGHTS = {"time": 1.0, "memory": 0.0, "redundancy": 0.0, "balance": 0.0}
+DEFAULT_WORKLOADS = [("gpt", "tiny")]
+DEFAULT_CLUSTERS = ["cpu-2x4"]
+
+
+# ---- per-problem preprocessing ------------------------------------------------------------------
+def decision_order(problem: Problem) -> np.ndarray:
+    """Topological order (Kahn, smallest ready id first; cycles broken by the smallest remaining id)."""
+    n = problem.num_nodes
+    edges = problem.edges[problem.edges[:, 0] != problem.edges[:, 1]] if problem.num_edges else np.zeros((0, 2), np.int64)
+    indeg = np.bincount(edges[:, 1], minlength=n).astype(np.int64) if len(edges) else np.zeros(n, np.int64)
+    if len(edges) == 0 or np.all(edges[:, 0] < edges[:, 1]):
+        return np.arange(n, dtype=np.int64)
+    srt = np.argsort(edges[:, 0], kind="stable")
+    dst = edges[srt, 1]
+    ptr = np.searchsorted(edges[srt, 0], np.arange(n + 1))
+    heap = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    done = np.zeros(n, bool)
+    order = []
+    nxt = 0
+    while len(order) < n:
+        if not heap:  # cycle: take the smallest remaining node
+            while done[nxt]:
+                nxt += 1
+            indeg[nxt] = 0
+            heap = [nxt]
+        i = heapq.heappop(heap)
+        if done[i]:
+            continue
+        done[i] = True
+        order.append(i)
+        for j in dst[ptr[i]:ptr[i + 1]]:
+            indeg[j] -= 1
+            if indeg[j] == 0 and not done[j]:
+                heapq.heappush(heap, int(j))
+    return np.asarray(order, dtype=np.int64)
+
+
+def _padded(problem: Problem, values: np.ndarray, K: int, fill: float = 0.0) -> np.ndarray:
+    n, k = problem.num_nodes, problem.num_strategies
+    out = np.full((n, K), fill, dtype=np.float64)
+    rows = np.repeat(np.arange(n), k)
+    cols = np.arange(len(values)) - np.repeat(problem.strategy_offsets[:-1], k)
+    out[rows, cols] = values
+    return out
+
+
+def _adjacency(problem: Problem):
+    """CSR incidence: for node i, entries ptr[i]:ptr[i+1] give (edge, neighbour, i_is_producer).
+    A self-loop appears once (as producer)."""
+    n, m = problem.num_nodes, problem.num_edges
+    if m == 0:
+        z = np.zeros(0, np.int64)
+        return np.zeros(n + 1, np.int64), z, z, np.zeros(0, bool)
+    e = np.arange(m)
+    u, v = problem.edges[:, 0], problem.edges[:, 1]
+    loop = u == v
+    node = np.concatenate([u, v[~loop]])
+    nbr = np.concatenate([v, u[~loop]])
+    eid = np.concatenate([e, e[~loop]])
+    is_src = np.concatenate([np.ones(m, bool), np.zeros(int((~loop).sum()), bool)])
+    srt = np.argsort(node, kind="stable")
+    ptr = np.searchsorted(node[srt], np.arange(n + 1))
+    return ptr, eid[srt], nbr[srt], is_src[srt]
+
+
+def greedy_plan(problem: Problem, order: np.ndarray | None = None) -> list[int]:
+    """Each node in ``order`` (default: the decision order) takes the strategy with the least
+    node cost + resharding cost to already-decided neighbours (ties: lowest index)."""
+    order = decision_order(problem) if order is None else order
+    k, offs, eoffs = problem.num_strategies, problem.strategy_offsets, problem.edge_offsets
+    ptr, eid, nbr, is_src = _adjacency(problem)
+    resh = [np.zeros(int(x)) for x in k]
+    strat = np.full(problem.num_nodes, -1, np.int64)
+    for i in order:
+        i = int(i)
+        s = int(np.argmin(problem.node_costs[offs[i]:offs[i + 1]] + resh[i]))
+        strat[i] = s
+        for p in range(ptr[i], ptr[i + 1]):
+            j = int(nbr[p])
+            if strat[j] >= 0:
+                continue
+            e = int(eid[p])
+            if is_src[p]:
+                kv = int(k[j])
+                resh[j] += problem.edge_costs[eoffs[e] + s * kv: eoffs[e] + (s + 1) * kv]
+            else:
+                resh[j] += problem.edge_costs[eoffs[e] + s: eoffs[e + 1]: int(k[i])]
+    return [int(x) for x in strat]
+
+
+def reference_plan(problem: Problem, order: np.ndarray | None = None) -> tuple[list[int], str]:
+    """(plan, name): the data-parallel plan for a traced problem when available, else greedy."""
+    if problem.meta is not None:
+        try:
+            from costmodel.baselines import baseline_plan
+            return [int(x) for x in baseline_plan(problem, "dp")], "dp"
+        except Exception:  # baselines not available or not applicable: fall back to greedy
+            pass
+    return greedy_plan(problem, order), "greedy"
+
+
+class _Compiled:
+    """Everything the env needs about one Problem, for one (weights, cap, padding) setting."""
+
+    def __init__(self, problem: Problem, weights: dict, K: int):
+        self.problem = problem
+        n, m = problem.num_nodes, problem.num_edges
+        self.n, self.m = n, m
+        self.k = problem.num_strategies.astype(np.int64)
+        self.offs = problem.strategy_offsets
+        self.eoffs = problem.edge_offsets
+        self.ecosts = problem.edge_costs
+        self.order = decision_order(problem)
+        self.rank = np.empty(n, np.int64)
+        self.rank[self.order] = np.arange(n)
+        self.ptr, self.eid, self.nbr, self.is_src = _adjacency(problem)
+        self.esrc_k = self.k[problem.edges[:, 1]] if m else np.zeros(0, np.int64)  # k of the consumer (row length)
+        valid = np.arange(K)[None, :] < self.k[:, None]
+        self.valid = valid
+        self.cost = _padded(problem, problem.node_costs, K)
+        self.usage = _padded(problem, problem.node_usages, K)
+        self.redundant = _padded(problem, problem.node_redundant, K)
+        self.comm = _padded(problem, problem.node_comm_bytes, K)
+        self.imbalance = _padded(problem, problem.node_imbalance_s, K)
+        self.umin = np.where(valid, self.usage, np.inf).min(axis=1) if n else np.zeros(0)
+
+        # reference plan and units
+        ref_strats, self.reference_name = reference_plan(problem, self.order)
+        ref = evaluate(problem.with_usage_limit(None), ref_strats)
+        R = ref.total
+        if not (R > 0 and math.isfinite(R)):
+            pos = problem.node_costs[(problem.node_costs > 0) & np.isfinite(problem.node_costs)]
+            R = float(pos.mean() * n) if len(pos) else 1.0
+        self.reference_cost = float(R)
+        self.reference_plan = ref_strats
+        cap = problem.usage_limit
+        self.cap = None if cap is None or not math.isfinite(cap) else float(cap)
+        self.ref_peak = ref.peak_memory_bytes if ref.peak_memory_bytes > 0 else unit_of(problem.node_usages)
+        self.ref_redundant = ref.redundant_memory_bytes if ref.redundant_memory_bytes > 0 else unit_of(problem.node_redundant)
+        self.mem_scale = self.reference_cost / self.ref_peak
+        self.red_scale = self.reference_cost / self.ref_redundant
+        self.units = {
+            "cost_unit": self.reference_cost / max(n, 1),
+            "mem_unit": self.cap if self.cap and self.cap > 0 else self.ref_peak,
+            "red_unit": unit_of(problem.node_redundant),
+            "comm_unit": unit_of(problem.node_comm_bytes),
+        }
+        # weighted per-strategy step cost apart from edges and peak (float64, exact units)
+        w = weights
+        self.w_time, self.w_mem = float(w["time"]), float(w["memory"])
+        self.step_static = (w["time"] * self.cost + w["balance"] * self.imbalance
+                            + w["redundancy"] * self.red_scale * self.redundant)
+        self.trivial = self.k == 1
+
+        # time grid for the live-usage profile (the points where evaluate's profile changes)
+        st, en = problem.intervals[:, 0], problem.intervals[:, 1]
+        keep = en > st
+        grid = np.unique(np.concatenate([st[keep], en[keep]])) if keep.any() else np.zeros(1, np.int64)
+        self.G = len(grid)
+        self.lo = np.where(keep, np.searchsorted(grid, st), 0).astype(np.int64)
+        self.hi = np.where(keep, np.searchsorted(grid, en), 0).astype(np.int64)
+        min_live = np.zeros(self.G + 1)
+        np.add.at(min_live, self.lo[keep], self.umin[keep])
+        np.add.at(min_live, self.hi[keep], -self.umin[keep])
+        self.min_live = np.cumsum(min_live)[:self.G]
+
+        feats = static_features(problem, {"K": K}, self.units, self.rank, {
+            "cost": self.cost, "usage": self.usage, "redundant": self.redundant, "comm": self.comm,
+            "imbalance": self.imbalance, "valid": valid})
+        self.node_static, self.act_static, self.edge_static = feats["node"], feats["action"], feats["edge"]
+        self.cost_unit = self.units["cost_unit"]
+        self.mem_unit = self.units["mem_unit"]
+
+
+# ---- workload sources -----------------------------------------------------------------------------
+def _as_source(workloads, clusters, memory_cap_bytes) -> tuple[list | None, Callable | None]:
+    """Normalise the workload kwarg to (fixed list of problems or zero-arg builders, or a sampler)."""
+    from env import workloads as wl
+
+    if workloads is None:
+        workloads = DEFAULT_WORKLOADS
+    if isinstance(workloads, Problem):
+        return [workloads], None
+    if isinstance(workloads, str):
+        return [Problem.from_iopddl(workloads)], None
+    if isinstance(workloads, wl.Workload):
+        return [workloads], None
+    if callable(workloads):
+        return None, workloads
+    items = list(workloads)
+    if not items:
+        raise ValueError("workloads is empty: give a Problem, a list of Problems, an IOPDDL path, "
+                         "a list of (model, size) pairs, Workloads, or a sampler rng -> Problem")
+    out = []
+    for it in items:
+        if isinstance(it, (Problem, wl.Workload)):
+            out.append(it)
+        elif isinstance(it, str):
+            out.append(Problem.from_iopddl(it))
+        elif isinstance(it, (tuple, list)) and len(it) == 2 and all(isinstance(x, str) for x in it):
+            for c in (clusters or DEFAULT_CLUSTERS):
+                out.append(wl.Workload(it[0], it[1], c, memory_cap_bytes))
+        else:
+            raise ValueError(f"cannot use {it!r} as a workload: give a Problem, an IOPDDL path, "
+                             "a (model, size) pair or a Workload")
+    return out, None
+
+
+def _problem_of(item) -> Problem:
+    return item if isinstance(item, Problem) else item.build()
+
+
+class ShardingEnv(gym.Env):
+    """See the module docstring. Keyword arguments:
+
+    workloads: a Problem, a list of Problems/Workloads/IOPDDL paths, an IOPDDL path, a list of
+        (model, size) zoo pairs (each built on every cluster in ``clusters``), or a sampler
+        ``rng -> Problem | Workload`` (give max_nodes/max_edges/max_strategies or a sampler with
+        a ``max_sizes`` dict; otherwise 8 probe draws, padded x1.5). Default: gpt tiny.
+    clusters: preset names or Cluster objects for (model, size) pairs (default ["cpu-2x4"]).
+    weights: dict(time=1, memory=0, redundancy=0, balance=0) (missing keys take these defaults).
+    memory_cap_bytes: overrides every problem's usage_limit (None keeps the problem's own;
+        float("inf") removes it).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, workloads=None, clusters=None, weights: dict | None = None,
+                 memory_cap_bytes: float | None = None, max_nodes: int | None = None,
+                 max_edges: int | None = None, max_strategies: int | None = None,
+                 skip_trivial: bool = True, mask_memory: bool = True, mask_forbidden: bool = True,
+                 invalid_penalty: float = 1.0, infeasible_penalty: float = 1.0, copy_obs: bool = True,
+                 render_mode=None):
+        w = dict(DEFAULT_WEIGHTS)
+        for key, val in (weights or {}).items():
+            if key not in DEFAULT_WEIGHTS:
+                raise ValueError(f"unknown weight {key!r}; weights are {', '.join(DEFAULT_WEIGHTS)}")
+            if not (val >= 0 and math.isfinite(val)):
+                raise ValueError(f"weight {key!r} must be a finite number >= 0, got {val!r}")
+            w[key] = float(val)
+        if sum(w.values()) <= 0:
+            raise ValueError("at least one weight must be positive")
+        self.weights = w
+        self.memory_cap_bytes = memory_cap_bytes
+        self.skip_trivial, self.mask_memory, self.mask_forbidden = skip_trivial, mask_memory, mask_forbidden
+        self.invalid_penalty, self.infeasible_penalty = float(invalid_penalty), float(infeasible_penalty)
+        self.copy_obs = copy_obs
+        self.render_mode = render_mode
+        self._items, self._sampler = _as_source(workloads, clusters, memory_cap_bytes)
+        self._compiled: dict[int, _Compiled] = {}
+        self._problems: dict[int, Problem] = {}
+
+        if None in (max_nodes, max_edges, max_strategies):
+            if self._items is not None:
+                probe = [self._problem(i) for i in range(len(self._items))]
+                slack = 1.0
+            elif hasattr(self._sampler, "max_sizes"):
+                probe, slack = [], 1.0
+                ms = self._sampler.max_sizes
+                max_nodes = max_nodes or ms["nodes"]
+                max_edges = max_edges or ms["edges"]
+                max_strategies = max_strategies or ms["strategies"]
+            else:
+                rng = np.random.default_rng(0)
+                probe = [_problem_of(self._sampler(rng)) for _ in range(8)]
+                slack = 1.5
+            if probe:
+                def up(x, to):
+                    return int(math.ceil(max(x, 1) * slack / to) * to)
+                max_nodes = max_nodes or up(max(p.num_nodes for p in probe), 64)
+                max_edges = max_edges or up(max(p.num_edges for p in probe), 64)
+                max_strategies = max_strategies or up(max(int(p.num_strategies.max()) for p in probe), 1)
+        self.N, self.E, self.K = int(max_nodes), int(max_edges), int(max_strategies)
+        if min(self.N, self.E, self.K) < 1:
+            raise ValueError("max_nodes, max_edges and max_strategies must be >= 1")
+        self._check_fits_all()
+
+        Fn, Fa, Fe = len(NODE_FEATURES), len(ACTION_FEATURES), len(EDGE_FEATURES)
+        f32 = np.float32
+        self.observation_space = spaces.Dict({
+            "node_features": spaces.Box(0.0, FEATURE_MAX, (self.N, Fn), f32),
+            "action_features": spaces.Box(0.0, FEATURE_MAX, (self.N, self.K, Fa), f32),
+            "edge_index": spaces.Box(0, self.N - 1, (self.E, 2), np.int32),
+            "edge_features": spaces.Box(0.0, FEATURE_MAX, (self.E, Fe), f32),
+            "edge_mask": spaces.Box(0, 1, (self.E,), np.int8),
+            "node_mask": spaces.Box(0, 1, (self.N,), np.int8),
+            "current_node": spaces.Box(0, self.N - 1, (1,), np.int64),
+            "action_mask": spaces.Box(0, 1, (self.K,), np.int8),
+        })
+        self.action_space = spaces.Discrete(self.K)
+        self._obs = {
+            "node_features": np.zeros((self.N, Fn), f32),
+            "action_features": np.zeros((self.N, self.K, Fa), f32),
+            "edge_index": np.zeros((self.E, 2), np.int32),
+            "edge_features": np.zeros((self.E, Fe), f32),
+            "edge_mask": np.zeros(self.E, np.int8),
+            "node_mask": np.zeros(self.N, np.int8),
+            "current_node": np.zeros(1, np.int64),
+            "action_mask": np.zeros(self.K, np.int8),
+        }
+        self._c: _Compiled | None = None
+        self._done = True
+
+    # ---- problems ------------------------------------------------------------------------------
+    def _apply_cap(self, p: Problem) -> Problem:
+        return p if self.memory_cap_bytes is None else p.with_usage_limit(
+            None if math.isinf(self.memory_cap_bytes) else float(self.memory_cap_bytes))
+
+    def _problem(self, idx: int) -> Problem:
+        if idx not in self._problems:
+            self._problems[idx] = self._apply_cap(_problem_of(self._items[idx]))
+        return self._problems[idx]
+
+    def _check_fits(self, p: Problem) -> None:
+        for what, have, lim, kw in (("nodes", p.num_nodes, self.N, "max_nodes"), ("edges", p.num_edges, self.E, "max_edges"),
+                                    ("strategies per node", int(p.num_strategies.max()), self.K, "max_strategies")):
+            if have > lim:
+                raise ValueError(f"problem {p.name!r} has {have} {what}, more than the env's padding {kw}={lim}; "
+                                 f"construct the env with a larger {kw}")
+
+    def _check_fits_all(self) -> None:
+        if self._items is not None:
+            for i in range(len(self._items)):
+                self._check_fits(self._problem(i))
+
+    def _compile(self, key, problem: Problem) -> _Compiled:
+        c = self._compiled.get(key) if key is not None else None
+        if c is None:
+            self._check_fits(problem)
+            c = _Compiled(problem, self.weights, self.K)
+            if key is not None:
+                self._compiled[key] = c
+        return c
+
+    @property
+    def problem(self) -> Problem | None:
+        """The Problem of the current episode (with the env's memory cap applied)."""
+        return None if self._c is None else self._c.problem
+
+    # ---- gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "problem" in options:
+            p = self._apply_cap(_problem_of(options["problem"]))
+            c = self._compile(None, p)
+        elif self._items is not None:
+            idx = int(self.np_random.integers(len(self._items))) if len(self._items) > 1 else 0
+            c = self._compile(idx, self._problem(idx))
+        else:
+            p = self._apply_cap(_problem_of(self._sampler(self.np_random)))
+            c = self._compile(None, p)
+        self._c = c
+        n, m, K = c.n, c.m, self.K
+        o = self._obs
+        o["node_features"][:n] = c.node_static
+        o["node_features"][n:] = 0
+        o["action_features"][:n] = c.act_static
+        o["action_features"][n:] = 0
+        o["edge_features"][:m] = c.edge_static
+        o["edge_features"][m:] = 0
+        o["edge_index"][:m] = c.problem.edges
+        o["edge_index"][m:] = 0
+        o["edge_mask"][:m] = 1
+        o["edge_mask"][m:] = 0
+        o["node_mask"][:n] = 1
+        o["node_mask"][n:] = 0
+        self._strat = np.full(n, -1, np.int64)
+        self._resh = np.zeros((n, K))
+        self._live = np.zeros(c.G)
+        self._lb = c.min_live.copy()
+        self._peak = 0.0
+        self._ptr = 0          # position in c.order of the next node to apply
+        self._cur = -1
+        self._pending = 0.0    # reward of auto-applied nodes not yet handed out
+        self._steps = 0
+        self._done = False
+        # last node that the agent decides (when every node is trivial, the last node in order)
+        if self.skip_trivial and not c.trivial.all():
+            self._last_decision = int(c.order[np.nonzero(~c.trivial[c.order])[0][-1]])
+        else:
+            self._last_decision = int(c.order[-1])
+        self._advance()
+        info = {"problem": c.problem.name, "reference_cost": c.reference_cost, "reference": c.reference_name,
+                "num_nodes": n}
+        return self._observation(), info
+
+    def step(self, action):
+        if self._done:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        c = self._c
+        a = int(action)
+        i = self._cur
+        if not (0 <= a < self.K) or not self._obs["action_mask"][a]:
+            self._steps += 1
+            return self._observation(), -self.invalid_penalty, False, False, {
+                "invalid_action": True, "node": i}
+        reward = self._pending + self._apply(i, a)
+        self._pending = 0.0
+        self._steps += 1
+        self._advance()
+        info: dict[str, Any] = {"invalid_action": False, "node": i}
+        terminated = self._cur < 0
+        if terminated:
+            reward += self._pending
+            self._pending = 0.0
+            self._done = True
+            plan = [int(x) for x in self._strat]
+            cost = evaluate(c.problem, plan)
+            w = self.weights
+            objective = (w["time"] * cost.total + w["memory"] * c.mem_scale * cost.peak_memory_bytes
+                         + w["redundancy"] * c.red_scale * cost.redundant_memory_bytes + w["balance"] * cost.imbalance_s)
+            if not cost.feasible:
+                reward -= self.infeasible_penalty
+            info.update(plan=plan, cost=cost, reference_cost=c.reference_cost, objective=objective,
+                        normalized_objective=objective / c.reference_cost, feasible=cost.feasible,
+                        reference=c.reference_name, problem=c.problem.name, weights=dict(w),
+                        memory_scale=c.mem_scale, redundancy_scale=c.red_scale)
+        return self._observation(), float(reward), terminated, False, info
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _observation(self) -> dict:
+        if self.copy_obs:
+            return {k: v.copy() for k, v in self._obs.items()}
+        return dict(self._obs)
+
+    def _apply(self, i: int, s: int) -> float:
+        """Fix node i to strategy s; update state and features; return the step's reward."""
+        c, o = self._c, self._obs
+        strat, ecosts, eoffs = self._strat, c.ecosts, c.eoffs
+        strat[i] = s
+        inc = c.step_static[i, s]
+        edge_time = 0.0
+        p0, p1 = c.ptr[i], c.ptr[i + 1]
+        ef = o["edge_features"]
+        af = o["action_features"]
+        if p1 > p0:
+            nbrs = c.nbr[p0:p1]
+            eids = c.eid[p0:p1]
+            src = c.is_src[p0:p1]
+            sn = strat[nbrs]
+            dec = sn >= 0
+            if dec.any():
+                ed, nd, sd, snd = eids[dec], nbrs[dec], src[dec], sn[dec]
+                flat = eoffs[ed] + np.where(sd, s * c.k[nd] + snd, snd * c.k[i] + s)
+                ecost = ecosts[flat]
+                edge_time = float(ecost.sum())
+                ef[ed, EDGE_INDEX["realised_cost"]] = np.log1p(np.maximum(ecost, 0) / c.cost_unit)
+            ef[eids[src], EDGE_INDEX["src_decided"]] = 1.0
+            ef[eids[~src], EDGE_INDEX["dst_decided"]] = 1.0
+            ki = int(c.k[i])
+            cu = c.cost_unit
+            iR, iI = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
+            for p in np.nonzero(~dec)[0]:
+                j = int(nbrs[p])
+                e = int(eids[p])
+                kj = int(c.k[j])
+                if src[p]:
+                    row = ecosts[eoffs[e] + s * kj: eoffs[e] + (s + 1) * kj]
+                else:
+                    row = ecosts[eoffs[e] + s: eoffs[e + 1]: ki]
+                r = self._resh[j, :kj]
+                r += row
+                af[j, :kj, iR] = np.log1p(np.maximum(r, 0) / cu)
+                af[j, :kj, iI] = np.log1p(np.maximum(r + c.cost[j, :kj], 0) / cu)
+        inc += c.w_time * edge_time
+        # memory: running live profile, its peak, and the lower-bound profile for the mask
+        lo, hi = c.lo[i], c.hi[i]
+        u = c.usage[i, s]
+        if hi > lo:
+            live = self._live[lo:hi]
+            live += u
+            self._lb[lo:hi] += u - c.umin[i]
+            top = float(live.max())
+            if top > self._peak:
+                if self.weights["memory"]:
+                    inc += c.w_mem * c.mem_scale * (top - self._peak)
+                self._peak = top
+        # features of node i
+        nf = o["node_features"]
+        N = NODE_INDEX
+        nf[i, N["decided"]] = 1.0
+        nf[i, N["current"]] = 0.0
+        nf[i, N["decided_cost"]] = math.log1p(max(c.cost[i, s], 0.0) / c.cost_unit)
+        nf[i, N["decided_memory"]] = min(max(u / c.mem_unit, 0.0), 10.0)
+        nf[i, N["decided_reshard"]] = math.log1p(max(edge_time, 0.0) / c.cost_unit)
+        af[i, :, ACTION_INDEX["chosen"]] = 0.0
+        af[i, s, ACTION_INDEX["chosen"]] = 1.0
+        af[i, :, ACTION_INDEX["peak_rise"]] = 0.0
+        af[i, :, ACTION_INDEX["best_incremental"]] = 0.0
+        return -inc / c.reference_cost
+
+    def _advance(self) -> None:
+        """Move to the next node the agent decides, auto-applying trivial nodes on the way."""
+        c, o = self._c, self._obs
+        order = c.order
+        while self._ptr < c.n:
+            i = int(order[self._ptr])
+            if self.skip_trivial and c.trivial[i] and i != self._last_decision:
+                self._pending += self._apply(i, 0)
+                self._ptr += 1
+                continue
+            break
+        if self._ptr >= c.n:
+            self._cur = -1
+            o["current_node"][0] = 0
+            o["action_mask"][:] = 0
+            o["action_mask"][0] = 1
+            return
+        i = int(order[self._ptr])
+        self._ptr += 1
+        self._cur = i
+        o["current_node"][0] = i
+        o["node_features"][i, NODE_INDEX["current"]] = 1.0
+        k = int(c.k[i])
+        mask = np.zeros(self.K, bool)
+        mask[:k] = True
+        incr = c.cost[i, :k] + self._resh[i, :k]
+        if self.mask_forbidden:
+            ok = incr < FORBIDDEN_COST
+            if ok.any():
+                mask[:k] = ok
+        lo, hi = c.lo[i], c.hi[i]
+        af = o["action_features"]
+        if hi > lo:
+            delta = c.usage[i, :k] - c.umin[i]
+            if c.cap is not None and self.mask_memory:
+                fits = (self._lb[lo:hi].max() + delta <= c.cap) | (delta <= 0)
+                both = mask[:k] & fits
+                mask[:k] = both if both.any() else fits
+            top = float(self._live[lo:hi].max())
+            rise = np.maximum(top + c.usage[i, :k] - self._peak, 0.0)
+            af[i, :k, ACTION_INDEX["peak_rise"]] = np.minimum(rise / c.mem_unit, 10.0)
+        best = int(np.argmin(np.where(mask[:k], incr, np.inf)))
+        af[i, best, ACTION_INDEX["best_incremental"]] = 1.0
+        o["action_mask"][:] = mask
