@@ -65,7 +65,7 @@ DATA_MOVEMENT = frozenset({
     "dynamic_update_slice", "concatenate", "pad", "gather", "rev", "iota", "copy", "copy_p", "split",
     "scatter", "device_put", "sharding_constraint", "optimization_barrier", "random_wrap",
     "random_unwrap", "random_seed", "random_fold_in", "random_split", "stop_gradient",
-    "mesh_cast", "reshard", "pvary", "full_like",
+    "mesh_cast", "reshard", "pvary", "full_like", "stack", "unstack",
 })
 
 SCATTER_COMBINE = frozenset({"scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min",

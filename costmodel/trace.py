@@ -27,7 +27,8 @@ offer them replicated.
 
 Records and costs. Each primitive application gets FLOPs from ``primitives.flops`` (formulas in
 that module), ``bytes_read`` = bytes of its operands (literals included), ``bytes_written`` = bytes
-of its results. A primitive without a rule stays a node with ``supported=False`` (replicate-only)
+of its results; FLOPs are rounded to integers so that every sum of them is exact in float64 (the
+fft formula is not integral). A primitive without a rule stays a node with ``supported=False`` (replicate-only)
 and ``warnings.warn`` names it once per trace. Records none of whose results are used (directly
 or transitively) by the program outputs are dropped; ``num_eqns`` counts the records that remain.
 
@@ -182,7 +183,7 @@ class _Tracer:
             if not supported:
                 self.warn(prim)
                 f = 0.0
-        return self.add(prim, ins, in_types, out_types, stack, jp, float(f), supported)
+        return self.add(prim, ins, in_types, out_types, stack, jp, float(round(f)), supported)
 
     def body_flops(self, closed) -> float:
         sub = _Tracer()
