@@ -305,11 +305,16 @@ def space_of(node: Node) -> Space | None:
         kind = "sum" if prim in SCATTER_ADD and prim not in ("scatter-mul", "scatter_mul") else "fixed"
         if prim in ("scatter-min", "scatter_min", "scatter-max", "scatter_max"):
             kind = "sum"  # partial min/max combine like a sum (all-reduce with min/max)
+        sibd = [int(a) for a in dn.get("scatter_indices_batching_dims", ()) or ()]
         for j, d in enumerate(scat):
-            k = new(upd[d], kind)
+            ix = idx_dims[j] if j < len(idx_dims) else None
+            if ix is not None and ix in sibd and opnd[obd[sibd.index(ix)]] == upd[d]:
+                k = om[obd[sibd.index(ix)]]  # a batching dim: same rows in operand, indices, updates
+            else:
+                k = new(upd[d], kind)
             um[d] = k
-            if j < len(idx_dims) and idx[idx_dims[j]] == upd[d]:
-                im[idx_dims[j]] = k
+            if ix is not None and idx[ix] == upd[d]:
+                im[ix] = k
         head_maps = [om, tuple(im), tuple(um)]
         out_map = om
     else:
