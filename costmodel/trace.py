@@ -481,3 +481,162 @@ def trace(fn, *args, fold: bool = True, name: str = "") -> OpGraph:
     aliases = _output_aliases(args, out_shape, in_leaves, out_leaves, roles_by_arg)
     return OpGraph(nodes=tuple(nodes), outputs=outputs, output_aliases=tuple(aliases),
                    num_eqns=len(kept) - n_in, num_nodes_unfolded=len(kept), name=name)
+
+
+# ---- flat program for the runtime (shardgym/runtime.py re-evaluates it with sharding constraints) ----
+@dataclass
+class FlatProgram:
+    """The inlined program ``trace`` sees, in evaluable form, with each value's graph node.
+
+    ``steps[i]`` = (kind, payload, ins, outs, const_vals): kind "input" (payload = flat input
+    index), "eqn" (payload = the JAX equation; evaluate with ``payload.primitive.bind(*vals,
+    **payload.params)``) or "synthetic" (payload = (primitive name, json params) of the slice /
+    squeeze / broadcast_in_dim / concatenate records that unroll a scan). ``ins`` are value ids,
+    None where the operand is a constant whose value is ``const_vals[k]`` (a literal, a closed-over
+    constant, or a constant passed into an inlined call). ``outputs`` are the program's flat output
+    value ids (None = constant ``output_consts[k]``). ``value_node[v]`` = (graph node id, output
+    index) for every value the OpGraph exposes (node outputs), from the same DCE and folding as
+    ``trace``; ``graph`` is that OpGraph (``trace(fn, *args, fold=fold)``).
+    """
+
+    steps: list
+    outputs: list
+    output_consts: list
+    value_node: dict
+    graph: OpGraph
+
+
+class _CaptureTracer(_Tracer):
+    """``_Tracer`` that also keeps each record's equation and the values of constant operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.rec_src: list = []        # per record: ("input", None) | ("eqn", eqn) | ("synthetic", None)
+        self.rec_consts: list = []     # per record: values of operands whose ref is None
+        self.cval: dict = {}           # jaxpr Var -> constant value (closed consts, constants passed in)
+        self._eqns: list = []          # stack of (eqn, operand constant values)
+        self._last_out_consts: list = []
+
+    def const_of(self, a):
+        if isinstance(a, jax.extend.core.Literal):
+            return a.val
+        return self.cval.get(a, _MISSING)
+
+    def add(self, prim, ins, in_types, out_types, stack, params, flops, supported=True):
+        if prim == "input" and not self._eqns:
+            self.rec_src.append(("input", None))
+            self.rec_consts.append([])
+        elif params.get("synthetic"):
+            self.rec_src.append(("synthetic", None))
+            self.rec_consts.append([_MISSING] * len(ins))
+        else:
+            eqn, vals = self._eqns[-1]
+            self.rec_src.append(("eqn", eqn))
+            self.rec_consts.append(list(vals))
+        return super().add(prim, ins, in_types, out_types, stack, params, flops, supported)
+
+    def flatten(self, jaxpr, in_refs, prefix):
+        if hasattr(jaxpr, "jaxpr") and hasattr(jaxpr, "consts"):
+            for v, c in zip(jaxpr.jaxpr.constvars, jaxpr.consts):
+                self.cval[v] = c
+            inner = jaxpr.jaxpr
+        else:
+            inner = jaxpr
+        if self._eqns:  # constants passed into an inlined call (or a scan body's consts / carry)
+            eqn, vals = self._eqns[-1]
+            nc = eqn.params.get("num_consts", 0) if eqn.primitive.name == "scan" else 0
+            for k, (v, r) in enumerate(zip(inner.invars, in_refs)):
+                if r is None and k < len(vals) and (eqn.primitive.name != "scan" or k < nc):
+                    self.cval[v] = vals[k]
+        outs = super().flatten(jaxpr, in_refs, prefix)
+        self._last_out_consts = [self.const_of(a) if r is None else None for a, r in zip(inner.outvars, outs)]
+        return outs
+
+    def eqn(self, eqn, prim, ins, stack):
+        vals = [self.const_of(a) if r is None else None for a, r in zip(eqn.invars, ins)]
+        self._eqns.append((eqn, vals))
+        try:
+            outs = super().eqn(eqn, prim, ins, stack)
+        finally:
+            self._eqns.pop()
+        if any(r is None for r in outs):  # an inlined call returned a constant
+            for v, r, c in zip(eqn.outvars, outs, self._last_out_consts):
+                if r is None:
+                    self.cval[v] = c
+        return outs
+
+
+class _Missing:
+    def __repr__(self):
+        return "<constant not recovered>"
+
+
+_MISSING = _Missing()
+
+
+def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
+    """The program ``trace(fn, *args, fold=fold)`` sees, as evaluable steps (see FlatProgram).
+
+    The DCE and folding below replay ``trace``'s (same rules, same helpers); the result is checked
+    against ``trace``'s own graph (node count, primitives, output types) and a mismatch raises.
+    """
+    graph = trace(fn, *args, fold=fold)
+    closed = jax.make_jaxpr(fn)(*args)
+    jaxpr = closed.jaxpr
+    tr = _CaptureTracer()
+    in_refs = [tr.add("input", [], [], [tr.tensor(v.aval)], (), {}, 0.0)[0] for v in jaxpr.invars]
+    n_in = len(in_refs)
+    out_refs = tr.flatten(closed, in_refs, ())
+    out_consts = list(tr._last_out_consts)
+    recs, val_src = tr.recs, tr.val_src
+    live = [ri < n_in for ri in range(len(recs))]
+    used = set(r for r in out_refs if r is not None)
+    for ri in range(len(recs) - 1, n_in - 1, -1):
+        if any(o in used for o in recs[ri].outs):
+            live[ri] = True
+            used.update(r for r in recs[ri].ins if r is not None)
+    kept = [ri for ri in range(len(recs)) if live[ri]]
+    group = {ri: ri for ri in range(n_in)}
+    source, pinned = {}, {}
+    for ri in kept[n_in:]:
+        rec = recs[ri]
+        in_groups = [group[val_src[r][0]] if r is not None else None for r in rec.ins]
+        if fold and rec.prim in P.FOLDABLE and len(rec.outs) == 1:
+            target = _fold_target(rec, in_groups, source, pinned, n_in)
+            if target is not None:
+                group[ri] = target
+                continue
+        group[ri] = ri
+        source[ri] = all(g is None or g < n_in for g in in_groups)
+        pinned[ri] = False
+    members: dict[int, list[int]] = {}
+    for ri in kept:
+        members.setdefault(group[ri], []).append(ri)
+    exported = set(r for r in out_refs if r is not None)
+    preds: dict[int, set[int]] = {h: set() for h in members}
+    for ri in kept:
+        for r in recs[ri].ins:
+            if r is not None and group[val_src[r][0]] != group[ri]:
+                exported.add(r)
+                preds[group[ri]].add(group[val_src[r][0]])
+    heads = _toposort(preds)
+    value_node = {}
+    for nid, h in enumerate(heads):
+        vids = list(recs[h].outs) if h < n_in else [o for ri in members[h] for o in recs[ri].outs if o in exported]
+        node = graph.nodes[nid] if nid < len(graph.nodes) else None
+        prim = "input" if h < n_in else recs[h].prim
+        if (node is None or node.primitive != prim
+                or tuple(node.outputs) != tuple(tr.val_type[v] for v in vids)):
+            raise RuntimeError(f"flatten_program: replay of trace's folding disagrees with trace at node {nid}")
+        for k, v in enumerate(vids):
+            value_node[v] = (nid, k)
+    if len(heads) != len(graph.nodes):
+        raise RuntimeError("flatten_program: replay of trace's folding gives a different node count")
+    steps = []
+    for ri in kept:
+        kind, src = tr.rec_src[ri]
+        rec = recs[ri]
+        payload = ri if kind == "input" else src if kind == "eqn" else (rec.prim, rec.params)
+        steps.append((kind, payload, list(rec.ins), list(rec.outs), tr.rec_consts[ri]))
+    return FlatProgram(steps=steps, outputs=list(out_refs), output_consts=out_consts,
+                       value_node=value_node, graph=graph)
