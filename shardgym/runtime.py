@@ -19,7 +19,10 @@ and XLA's own memory and collective figures beside the cost model's.
 Numerics (see DESIGN.md): ``max_rel_err`` is the largest per-leaf ‖sharded − ref‖₂ / ‖ref‖₂ (AdamW
 turns 1e-9 gradient noise into lr-sized elementwise differences where |g| ~ eps, so an elementwise
 relative error would be meaningless); ``max_abs_err`` is the largest elementwise |sharded − ref|;
-the loss is compared on its own (``loss_abs_err``, ``loss_rel_err``).
+the loss is compared on its own (``loss_abs_err``, ``loss_rel_err``). Parameters whose gradient is
+exactly zero in exact arithmetic (attention key biases) get roundoff-only gradients that AdamW
+scales to lr-sized steps: they are reported apart (``zero_grad_leaves``, ``zero_grad_rel_err``; see
+``zero_gradient_leaves``) and left out of max_rel_err / max_abs_err.
 """
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ class Report:
 
     max_abs_err: float
     max_rel_err: float
+    zero_grad_rel_err: float
+    zero_grad_leaves: tuple
     loss_abs_err: float
     loss_rel_err: float
     loss: float
@@ -89,7 +94,9 @@ class Report:
             f"plan {self.method or '?'} on mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
             f"{self.num_constraints} sharding constraints",
             f"numerics: loss {self.loss:.6g} (ref {self.ref_loss:.6g}, |d| {self.loss_abs_err:.2e}), "
-            f"max_rel_err {self.max_rel_err:.2e} ({self.worst_leaf}), max_abs_err {self.max_abs_err:.2e}",
+            f"max_rel_err {self.max_rel_err:.2e} ({self.worst_leaf}), max_abs_err {self.max_abs_err:.2e}"
+            + (f"; {len(self.zero_grad_leaves)} zero-gradient params (rel err {self.zero_grad_rel_err:.2g}, "
+               "not counted)" if self.zero_grad_leaves else ""),
             f"memory/device: XLA {self.xla_memory_bytes * mb:.3f} MiB (peak {self.xla_peak_memory_bytes * mb:.3f}), "
             f"predicted {pred_mem}",
             f"collectives: {coll}; total {self.collective_bytes * mb:.3f} MiB, predicted {pred_comm}",
@@ -207,9 +214,42 @@ def output_shardings(fn, args, graph: OpGraph | None, in_sh, mesh):
 
 
 # ---- numerics ------------------------------------------------------------------------------
-def compare(out, ref, paths: list[str]) -> tuple[float, float, str]:
-    """(max_abs_err, max_rel_err, worst leaf path) over matching leaves (see module doc)."""
-    max_abs, max_rel, worst = 0.0, 0.0, ""
+ZERO_GRAD_RTOL = 1e-6
+
+
+def _leaf_suffix(path: str) -> str:
+    """The parameter part of an output path: ``[1][0].mu['block_0']['w']`` -> ``['block_0']['w']``."""
+    i = path.find("['")
+    return path[i:] if i >= 0 else path
+
+
+def zero_gradient_leaves(ref, paths: list[str]) -> set[str]:
+    """Parameter suffixes whose gradient is numerically zero in the reference run.
+
+    Detected from the AdamW first moment (optax's ``mu``, the zoo's optimizer): a parameter whose
+    ``mu`` leaf has ‖mu‖₂ <= ZERO_GRAD_RTOL x the largest ‖mu‖₂ of any leaf got a gradient made of
+    roundoff only (e.g. an attention key bias: softmax is invariant to adding the same q·b_k to
+    every logit of a row, so ∂loss/∂b_k = 0 exactly). AdamW normalises that roundoff to lr-sized
+    steps, so such a leaf (its param, mu and nu) differs between any two correct programs by O(1)
+    relative; its error is reported apart (``zero_grad_rel_err``) and not in ``max_rel_err``.
+    Without ``mu`` leaves in the outputs the set is empty.
+    """
+    mu = {}
+    for b, p in zip(ref, paths):
+        if ".mu[" in p or p.endswith(".mu"):
+            arr = np.asarray(b, dtype=np.float64)
+            mu[_leaf_suffix(p)] = float(np.linalg.norm(arr)) if arr.size else 0.0
+    if not mu:
+        return set()
+    top = max(mu.values())
+    return {k for k, v in mu.items() if top > 0 and v <= ZERO_GRAD_RTOL * top}
+
+
+def compare(out, ref, paths: list[str], exclude: set[str] = frozenset()) -> tuple[float, float, str, float]:
+    """(max_abs_err, max_rel_err, worst leaf path, zero_grad_rel_err) over matching leaves: rel err
+    of a leaf = ‖out − ref‖₂ / ‖ref‖₂ (‖out − ref‖₂ when ‖ref‖₂ = 0); leaves whose parameter suffix
+    is in ``exclude`` count only towards zero_grad_rel_err (see zero_gradient_leaves)."""
+    max_abs, max_rel, worst, zero_rel = 0.0, 0.0, "", 0.0
     for a, b, p in zip(out, ref, paths):
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
@@ -223,10 +263,13 @@ def compare(out, ref, paths: list[str]) -> tuple[float, float, str]:
         rel = float(np.linalg.norm(d)) / nb if nb > 0 else float(np.linalg.norm(d))
         if not np.isfinite(ab) or not np.isfinite(rel):
             ab = rel = float("inf")
+        if _leaf_suffix(p) in exclude:
+            zero_rel = max(zero_rel, rel)
+            continue
         max_abs = max(max_abs, ab)
         if rel > max_rel or not worst:
             max_rel, worst = rel, p
-    return max_abs, max_rel, worst
+    return max_abs, max_rel, worst, zero_rel
 
 
 def _loss_index(out_shape) -> int | None:
@@ -306,6 +349,95 @@ def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh):
     return _constrained_program(fn, args, graph, plan, mesh)
 
 
+def _spec_rank_ok(spec, shape) -> bool:
+    return spec is not None and len(spec) <= len(shape)
+
+
+def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh):
+    """Re-evaluate the program ``trace`` sees (``costmodel.trace.flatten_program``) inside jit,
+    with ``with_sharding_constraint(x, NamedSharding(mesh, P(*spec)))`` on every value a planned
+    node exposes. A node's spec is that of its output 0; its other outputs (a folded group's
+    values used elsewhere) of the same rank get the same spec, others are left unconstrained.
+    All-None specs still constrain (replicate), as the plan says."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from costmodel.trace import flatten_program
+
+    flat = flatten_program(fn, *args)
+    g = flat.graph
+    if graph is not None and (len(graph.nodes) != len(g.nodes)
+                              or any(a.primitive != b.primitive for a, b in zip(graph.nodes, g.nodes))):
+        raise ValueError(f"graph has {len(graph.nodes)} nodes but tracing fn gives {len(g.nodes)} (or other "
+                         "primitives): pass the graph traced from this fn and these args")
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+    specs: dict[int, tuple] = {}
+    for nid, spec in plan.node_specs:
+        if not 0 <= int(nid) < len(g.nodes):
+            raise ValueError(f"plan.node_specs names graph node {nid}, but the graph has {len(g.nodes)} nodes")
+        node = g.nodes[int(nid)]
+        if spec is not None:
+            check_spec(spec, node.out.shape, sizes, f"node {nid} ({node.primitive}, {node.module_path or '-'})",
+                       require_divisible=False)
+        specs[int(nid)] = spec
+    sharding_of: dict[int, NamedSharding] = {}
+    for v, (nid, k) in flat.value_node.items():
+        spec = specs.get(nid)
+        if spec is None or g.nodes[nid].is_input:
+            continue
+        shape = g.nodes[nid].outputs[k].shape
+        if len(shape) == len(g.nodes[nid].out.shape) and _spec_rank_ok(spec, shape):
+            sharding_of[v] = NamedSharding(mesh, _pspec(spec))
+    out_treedef = jax.tree.structure(jax.eval_shape(fn, *args))
+
+    def run(*call_args):
+        leaves = jax.tree.leaves(call_args)
+        env: dict[int, object] = {}
+        for kind, payload, ins, outs, consts in flat.steps:
+            if kind == "input":
+                res = [leaves[payload]]
+            else:
+                ops = []
+                for k, r in enumerate(ins):
+                    if r is not None:
+                        ops.append(env[r])
+                    elif k < len(consts) and not _is_missing(consts[k]):
+                        ops.append(consts[k])
+                    else:
+                        raise ValueError(f"runtime: operand {k} of {payload!r} is a constant the tracer did not "
+                                         "recover; this program cannot be re-evaluated with per-node constraints")
+                res = _eval_step(kind, payload, ops)
+            for o, x in zip(outs, res):
+                sh = sharding_of.get(o)
+                env[o] = jax.lax.with_sharding_constraint(x, sh) if sh is not None else x
+        out = [env[r] if r is not None else c for r, c in zip(flat.outputs, flat.output_consts)]
+        return jax.tree.unflatten(out_treedef, out)
+
+    return run, len(sharding_of)
+
+
+def _is_missing(x) -> bool:
+    return type(x).__name__ == "_Missing"
+
+
+def _eval_step(kind, payload, ops) -> list:
+    import jax
+    if kind == "eqn":
+        res = payload.primitive.bind(*ops, **payload.params)
+        return list(res) if payload.primitive.multiple_results else [res]
+    prim, p = payload
+    (x, *rest) = ops
+    if prim == "slice":
+        return [jax.lax.slice(x, p["start_indices"], p["limit_indices"])]
+    if prim == "squeeze":
+        return [jax.lax.squeeze(x, p["dimensions"])]
+    if prim == "broadcast_in_dim":
+        return [jax.lax.broadcast_in_dim(x, p["shape"], p["broadcast_dimensions"])]
+    if prim == "concatenate":
+        return [jax.lax.concatenate([x, *rest], p["dimension"])]
+    raise ValueError(f"runtime: unknown synthetic step {prim!r}")
+
+
 def _block(x):
     import jax
     return jax.block_until_ready(x)
@@ -360,7 +492,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     li = _loss_index(out_shape)
     max_abs = max_rel = loss_abs = loss_rel = ref_step = float("nan")
     loss = ref_loss = float(out_host[li]) if li is not None else float("nan")
-    worst = ""
+    worst, zero_grad, zero_rel = "", set(), float("nan")
     if check:
         dev0 = jax.devices()[0] if devices is None else list(devices)[0]
         ref_jit = jax.jit(fn)
@@ -370,7 +502,8 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
         ref_out = _block(ref_jit(*ref_args))
         ref_step = time.perf_counter() - t
         ref_host = [np.asarray(x) for x in jax.tree.leaves(ref_out)]
-        max_abs, max_rel, worst = compare(out_host, ref_host, paths)
+        zero_grad = zero_gradient_leaves(ref_host, paths)
+        max_abs, max_rel, worst, zero_rel = compare(out_host, ref_host, paths, zero_grad)
         if li is not None:
             ref_loss = float(ref_host[li])
             loss_abs = abs(loss - ref_loss)
@@ -386,7 +519,8 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
 
     return Report(
-        max_abs_err=max_abs, max_rel_err=max_rel, loss_abs_err=loss_abs, loss_rel_err=loss_rel,
+        max_abs_err=max_abs, max_rel_err=max_rel, zero_grad_rel_err=zero_rel,
+        zero_grad_leaves=tuple(sorted(zero_grad)), loss_abs_err=loss_abs, loss_rel_err=loss_rel,
         loss=loss, ref_loss=ref_loss, worst_leaf=worst,
         xla_memory_bytes=xla_mem, xla_peak_memory_bytes=xla_peak, xla_memory_breakdown=breakdown,
         predicted_memory_bytes=pred_mem,
