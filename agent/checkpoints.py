@@ -1,0 +1,73 @@
+"""Checkpoints: one msgpack file (flax.serialization) holding params, optimizer state, RNG key,
+update counter and the config that made them; written atomically (tmp file + os.replace).
+
+Layout of the restored dict: ``{"format": "shardgym.agent/1", "params": {...}, "opt_state": {...}
+or None, "rng": uint32 key data or None, "update": int, "config": {...}, "extra": {...}}``.
+Float arrays round-trip bit-exactly.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from flax import serialization
+
+FORMAT = "shardgym.agent/1"
+
+
+def save_checkpoint(path, params, config: dict, opt_state=None, rng=None, update: int = 0,
+                    extra: dict | None = None) -> str:
+    """Write a checkpoint to ``path`` atomically; returns the path."""
+    import jax
+    state = {
+        "format": FORMAT,
+        "params": serialization.to_state_dict(jax.device_get(params)),
+        "opt_state": None if opt_state is None else serialization.to_state_dict(jax.device_get(opt_state)),
+        "rng": None if rng is None else np.asarray(jax.random.key_data(rng) if _is_typed_key(rng) else rng),
+        "update": int(update),
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "extra": json.dumps(extra or {}, sort_keys=True, default=str),
+    }
+    data = serialization.msgpack_serialize(state)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _is_typed_key(x) -> bool:
+    import jax
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def load_checkpoint(path) -> dict:
+    """Read a checkpoint; a missing file raises FileNotFoundError, anything unreadable or
+    incomplete a ValueError naming the file."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        state = serialization.msgpack_restore(data)
+    except Exception as exc:  # msgpack raises a zoo of exception types on garbage
+        raise ValueError(f"checkpoint {path!r} is corrupt or not a shardgym agent checkpoint "
+                         f"({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path!r} is not a shardgym agent checkpoint (missing format {FORMAT!r})")
+    missing = [k for k in ("params", "config", "update") if k not in state]
+    if missing:
+        raise ValueError(f"checkpoint {path!r} is incomplete: missing {', '.join(missing)}")
+    try:
+        state["config"] = json.loads(state["config"])
+        state["extra"] = json.loads(state.get("extra") or "{}")
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"checkpoint {path!r} has a malformed config ({exc})") from exc
+    state["update"] = int(state["update"])
+    return state

@@ -1,0 +1,99 @@
+"""Warm start by behaviour cloning: imitate ILP-optimal plans on small problems.
+
+For each (problem, plan) pair the environment is walked with the plan's action at every step
+(teacher forcing), recording the observation, the action and the return-to-go. Training then
+minimises, over minibatches of those steps,
+    L = −mean(log π(a_ILP | o)) + c_v · mean((V(o) − G)²)
+where G is the ILP plan's return-to-go, so the value head also starts sensible for PPO.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agent.gnn import model_input
+from agent.ppo import PPOTrainer, _batched_apply, pad_inputs
+
+
+def demonstrations(env, plan, seed: int = 0) -> list[dict]:
+    """Walk ``env`` (already bound to the plan's problem) taking ``plan[current_node]`` each step.
+    Returns one record per step: obs, action, return-to-go."""
+    obs, _ = env.reset(seed=seed)
+    steps, rewards = [], []
+    while True:
+        i = int(np.asarray(obs["current_node"]).reshape(-1)[0])
+        a = int(plan[i])
+        if not obs["action_mask"][a]:
+            raise ValueError(f"demonstration plan picks masked strategy {a} for node {i}")
+        steps.append({"obs": model_input(obs), "action": a})
+        obs, r, term, trunc, _ = env.step(a)
+        rewards.append(float(r))
+        if term or trunc:
+            break
+    rtg = np.cumsum(np.asarray(rewards)[::-1])[::-1]
+    for s, g in zip(steps, rtg):
+        s["return"] = float(g)
+    return steps
+
+
+def make_bc_update(model, optimizer, vf_coef: float = 0.5):
+    def loss_fn(params, mb):
+        logits, value = _batched_apply(model, params, mb["obs"])
+        logp = jax.nn.log_softmax(logits)
+        nll = -jnp.mean(jnp.take_along_axis(logp, mb["actions"][:, None], 1)[:, 0])
+        vloss = jnp.mean((value - mb["returns"]) ** 2)
+        acc = jnp.mean(jnp.argmax(logits, -1) == mb["actions"])
+        return nll + vf_coef * vloss, {"bc/nll": nll, "bc/value": vloss, "bc/accuracy": acc}
+
+    @jax.jit
+    def update(params, opt_state, mb):
+        (_, st), g = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
+        upd, opt_state = optimizer.update(g, opt_state, params)
+        return optax.apply_updates(params, upd), opt_state, st
+    return update
+
+
+def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 10, batch_size: int = 128,
+                      seconds: float | None = None, seed: int = 0, log: Callable[[dict], None] | None = None,
+                      learning_rate: float = 1e-3) -> list[dict]:
+    """Fit ``trainer.params`` to the demonstration steps; the trainer's optimizer state is
+    re-initialised afterwards so PPO starts with fresh Adam moments."""
+    demos = list(demos)
+    if not demos:
+        raise ValueError("behaviour_cloning needs at least one demonstration step")
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(learning_rate, weight_decay=1e-4))
+    opt_state = opt.init(trainer.params)
+    update = make_bc_update(trainer.model, opt)
+    # Group by padded size so each minibatch pads only to its own bucket.
+    order = sorted(range(len(demos)), key=lambda j: demos[j]["obs"]["nodes"].shape[0])
+    chunks = [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
+    batches = []
+    for c in chunks:
+        if len(c) < batch_size:  # keep one shape per bucket: top up with repeats
+            c = (c * (batch_size // max(len(c), 1) + 1))[:batch_size]
+        batches.append({"obs": pad_inputs([demos[j]["obs"] for j in c]),
+                        "actions": np.array([demos[j]["action"] for j in c], np.int32),
+                        "returns": np.array([demos[j]["return"] for j in c], np.float32)})
+    rng = np.random.default_rng(seed)
+    params = trainer.params
+    hist = []
+    t0 = time.perf_counter()
+    for ep in range(epochs):
+        acc = []
+        for bi in rng.permutation(len(batches)):
+            params, opt_state, st = update(params, opt_state, batches[bi])
+            acc.append({k: float(v) for k, v in st.items()})
+        rec = {k: float(np.mean([a[k] for a in acc])) for k in acc[0]} | {"bc/epoch": ep}
+        hist.append(rec)
+        if log:
+            log(rec)
+        if seconds is not None and time.perf_counter() - t0 > seconds:
+            break
+    trainer.params = params
+    trainer.opt_state = trainer.optimizer.init(params)
+    return hist
