@@ -12,7 +12,7 @@ import importlib
 
 from zoo.common import LEARNING_RATE, WEIGHT_DECAY, build_step, optimizer, with_batch
 
-_MODULES = ("gpt", "mlp")  # vit, fno, unet, meshgraphnet: coming
+_MODULES = ("gpt", "vit", "fno", "unet", "meshgraphnet", "mlp")
 
 __all__ = ["build", "names", "sizes", "config", "LEARNING_RATE", "WEIGHT_DECAY", "optimizer"]
 

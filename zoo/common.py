@@ -18,6 +18,8 @@ train_step is not jitted: callers jit it.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 
 import jax
 import optax
@@ -58,7 +60,23 @@ def build_step(spec, cfg, abstract: bool = False, seed: int = 0):
 
     abstract=True: every leaf is a jax.ShapeDtypeStruct (init and optimizer init run under
     jax.eval_shape, so nothing is allocated). abstract=False: real arrays from PRNGKey(seed).
+    Repeated builds of one (model, config) return the same train_step object (so callers'
+    jax.jit caches hit) and reuse one compiled initialiser (the seed is its argument); the
+    returned containers are always fresh.
     """
+    train_step, shapes, init = _prepared(spec.__name__, cfg)
+    if abstract:
+        return train_step, jax.tree.map(lambda x: x, shapes)
+    return train_step, init(jax.random.PRNGKey(seed))
+
+
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_FAST_COMPILE_MAX_BYTES = 64 << 20
+
+
+@functools.lru_cache(maxsize=64)
+def _prepared(spec_name: str, cfg):
+    spec = importlib.import_module(spec_name)
     module = spec.model(cfg)
     tx = optimizer()
 
@@ -68,17 +86,16 @@ def build_step(spec, cfg, abstract: bool = False, seed: int = 0):
         params = module.init(init_key, batch)["params"]
         return params, tx.init(params), batch
 
-    key = jax.random.PRNGKey(seed)
-    shapes = jax.eval_shape(make_args, key)
-    if abstract:
-        return make_train_step(module, spec.loss), shapes
-    compiled = jax.jit(make_args).lower(key)
-    nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes))
-    # Small models: initialisation is compile-bound (RNG code), so skip XLA's optimisation passes.
-    options = _FAST_COMPILE if nbytes <= _FAST_COMPILE_MAX_BYTES else None
-    args = compiled.compile(compiler_options=options)(key)
-    return make_train_step(module, spec.loss), args
+    shapes = jax.eval_shape(make_args, jax.random.PRNGKey(0))
+    compiled = None
 
+    def init(key):
+        nonlocal compiled
+        if compiled is None:
+            nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes))
+            # Small models: initialisation is compile-bound (RNG code), so skip XLA's optimisation passes.
+            options = _FAST_COMPILE if nbytes <= _FAST_COMPILE_MAX_BYTES else None
+            compiled = jax.jit(make_args).lower(key).compile(compiler_options=options)
+        return compiled(key)
 
-_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-_FAST_COMPILE_MAX_BYTES = 64 << 20
+    return make_train_step(module, spec.loss), shapes, init

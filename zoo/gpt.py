@@ -37,8 +37,11 @@ SIZES = {
 }
 
 
-class CausalSelfAttention(nn.Module):
+class SelfAttention(nn.Module):
+    """Multi-head self-attention written out: Dense q/k/v, einsum scores, softmax, einsum with v, Dense out."""
+
     n_heads: int
+    causal: bool = True
 
     @nn.compact
     def __call__(self, x):
@@ -48,20 +51,24 @@ class CausalSelfAttention(nn.Module):
         k = nn.Dense(d, name="key")(x).reshape(b, t, h, dh)
         v = nn.Dense(d, name="value")(x).reshape(b, t, h, dh)
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.float32(dh))
-        causal = jnp.tril(jnp.ones((t, t), dtype=bool))
-        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+        if self.causal:
+            mask = jnp.tril(jnp.ones((t, t), dtype=bool))
+            scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1)
         out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, d)
         return nn.Dense(d, name="out")(out)
 
 
 class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln1(x)), then + fc2(gelu(fc1(ln2(x))))."""
+
     n_heads: int
     d_ff: int
+    causal: bool = True
 
     @nn.compact
     def __call__(self, x):
-        x = x + CausalSelfAttention(self.n_heads, name="attn")(nn.LayerNorm(name="ln1")(x))
+        x = x + SelfAttention(self.n_heads, self.causal, name="attn")(nn.LayerNorm(name="ln1")(x))
         y = nn.LayerNorm(name="ln2")(x)
         y = nn.Dense(self.d_ff, name="fc1")(y)
         y = nn.gelu(y)
