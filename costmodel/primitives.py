@@ -26,6 +26,7 @@ replicate-only node (``supported=False``) and warns once.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 
 import numpy as np
@@ -89,9 +90,21 @@ def _prod(xs) -> int:
     return int(math.prod(int(x) for x in xs))
 
 
+@functools.lru_cache(maxsize=65536)
+def size_of(t: Tensor) -> int:
+    """Number of elements (same as ``Tensor.size``, cached, without numpy overhead)."""
+    return int(math.prod(t.shape))
+
+
+@functools.lru_cache(maxsize=65536)
+def nbytes_of(t: Tensor) -> int:
+    """Bytes of ``t`` (same as ``Tensor.nbytes``, cached)."""
+    return size_of(t) * np.dtype(t.dtype).itemsize
+
+
 def flops(prim: str, params: dict, in_types, out_types) -> float | None:
     """FLOPs of one application of ``prim`` (see the module docstring), or None without a rule."""
-    out0 = out_types[0].size if out_types else 0
+    out0 = size_of(out_types[0]) if out_types else 0
     if prim == "dot_general":
         (lc, _rc), _ = params["dimension_numbers"]
         return 2.0 * out0 * _prod(in_types[0].shape[d] for d in lc)
@@ -108,19 +121,19 @@ def flops(prim: str, params: dict, in_types, out_types) -> float | None:
         batch = _prod(in_types[0].shape[: len(in_types[0].shape) - len(lengths)])
         return 5.0 * n * math.log2(n) * batch
     if prim in ELEMENTWISE or prim in RNG:
-        return float(sum(t.size for t in out_types))
+        return float(sum(size_of(t) for t in out_types))
     if prim in REDUCTIONS:
-        return float(in_types[0].size) if in_types else 0.0
+        return float(size_of(in_types[0])) if in_types else 0.0
     if prim in WINDOWED:
         win = params.get("window_dimensions", ())
         return float(out0 * _prod(win))
     if prim == "select_and_scatter_add":
-        return float(in_types[0].size * _prod(params.get("window_dimensions", ())))
+        return float(size_of(in_types[0]) * _prod(params.get("window_dimensions", ())))
     if prim in SCATTER_COMBINE:
-        return float(in_types[2].size) if len(in_types) > 2 else float(out0)
+        return float(size_of(in_types[2])) if len(in_types) > 2 else float(out0)
     if prim == "sort":
         dim = in_types[0].shape[params.get("dimension", -1)] if in_types[0].shape else 1
-        return float(in_types[0].size * max(1, math.ceil(math.log2(max(dim, 1)))) if dim > 1 else 0.0)
+        return float(size_of(in_types[0]) * math.ceil(math.log2(dim))) if dim > 1 else 0.0
     if prim in DATA_MOVEMENT:
         return 0.0
     return None
@@ -128,11 +141,11 @@ def flops(prim: str, params: dict, in_types, out_types) -> float | None:
 
 def bytes_read(in_types) -> float:
     """Bytes of all operands (literals included; they are scalars)."""
-    return float(sum(t.nbytes for t in in_types))
+    return float(sum(nbytes_of(t) for t in in_types))
 
 
 def bytes_written(out_types) -> float:
-    return float(sum(t.nbytes for t in out_types))
+    return float(sum(nbytes_of(t) for t in out_types))
 
 
 # ---- params -------------------------------------------------------------------------------

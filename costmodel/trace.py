@@ -33,8 +33,8 @@ and ``warnings.warn`` names it once per trace. Records none of whose results are
 or transitively) by the program outputs are dropped; ``num_eqns`` counts the records that remain.
 
 Module paths and roles. ``module_path`` is the Flax scope path from the equation's name stack
-(outer call stacks prepended), with transforms dropped: ``transpose(jvp(GPT))/Block_0/Dense_0``
-becomes ``GPT/Block_0/Dense_0``; the raw string is kept in ``params["name_stack"]``. An op's role
+(outer call stacks prepended), with transforms and einsum specs dropped: ``transpose(jvp(GPT))/Block_0/Dense_0``
+becomes ``GPT/Block_0/Dense_0`` and ``GPT/block_0/attn/bqhd,bkhd->bhqk`` becomes ``GPT/block_0/attn``; the raw string is kept in ``params["name_stack"]``. An op's role
 is ``"gradient"`` when its name stack contains a ``transpose`` transform (it was produced by
 reverse-mode differentiation), else ``"activation"`` (this includes the optimizer update).
 ``operand_roles[k]`` is the role of operand k's producer node, ``"constant"`` for literals.
@@ -64,6 +64,9 @@ head (a topological order). ``order`` is the head's position among the kept reco
 """
 from __future__ import annotations
 
+import functools
+import gc
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -75,6 +78,7 @@ from costmodel.graph import Node, OpGraph, Tensor
 
 SCAN_UNROLL_MAX = 64
 _CONTROL = ("scan", "while", "cond")
+_EINSUM = re.compile(r",|->")  # jnp.einsum pushes its spec ("bqhd,bkhd->bhqk") as a scope
 
 
 @dataclass
@@ -249,10 +253,12 @@ class _Tracer:
 
 
 # ---- helpers over the flat records -------------------------------------------------------------
+@functools.lru_cache(maxsize=16384)
 def _module_path(stack) -> str:
-    return "/".join(e.name for e in stack if type(e).__name__ == "Scope")
+    return "/".join(e.name for e in stack if type(e).__name__ == "Scope" and not _EINSUM.search(e.name))
 
 
+@functools.lru_cache(maxsize=16384)
 def _raw_stack(stack) -> str:
     from jax._src import source_info_util as siu
     try:
@@ -261,6 +267,7 @@ def _raw_stack(stack) -> str:
         return _module_path(stack)
 
 
+@functools.lru_cache(maxsize=16384)
 def _is_grad(stack) -> bool:
     return any(type(e).__name__ == "Transform" and e.name == "transpose" for e in stack)
 
@@ -310,7 +317,7 @@ def _fold_target(rec, in_groups, source, pinned, n_in):
     out_shape = rec.out_types[0].shape
     cands = [k for k, g in enumerate(in_groups)
              if g is not None and g >= n_in and rec.in_types[k].shape == out_shape]
-    cands.sort(key=lambda k: -rec.in_types[k].size)  # stable: largest first, then first
+    cands.sort(key=lambda k: -P.size_of(rec.in_types[k]))  # stable: largest first, then first
     for k in cands:
         target = in_groups[k]
         others = {h for h in in_groups if h is not None and h >= n_in and h != target}
@@ -364,7 +371,17 @@ def trace(fn, *args, fold: bool = True, name: str = "") -> OpGraph:
         raise ValueError(f"trace: {len(leaves_with_path)} argument leaves but the jaxpr has "
                          f"{len(jaxpr.invars)} inputs; static (non-array) arguments are not supported")
     roles_by_arg = _arg_roles(len(args))
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the graph build allocates many small objects and no cycles: ~2x faster without GC
+    try:
+        return _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
+
+def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name) -> OpGraph:
+    jaxpr = closed.jaxpr
     tr = _Tracer()
     in_refs, in_roles, in_paths = [], [], []
     for (path, _leaf), v in zip(leaves_with_path, jaxpr.invars):
