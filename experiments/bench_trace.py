@@ -62,7 +62,6 @@ def main(argv=None) -> None:
         return
 
     import zoo
-
     from experiments.common import print_table, write_results
 
     cfg = Config(models=[m for m in a.models.split(",") if m], sizes=[s for s in a.sizes.split(",") if s],
