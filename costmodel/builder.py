@@ -179,6 +179,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
 
     # ---- meta ----
     axes = mesh.axis_names
+    pub_cache: dict = {}
     meta = ProblemMeta(
         mesh_shape=tuple(int(x) for x in cluster.mesh_shape),
         axis_names=tuple(axes),
@@ -188,8 +189,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         primitives=[nd.primitive for nd in nodes],
         roles=[nd.role for nd in nodes],
         strategy_names=[[s.name for s in st] for st in strats],
-        out_specs=[[public_spec(s.out_specs[0]) for s in st] for st in strats],
-        operand_specs=[[tuple(public_spec(o) for o in s.operand_specs) for s in st] for st in strats],
+        out_specs=[list(_public(st, pub_cache)[0]) for st in strats],
+        operand_specs=[list(_public(st, pub_cache)[1]) for st in strats],
         input_index=[nd.input_index for nd in nodes],
         input_path=[nd.input_path for nd in nodes],
         graph=graph,
@@ -215,6 +216,16 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
     )
+
+
+def _public(st, cache):
+    """(out specs, operand specs) of a strategy list in public form, once per distinct list."""
+    got = cache.get(id(st))
+    if got is None:
+        got = ([public_spec(s.out_specs[0]) for s in st],
+               [tuple(public_spec(o) for o in s.operand_specs) for s in st])
+        cache[id(st)] = got
+    return got
 
 
 def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES):
