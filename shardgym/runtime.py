@@ -364,7 +364,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh):
 
     from costmodel.trace import flatten_program
 
-    flat = flatten_program(fn, *args)
+    flat = _cached(("flat", fn, args), lambda: flatten_program(fn, *args))
     g = flat.graph
     if graph is not None and (len(graph.nodes) != len(g.nodes)
                               or any(a.primitive != b.primitive for a, b in zip(graph.nodes, g.nodes))):
@@ -438,6 +438,39 @@ def _eval_step(kind, payload, ops) -> list:
     raise ValueError(f"runtime: unknown synthetic step {prim!r}")
 
 
+_CACHE: dict = {}
+_CACHE_SIZE = 4
+
+
+def _cached(key, make):
+    """Memo for the unsharded reference run and the flat program, keyed on the identity of fn and
+    of every arg leaf (the objects are kept alive in the entry, so ids cannot be reused); the
+    last _CACHE_SIZE entries are kept. Lets several plans of one model share them."""
+    import jax
+    tag, fn, args, *rest = key
+    k = (tag, id(fn), tuple(id(x) for x in jax.tree.leaves(args)), *rest)
+    hit = _CACHE.get(k)
+    if hit is not None:
+        return hit[0]
+    val = make()
+    _CACHE[k] = (val, fn, args)
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    return val
+
+
+def _reference(fn, host_args, dev0):
+    """Outputs (host arrays) and step time of plain ``jax.jit(fn)`` on one device."""
+    import jax
+    ref_jit = jax.jit(fn)
+    ref_args = jax.device_put(host_args, dev0)
+    _block(ref_jit(*ref_args))
+    t = time.perf_counter()
+    ref_out = _block(ref_jit(*ref_args))
+    ref_step = time.perf_counter() - t
+    return [np.asarray(x) for x in jax.tree.leaves(ref_out)], ref_step
+
+
 def _block(x):
     import jax
     return jax.block_until_ready(x)
@@ -495,13 +528,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     worst, zero_grad, zero_rel = "", set(), float("nan")
     if check:
         dev0 = jax.devices()[0] if devices is None else list(devices)[0]
-        ref_jit = jax.jit(fn)
-        ref_args = jax.device_put(host_args, dev0)
-        ref_out = _block(ref_jit(*ref_args))
-        t = time.perf_counter()
-        ref_out = _block(ref_jit(*ref_args))
-        ref_step = time.perf_counter() - t
-        ref_host = [np.asarray(x) for x in jax.tree.leaves(ref_out)]
+        ref_host, ref_step = _cached(("ref", fn, args, dev0), lambda: _reference(fn, host_args, dev0))
         zero_grad = zero_gradient_leaves(ref_host, paths)
         max_abs, max_rel, worst, zero_rel = compare(out_host, ref_host, paths, zero_grad)
         if li is not None:

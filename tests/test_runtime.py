@@ -236,3 +236,55 @@ def test_execute_bad_inputs(mlp):
         execute(fn, args, None, Plan(strategies=[], mesh_shape=(2, 4), axis_names=("a",)))
     with pytest.raises(ValueError, match="ShapeDtypeStruct"):
         execute(fn, jax.eval_shape(lambda: args), None, _hand_plan(args, {}))
+
+
+# ---- the whole pipeline: zoo model -> trace -> Problem -> plan -> execute -------------------------
+import shardgym as sg  # noqa: E402
+import zoo  # noqa: E402
+
+PLANS = ("replicated", "dp", "megatron", "fsdp", "ilp-time", "ilp-memory")
+# gpt tiny under all six plans; every other zoo model under dp and the time-optimal ILP plan (the full
+# cross-product is experiments/fidelity.py). Budget: compilation of the 8-device programs dominates.
+CASES = [("gpt", p) for p in PLANS] + [(m, p) for m in zoo.names() if m != "gpt" for p in ("dp", "ilp-time")]
+LOSS_RTOL = 1e-5
+MAX_REL_ERR = 1e-4
+
+_PIPELINE: dict = {}
+
+
+def _pipeline(name):
+    """(fn, args, graph, problem) for zoo model ``name`` at its smallest size on cpu-2x4, shared by
+    the plans of that model (built on first use)."""
+    if name not in _PIPELINE:
+        _PIPELINE.clear()  # keep one model's arrays and compiled references alive at a time
+        fn, args = zoo.build(name, zoo.sizes(name)[0])
+        graph = sg.trace(fn, *args)
+        problem = sg.build_problem(graph, sg.Cluster.preset("cpu-2x4"))
+        _PIPELINE[name] = (fn, args, graph, problem)
+    return _PIPELINE[name]
+
+
+def _solve(problem, plan_name):
+    method, _, objective = plan_name.partition("-")
+    return sg.solve(problem, method=method, objective=objective or "time", time_limit_s=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,plan_name", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_zoo_plan_runs_and_matches_unsharded(name, plan_name):
+    fn, args, graph, problem = _pipeline(name)
+    plan = _solve(problem, plan_name)
+    r = execute(fn, args, graph, plan, problem=problem, warmup=0, iters=1)
+    assert r.loss_rel_err <= LOSS_RTOL, r.summary()
+    assert r.max_rel_err <= MAX_REL_ERR, r.summary()
+    assert r.num_constraints > 0 and r.num_constraints >= len(plan.node_specs) // 2
+    assert r.predicted_memory_bytes is not None and r.predicted_memory_bytes > 0
+    assert r.xla_memory_bytes > 0
+    if plan_name == "replicated":
+        assert r.collectives == (), r.summary()
+        # replicated: every device holds params + opt state + batch in full
+        full = sum(np.asarray(x).nbytes for x in jax.tree.leaves(args))
+        assert r.xla_memory_breakdown["argument"] == full
+    if plan_name == "dp":
+        # data parallel: the gradients are all-reduced over the batch axes
+        assert any(c["kind"] == "all-reduce" for c in r.collectives), r.summary()
