@@ -74,6 +74,12 @@ from env.features import (
 )
 
 FORBIDDEN_COST = 1e15
+_N_DECIDED, _N_CURRENT = NODE_INDEX["decided"], NODE_INDEX["current"]
+_N_DCOST, _N_DMEM, _N_DRESH = NODE_INDEX["decided_cost"], NODE_INDEX["decided_memory"], NODE_INDEX["decided_reshard"]
+_A_CHOSEN, _A_PEAK, _A_BEST = ACTION_INDEX["chosen"], ACTION_INDEX["peak_rise"], ACTION_INDEX["best_incremental"]
+_A_RESH, _A_INCR = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
+assert _A_INCR == _A_RESH + 1  # _flush writes both columns at once
+_E_SRC, _E_DST, _E_REAL = EDGE_INDEX["src_decided"], EDGE_INDEX["dst_decided"], EDGE_INDEX["realised_cost"]
 FEATURE_MAX = 1e4  # every feature is >= 0 (log1p of clipped-at-0 quantities, fractions, flags)
 DEFAULT_WEIGHTS = {"time": 1.0, "memory": 0.0, "redundancy": 0.0, "balance": 0.0}
 DEFAULT_WORKLOADS = [("gpt", "tiny")]
@@ -249,6 +255,25 @@ class _Compiled:
         self.node_static, self.act_static, self.edge_static = feats["node"], feats["action"], feats["edge"]
         self.cost_unit = self.units["cost_unit"]
         self.mem_unit = self.units["mem_unit"]
+
+        # Python-level copies for the per-step hot path (numpy calls cost ~1-2 us each)
+        self.k_list = self.k.tolist()
+        self.lo_list, self.hi_list = self.lo.tolist(), self.hi.tolist()
+        self.umin_list = self.umin.tolist()
+        self.order_list = self.order.tolist()
+        self.trivial_list = self.trivial.tolist()
+        k_l, eo = self.k_list, self.eoffs.tolist()
+        self.incident = [[(int(self.eid[p]), int(self.nbr[p]), bool(self.is_src[p]), eo[int(self.eid[p])],
+                           k_l[int(self.nbr[p])]) for p in range(self.ptr[i], self.ptr[i + 1])] for i in range(n)]
+        self.usage_n = self.usage / self.mem_unit
+        self.cost_rows = [self.cost[i, :kk] for i, kk in enumerate(self.k_list)]
+        self.usage_n_rows = [self.usage_n[i, :kk] for i, kk in enumerate(self.k_list)]
+        self.udelta_max = (np.where(valid, self.usage, -np.inf).max(axis=1) - self.umin).tolist() if n else []
+        self.kmask = np.zeros((K + 1, K), np.int8)
+        for kk in range(K + 1):
+            self.kmask[kk, :kk] = 1
+        big = FORBIDDEN_COST
+        self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
 
 
 # ---- workload sources -----------------------------------------------------------------------------
@@ -444,8 +469,12 @@ class ShardingEnv(gym.Env):
         o["edge_mask"][m:] = 0
         o["node_mask"][:n] = 1
         o["node_mask"][n:] = 0
-        self._strat = np.full(n, -1, np.int64)
+        self._strat = [-1] * n
         self._resh = np.zeros((n, K))
+        self._resh_rows = [self._resh[j, :kj] for j, kj in enumerate(c.k_list)]
+        self._dirty: set[int] = set()
+        self._best = -1
+        self._use_lb = c.cap is not None and self.mask_memory
         self._live = np.zeros(c.G)
         self._lb = c.min_live.copy()
         self._peak = 0.0
@@ -484,7 +513,7 @@ class ShardingEnv(gym.Env):
             reward += self._pending
             self._pending = 0.0
             self._done = True
-            plan = [int(x) for x in self._strat]
+            plan = list(self._strat)
             cost = evaluate(c.problem, plan)
             w = self.weights
             objective = (w["time"] * cost.total + w["memory"] * c.mem_scale * cost.peak_memory_bytes
@@ -504,112 +533,126 @@ class ShardingEnv(gym.Env):
         return dict(self._obs)
 
     def _apply(self, i: int, s: int) -> float:
-        """Fix node i to strategy s; update state and features; return the step's reward."""
+        """Fix node i to strategy s; update state and features; return the step's reward.
+        O(degree x K + interval length); the neighbours' dynamic action features are refreshed
+        in one batch by ``_flush``."""
         c, o = self._c, self._obs
-        strat, ecosts, eoffs = self._strat, c.ecosts, c.eoffs
+        strat, ecosts, resh_rows, dirty = self._strat, c.ecosts, self._resh_rows, self._dirty
         strat[i] = s
-        inc = c.step_static[i, s]
-        edge_time = 0.0
-        p0, p1 = c.ptr[i], c.ptr[i + 1]
+        ki = c.k_list[i]
         ef = o["edge_features"]
-        af = o["action_features"]
-        if p1 > p0:
-            nbrs = c.nbr[p0:p1]
-            eids = c.eid[p0:p1]
-            src = c.is_src[p0:p1]
-            sn = strat[nbrs]
-            dec = sn >= 0
-            if dec.any():
-                ed, nd, sd, snd = eids[dec], nbrs[dec], src[dec], sn[dec]
-                flat = eoffs[ed] + np.where(sd, s * c.k[nd] + snd, snd * c.k[i] + s)
-                ecost = ecosts[flat]
-                edge_time = float(ecost.sum())
-                ef[ed, EDGE_INDEX["realised_cost"]] = np.log1p(np.maximum(ecost, 0) / c.cost_unit)
-            ef[eids[src], EDGE_INDEX["src_decided"]] = 1.0
-            ef[eids[~src], EDGE_INDEX["dst_decided"]] = 1.0
-            ki = int(c.k[i])
-            cu = c.cost_unit
-            iR, iI = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
-            for p in np.nonzero(~dec)[0]:
-                j = int(nbrs[p])
-                e = int(eids[p])
-                kj = int(c.k[j])
-                if src[p]:
-                    row = ecosts[eoffs[e] + s * kj: eoffs[e] + (s + 1) * kj]
+        iSRC, iDST, iREAL = _E_SRC, _E_DST, _E_REAL
+        cu = c.cost_unit
+        edge_time = 0.0
+        for e, j, src, eoff, kj in c.incident[i]:
+            ef[e, iSRC if src else iDST] = 1.0
+            sj = strat[j]
+            if sj >= 0:  # j decided (or j == i: a self-loop)
+                v = float(ecosts[eoff + s * kj + sj] if src else ecosts[eoff + sj * ki + s])
+                edge_time += v
+                ef[e, iREAL] = math.log1p(v / cu) if v > 0 else 0.0
+                if j == i:
+                    ef[e, iDST] = 1.0
+            else:
+                row = resh_rows[j]
+                if src:
+                    row += ecosts[eoff + s * kj: eoff + (s + 1) * kj]
                 else:
-                    row = ecosts[eoffs[e] + s: eoffs[e + 1]: ki]
-                r = self._resh[j, :kj]
-                r += row
-                af[j, :kj, iR] = np.log1p(np.maximum(r, 0) / cu)
-                af[j, :kj, iI] = np.log1p(np.maximum(r + c.cost[j, :kj], 0) / cu)
-        inc += c.w_time * edge_time
+                    row += ecosts[eoff + s: eoff + kj * ki: ki]
+                dirty.add(j)
+        reward = float(c.step_static[i, s]) + c.w_time * edge_time
         # memory: running live profile, its peak, and the lower-bound profile for the mask
-        lo, hi = c.lo[i], c.hi[i]
-        u = c.usage[i, s]
+        lo, hi = c.lo_list[i], c.hi_list[i]
+        u = float(c.usage[i, s])
         if hi > lo:
             live = self._live[lo:hi]
             live += u
-            self._lb[lo:hi] += u - c.umin[i]
             top = float(live.max())
             if top > self._peak:
-                if self.weights["memory"]:
-                    inc += c.w_mem * c.mem_scale * (top - self._peak)
+                reward += c.w_mem * c.mem_scale * (top - self._peak)
                 self._peak = top
+            if self._use_lb:
+                self._lb[lo:hi] += u - c.umin_list[i]
         # features of node i
-        nf = o["node_features"]
-        N = NODE_INDEX
-        nf[i, N["decided"]] = 1.0
-        nf[i, N["current"]] = 0.0
-        nf[i, N["decided_cost"]] = math.log1p(max(c.cost[i, s], 0.0) / c.cost_unit)
-        nf[i, N["decided_memory"]] = min(max(u / c.mem_unit, 0.0), 10.0)
-        nf[i, N["decided_reshard"]] = math.log1p(max(edge_time, 0.0) / c.cost_unit)
-        af[i, :, ACTION_INDEX["chosen"]] = 0.0
-        af[i, s, ACTION_INDEX["chosen"]] = 1.0
-        af[i, :, ACTION_INDEX["peak_rise"]] = 0.0
-        af[i, :, ACTION_INDEX["best_incremental"]] = 0.0
-        return -inc / c.reference_cost
+        nf, af = o["node_features"], o["action_features"]
+        nf[i, _N_DECIDED] = 1.0
+        nf[i, _N_CURRENT] = 0.0
+        ci = float(c.cost[i, s])
+        nf[i, _N_DCOST] = math.log1p(ci / cu) if ci > 0 else 0.0
+        nf[i, _N_DMEM] = min(max(u / c.mem_unit, 0.0), 10.0)
+        nf[i, _N_DRESH] = math.log1p(edge_time / cu) if edge_time > 0 else 0.0
+        af[i, s, _A_CHOSEN] = 1.0
+        if i == self._cur:
+            af[i, :ki, _A_PEAK] = 0.0
+            if self._best >= 0:
+                af[i, self._best, _A_BEST] = 0.0
+        return -reward / c.reference_cost
+
+    def _flush(self) -> None:
+        """Refresh reshard_decided / incremental features of the nodes whose resharding changed."""
+        if not self._dirty:
+            return
+        c, af = self._c, self._obs["action_features"]
+        rows = np.fromiter(self._dirty, np.int64, len(self._dirty))
+        self._dirty.clear()
+        r = self._resh[rows]
+        both = np.stack([r, r + c.cost[rows]], axis=-1)   # (rows, K, [reshard_decided, incremental])
+        np.maximum(both, 0.0, out=both)
+        both *= 1.0 / c.cost_unit
+        af[rows, :, _A_RESH:_A_RESH + 2] = np.log1p(both, out=both)
 
     def _advance(self) -> None:
         """Move to the next node the agent decides, auto-applying trivial nodes on the way."""
         c, o = self._c, self._obs
-        order = c.order
-        while self._ptr < c.n:
-            i = int(order[self._ptr])
-            if self.skip_trivial and c.trivial[i] and i != self._last_decision:
+        order, trivial = c.order_list, c.trivial_list
+        n = c.n
+        while self._ptr < n:
+            i = order[self._ptr]
+            if self.skip_trivial and trivial[i] and i != self._last_decision:
+                self._cur = i
+                self._best = -1
                 self._pending += self._apply(i, 0)
                 self._ptr += 1
                 continue
             break
-        if self._ptr >= c.n:
+        self._flush()
+        am = o["action_mask"]
+        if self._ptr >= n:
             self._cur = -1
             o["current_node"][0] = 0
-            o["action_mask"][:] = 0
-            o["action_mask"][0] = 1
+            am[:] = c.kmask[1]
             return
-        i = int(order[self._ptr])
+        i = order[self._ptr]
         self._ptr += 1
         self._cur = i
         o["current_node"][0] = i
-        o["node_features"][i, NODE_INDEX["current"]] = 1.0
-        k = int(c.k[i])
-        mask = np.zeros(self.K, bool)
-        mask[:k] = True
-        incr = c.cost[i, :k] + self._resh[i, :k]
-        if self.mask_forbidden:
+        o["node_features"][i, _N_CURRENT] = 1.0
+        k = c.k_list[i]
+        incr = c.cost_rows[i] + self._resh_rows[i]
+        mask = None
+        if self.mask_forbidden and c.has_forbidden:
             ok = incr < FORBIDDEN_COST
-            if ok.any():
-                mask[:k] = ok
-        lo, hi = c.lo[i], c.hi[i]
+            if not ok.all() and ok.any():
+                mask = ok
+        lo, hi = c.lo_list[i], c.hi_list[i]
         af = o["action_features"]
         if hi > lo:
-            delta = c.usage[i, :k] - c.umin[i]
-            if c.cap is not None and self.mask_memory:
-                fits = (self._lb[lo:hi].max() + delta <= c.cap) | (delta <= 0)
-                both = mask[:k] & fits
-                mask[:k] = both if both.any() else fits
+            if self._use_lb:
+                m = float(self._lb[lo:hi].max())
+                if m + c.udelta_max[i] > c.cap:  # some strategy may not fit: check each
+                    delta = c.usage[i, :k] - c.umin_list[i]
+                    fits = (delta <= c.cap - m) | (delta <= 0)
+                    both = fits if mask is None else (mask & fits)
+                    mask = both if both.any() else fits
             top = float(self._live[lo:hi].max())
-            rise = np.maximum(top + c.usage[i, :k] - self._peak, 0.0)
-            af[i, :k, ACTION_INDEX["peak_rise"]] = np.minimum(rise / c.mem_unit, 10.0)
-        best = int(np.argmin(np.where(mask[:k], incr, np.inf)))
-        af[i, best, ACTION_INDEX["best_incremental"]] = 1.0
-        o["action_mask"][:] = mask
+            pr = c.usage_n_rows[i] + (top - self._peak) / c.mem_unit
+            af[i, :k, _A_PEAK] = np.maximum(pr, 0.0, out=pr)
+        if mask is None:
+            am[:] = c.kmask[k]
+            best = int(incr.argmin())
+        else:
+            am[:k] = mask
+            am[k:] = 0
+            best = int(np.where(mask, incr, np.inf).argmin())
+        af[i, best, _A_BEST] = 1.0
+        self._best = best
