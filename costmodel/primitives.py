@@ -154,12 +154,12 @@ class _Skip(Exception):
 
 
 def _to_json(v):
-    if v is None or isinstance(v, (bool, int, float, str)):
+    if isinstance(v, (float, np.floating)):  # strict JSON has no NaN/inf: keep those as strings
+        return float(v) if math.isfinite(v) else str(float(v))
+    if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, (np.integer,)):
         return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
     if isinstance(v, np.dtype):
         return str(v)
     if isinstance(v, type) and issubclass(v, np.generic):
@@ -184,6 +184,7 @@ def json_params(prim: str, params: dict) -> dict:
     dot_general ``dimension_numbers`` -> ``[[lhs_contract, rhs_contract], [lhs_batch, rhs_batch]]``;
     conv ``dimension_numbers`` -> ``{"lhs_spec", "rhs_spec", "out_spec"}`` (dim index lists);
     gather/scatter dimension numbers -> dicts of their fields; fft ``fft_type`` -> enum name.
+    Non-finite floats (e.g. gather's ``fill_value`` NaN) become strings ("nan", "inf").
     Params that are jaxprs, functions, shardings or meshes are dropped.
     """
     out = {}

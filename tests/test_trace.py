@@ -1,6 +1,7 @@
 """Tests of costmodel/trace.py: hand-checked small programs, the zoo, invariants under hypothesis."""
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -294,6 +295,35 @@ def test_zoo_smallest_traces(name):
     assert g.output_aliases[:n_state] == tuple(range(n_state))
     assert g.total_flops > 0 and len(g) < len(u)
     assert any(n.role == "gradient" for n in g.nodes)
+    assert OpGraph.from_dict(json.loads(json.dumps(g.to_dict(), allow_nan=False))) == g  # strict JSON
+
+
+@jax.custom_vjp
+def _sin_vjp(x):
+    return jnp.sin(x)
+
+
+_sin_vjp.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (c * g,))
+
+
+def test_scalar_key_leaves_custom_vjp_and_passthrough():
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+
+    def step(p, n, key):
+        noise = jax.random.normal(key, p.shape)
+        loss, grad = jax.value_and_grad(lambda p: jnp.sum(_sin_vjp(p) * noise * n))(p)
+        return p - grad, n, loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every primitive here has a rule
+        g, _ = check_fold_preserves(step, sds(4), 3, key)
+    p, n, k = g.inputs()
+    assert (p.role, n.role, k.role) == ("param", "opt_state", "batch")
+    assert n.outputs == (Tensor((), "int32"),)  # a Python int leaf is a 0-d int32 input
+    assert k.outputs == (Tensor((2,), "uint32"),)  # a threefry key is two uint32 words
+    assert g.outputs[1] == (1, 0)  # pass-through output points at the input node
+    assert g.output_aliases == (0, 1, None)
+    assert any(nd.primitive == "cos" for nd in g.nodes)  # the custom_vjp forward saves cos(x)
 
 
 # ---- random programs ----------------------------------------------------------------------------
@@ -348,6 +378,11 @@ def _apply(op, a, b, n):
         return jax.checkpoint(lambda x, y: jnp.cos(x) * y)(a, b)
     if op == "cast":
         return (a.astype(jnp.bfloat16) * b.astype(jnp.bfloat16)).astype(F32)
+    if op == "custom_vjp":
+        return _sin_vjp(a) * b
+    if op == "while":
+        loop = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.tanh(c[1])), (0, b))[1]
+        return a + lax.stop_gradient(loop)
     if op == "sort_cumsum":
         return jnp.cumsum(a, axis=0) + jnp.sort(b, axis=1)
     raise AssertionError(op)
@@ -355,7 +390,7 @@ def _apply(op, a, b, n):
 
 _OPS = ["matmul", "add", "mul_sub", "exp_tanh", "reduce", "softmax", "reshape", "transpose", "slice_concat",
         "pad", "fft", "gather", "scatter", "conv", "cond", "scan", "long_scan", "custom_jvp", "jit", "remat",
-        "cast", "sort_cumsum"]
+        "cast", "sort_cumsum", "custom_vjp", "while"]
 
 
 @st.composite
