@@ -75,7 +75,7 @@ SCATTER_COMBINE = frozenset({"scatter-add", "scatter_add", "scatter-mul", "scatt
 RNG = frozenset({"random_bits", "threefry2x32"})
 
 #: element-wise primitives the tracer may fold into their producer (Alpa "follow" ops).
-FOLDABLE = ELEMENTWISE | frozenset({"copy", "copy_p"})
+FOLDABLE = ELEMENTWISE | frozenset({"copy", "copy_p", "stop_gradient"})
 
 #: call-like primitives whose sub-jaxpr is inlined (param name of the sub-jaxpr).
 INLINE = {

@@ -28,23 +28,30 @@ offer them replicated.
 Records and costs. Each primitive application gets FLOPs from ``primitives.flops`` (formulas in
 that module), ``bytes_read`` = bytes of its operands (literals included), ``bytes_written`` = bytes
 of its results; FLOPs are rounded to integers so that every sum of them is exact in float64 (the
-fft formula is not integral). A primitive without a rule stays a node with ``supported=False`` (replicate-only)
-and ``warnings.warn`` names it once per trace. Records none of whose results are used (directly
+fft formula is not integral). A primitive without a rule stays a node with ``supported=False``
+(replicate-only) and ``warnings.warn`` names it once per trace. Records none of whose results are used (directly
 or transitively) by the program outputs are dropped; ``num_eqns`` counts the records that remain.
 
 Module paths and roles. ``module_path`` is the Flax scope path from the equation's name stack
-(outer call stacks prepended), with transforms and einsum specs dropped: ``transpose(jvp(GPT))/Block_0/Dense_0``
-becomes ``GPT/Block_0/Dense_0`` and ``GPT/block_0/attn/bqhd,bkhd->bhqk`` becomes ``GPT/block_0/attn``; the raw string is kept in ``params["name_stack"]``. An op's role
+(outer call stacks prepended), with transforms and einsum specs dropped:
+``transpose(jvp(GPT))/Block_0/Dense_0`` becomes ``GPT/Block_0/Dense_0`` and
+``GPT/block_0/attn/bqhd,bkhd->bhqk`` becomes ``GPT/block_0/attn``; the raw string is kept in
+``params["name_stack"]``. An op's role
 is ``"gradient"`` when its name stack contains a ``transpose`` transform (it was produced by
 reverse-mode differentiation), else ``"activation"`` (this includes the optimizer update).
 ``operand_roles[k]`` is the role of operand k's producer node, ``"constant"`` for literals.
 
 Folding (``fold=True``, Alpa's "follow" nodes). Walking records in program order, an element-wise
-op (``primitives.FOLDABLE``) with one result joins the group of the producer of its largest
-non-literal operand (first on ties) when (a) that producer is an op, not an input, (b) that operand
-has the op's result shape, and (c) every other operand's producer group starts no later than the
-target group (this keeps the graph acyclic: e.g. in ``x - max(x)`` the ``sub`` cannot join ``x``'s
-group because ``max(x)`` is computed after ``x``'s head). Otherwise the op heads its own node. A
+op (``primitives.FOLDABLE``) with one result joins the group of one of its operands' producers: the
+candidates are its non-literal operands that have the op's result shape and are produced by an op
+(never an input node), largest first, then first in operand order; it joins the first candidate
+group for which the graph stays acyclic, else it heads its own node. Acyclicity invariant (see
+``_fold_target``): each group edge H -> G either goes forward in program order (head of H before
+head of G) or starts at a *pinned source*, a group that depends on no op group and never will
+(e.g. ``reshape(bias)`` or ``0.9 * mu`` computed from inputs only). So the bias add after a matmul
+and Adam's ``0.9 * mu + 0.1 * grad`` fold, but in ``x - max(x)`` the ``sub`` cannot join ``x``'s
+group (``max(x)`` depends on it). Element-wise ops may broadcast size-1 dims implicitly in
+jaxprs; only an operand of exactly the result's shape is a candidate. A
 group node has the head's primitive and params, ``folded`` = absorbed primitives in order,
 ``outputs`` = every group value used outside the group (another node or a program output) in
 program order, ``operands`` = the head's operands followed by the absorbed ops' external
@@ -59,8 +66,10 @@ replaces when the output is a tuple/list whose first (and second) entries have t
 structure, shapes and dtypes as ``args[0]`` (and ``args[1]``), for args that are not the batch;
 None otherwise.
 
-Node ids are positions in ``graph.nodes``: inputs first, then op nodes in program order of their
-head (a topological order). ``order`` is the head's position among the kept records (0 for inputs).
+Node ids are positions in ``graph.nodes``: inputs first, then op nodes in a topological order that
+follows program order of the heads wherever dependencies allow. ``order`` = id - number of inputs
+for op nodes (their step in that sequential schedule; with ``fold=False`` exactly the equation's
+program position after inlining and dead-code elimination), 0 for inputs.
 """
 from __future__ import annotations
 

@@ -153,6 +153,7 @@ def test_mlp_train_step():
     dots = [n for n in g.nodes if n.primitive == "dot_general"]
     assert [n.role for n in dots] == ["activation"] * 2 + ["gradient"] * 3
     assert dots[0].module_path == "MLP/Dense_0" and dots[1].module_path == "MLP/Dense_1"
+    assert dots[0].folded[:2] == ("add", "tanh")  # bias add (after a pinned-source reshape), activation
     assert {n.module_path for n in dots[2:]} == {"MLP/Dense_0", "MLP/Dense_1"}
     fwd = 2 * B * (I * H + H * O)
     assert g.flops_by_primitive()["dot_general"] == 3 * fwd - 2 * B * I * H
@@ -160,6 +161,22 @@ def test_mlp_train_step():
     assert len(g) < 0.6 * len(u)
     assert sum(n.primitive == "dot_general" for n in u.nodes) == 5
     assert any(n.folded for n in g.nodes)
+
+
+def test_fold_softmax_stays_acyclic():
+    def f(w, x):
+        h = x @ w
+        return jax.nn.softmax(h, axis=-1)
+
+    g, u = check_fold_preserves(f, sds(8, 8), sds(4, 8))
+    assert len(g) < len(u)
+    dot = [n for n in g.nodes if n.primitive == "dot_general"][0]
+    # h - max(h) cannot join the dot's group (max(h) depends on it) and max(h) is [4, 1] (jaxprs
+    # broadcast size-1 dims implicitly): the sub heads its own node and the exp follows it
+    assert dot.folded == ()
+    (sub,) = [n for n in g.nodes if n.primitive == "sub"]
+    assert sub.folded == ("exp",) and sub.operands[0] == (dot.id, 0)
+    assert sub.flops == 2 * 4 * 8
 
 
 def test_json_round_trip(tmp_path):
