@@ -357,7 +357,9 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
     shardable = [k for k, kind in enumerate(space.kinds) if kind != "fixed" and space.sizes[k] > 1]
     sum_dims = {k for k, kind in enumerate(space.kinds) if kind == "sum"}
     out_item = np.dtype(node.outputs[0].dtype).itemsize
-    choices = [[None] + [k for k in shardable if space.sizes[k] >= mesh.size[a]] for a in axes]
+    # a mesh axis of size 1 shards nothing: never assigned (its specs would duplicate others)
+    choices = [[None] + ([k for k in shardable if space.sizes[k] >= mesh.size[a]] if mesh.size[a] > 1 else [])
+               for a in axes]
     is_input = node.is_input
     cands = []
     seen = set()
