@@ -184,3 +184,26 @@ def test_cap_keeps_replicated_first(mesh):
     full = enumerate_strategies(matmul_node(), mesh)
     assert len(full) > 5
     assert np.isfinite([own(s, mesh)[0] for s in st]).all()
+
+
+def test_reshape_map_follows_major_dims():
+    from costmodel.strategies import _reshape_map
+    assert _reshape_map((8, 32, 64), (8, 32, 4, 16)) == (0, 1, 2, None)   # split: major part follows
+    assert _reshape_map((8, 32, 64), (256, 64)) == (0, 2)                  # merge: major dim follows
+    assert _reshape_map((256, 64), (8, 32, 64)) == (0, None, 1)
+    assert _reshape_map((64,), (1, 1, 64)) == (None, None, 0)
+
+
+def test_gather_vocab_parallel_all_reduce(mesh):
+    """Embedding lookup table[256, 64][ids[8, 32, 1]] -> [8, 32, 64] f32 (65536 B): sharding the
+    vocab dim over y is a masked local lookup plus an all-reduce of the result over y."""
+    node = Node(2, "gather", ((0, 0), (1, 0)), (Tensor((256, 64), "float32"), Tensor((8, 32, 1), "int32")),
+                (Tensor((8, 32, 64), "float32"),),
+                params={"dimension_numbers": {"offset_dims": [2], "collapsed_slice_dims": [0], "start_index_map": [0],
+                                              "operand_batching_dims": [], "start_indices_batching_dims": []},
+                        "slice_sizes": [1, 64]}, order=2)
+    st = by_name(enumerate_strategies(node, mesh, max_strategies=200))
+    s = st["RRR = S1R x RRR (all-reduce y)"]
+    assert s.collectives == (("all-reduce", ("y",), 65536.0),)
+    assert st["S0RR = RR x S0RR"].collectives == ()          # batch-sharded ids, replicated table
+    assert st["RRS1 = RS1 x RRR"].collectives == ()          # table sharded on the feature dim
