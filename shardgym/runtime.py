@@ -48,7 +48,9 @@ class Report:
     ``xla_memory_bytes`` = argument + output − alias + temp bytes of ``compiled.memory_analysis()``;
     ``xla_peak_memory_bytes`` = its ``peak_memory_in_bytes`` (can be below temp on CPU).
     ``collectives``: per kind {kind, count, bytes, wire_bytes, group_sizes} (shardgym/hlo.py);
-    ``predicted_collectives``: the cost model's figures for the same plan, same keys where known.
+    ``collective_wire_bytes`` (bytes each device sends, ring formulas) is what compares with
+    ``predicted_comm_bytes`` (the cost model's node collectives + resharding, same formulas);
+    ``predicted_collectives``: per kind {kind, count, wire_bytes} (see predicted_collectives).
     ``predicted_*`` are None when no Problem could be built for the plan.
     """
 
@@ -89,7 +91,9 @@ class Report:
         mb = 1 / 2**20
         pred_mem = "n/a" if self.predicted_memory_bytes is None else f"{self.predicted_memory_bytes * mb:.3f} MiB"
         pred_comm = "n/a" if self.predicted_comm_bytes is None else f"{self.predicted_comm_bytes * mb:.3f} MiB"
-        coll = ", ".join(f"{c['kind']} x{c['count']} {c['bytes'] * mb:.3f} MiB" for c in self.collectives) or "none"
+        coll = ", ".join(f"{c['kind']} x{c['count']} {c['wire_bytes'] * mb:.3f} MiB" for c in self.collectives) or "none"
+        pcoll = ", ".join(f"{c['kind']} x{c['count']} {c['wire_bytes'] * mb:.3f} MiB"
+                          for c in self.predicted_collectives) or "none"
         lines = [
             f"plan {self.method or '?'} on mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
             f"{self.num_constraints} sharding constraints",
@@ -99,7 +103,8 @@ class Report:
                "not counted)" if self.zero_grad_leaves else ""),
             f"memory/device: XLA {self.xla_memory_bytes * mb:.3f} MiB (peak {self.xla_peak_memory_bytes * mb:.3f}), "
             f"predicted {pred_mem}",
-            f"collectives: {coll}; total {self.collective_bytes * mb:.3f} MiB, predicted {pred_comm}",
+            f"collectives (bytes sent/device): XLA {coll}; total {self.collective_wire_bytes * mb:.3f} MiB",
+            f"predicted: {pcoll}; total {pred_comm}",
             f"compile {self.compile_time_s:.2f} s, step {self.step_time_s * 1e3:.2f} ms "
             f"(unsharded {self.ref_step_time_s * 1e3:.2f} ms)",
         ]
@@ -288,16 +293,18 @@ def _loss_index(out_shape) -> int | None:
 # ---- the cost model's view -------------------------------------------------------------------
 def predict(graph: OpGraph | None, plan: Plan, problem=None) -> tuple[float | None, float | None, list[dict], list[str]]:
     """(predicted peak memory bytes/device, predicted comm bytes/device, per-kind predicted
-    collectives, notes) for ``plan`` under the cost model."""
+    collectives, notes) for ``plan`` under the cost model (``problem``, or one built from ``graph``
+    on the preset named by ``plan.meta['cluster']``)."""
     notes: list[str] = []
+    cluster_name = (problem.meta.cluster_name if problem is not None and problem.meta is not None
+                    else (plan.meta or {}).get("cluster"))
     if problem is None:
-        cluster_name = plan.meta.get("cluster") if plan.meta else None
         if graph is None or not cluster_name:
             return None, None, [], ["no Problem given and none buildable (needs graph and plan.meta['cluster'])"]
         try:
+            from costmodel.builder import build_problem
             from costmodel.cluster import Cluster
-            import shardgym.api as api
-            problem = api.build_problem(graph, Cluster.preset(cluster_name))
+            problem = build_problem(graph, Cluster.preset(cluster_name))
         except (ImportError, ValueError) as exc:
             return None, None, [], [f"cost model unavailable: {type(exc).__name__}: {exc}"]
     if len(plan.strategies) != problem.num_nodes:
@@ -305,38 +312,47 @@ def predict(graph: OpGraph | None, plan: Plan, problem=None) -> tuple[float | No
                                 "no prediction"]
     from costmodel.problem import evaluate
     cost = evaluate(problem, plan)
-    kinds = predicted_collectives(problem, plan)
-    if not kinds:
-        notes.append("cost model exposes no per-kind collective info: only total predicted comm bytes")
+    kinds = []
+    if graph is not None and cluster_name:
+        try:
+            kinds = predicted_collectives(graph, problem, plan, cluster_name)
+        except (ImportError, ValueError, KeyError) as exc:
+            notes.append(f"no per-kind prediction ({type(exc).__name__}: {exc}); total comm bytes only")
     return float(cost.peak_memory_bytes), float(cost.comm_bytes), kinds, notes
 
 
-def predicted_collectives(problem, plan: Plan) -> list[dict]:
-    """Per-kind predicted collectives, when the Problem carries per-strategy kind info
-    (``problem.meta.node_collectives`` / ``edge_collectives``); else []."""
-    m = problem.meta
-    node_c = getattr(m, "node_collectives", None) if m is not None else None
-    if not node_c:
-        return []
-    acc: dict[str, dict] = {}
-
-    def add(items):
-        for c in items or ():
-            kind, b = c["kind"], float(c.get("bytes", 0.0))
-            d = acc.setdefault(kind, {"kind": kind, "count": 0, "bytes": 0.0})
-            d["count"] += int(c.get("count", 1))
-            d["bytes"] += b * int(c.get("count", 1))
-
+def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str) -> list[dict]:
+    """The cost model's collectives for ``plan``, per kind: {kind, count, wire_bytes} where
+    wire_bytes = bytes sent per device (``costmodel.cost.collective``, the same ring formulas as
+    hlo.py's wire_bytes). Node collectives come per kind from the chosen strategies
+    (``costmodel.builder.strategies_of``); the resharding on edges is one row of kind
+    ``"resharding"`` (the cost model prices it as all-gathers and all-to-alls without exposing the
+    split), count = edges that move bytes."""
+    from costmodel.builder import strategies_of
+    from costmodel.cluster import Cluster
+    from costmodel.cost import Mesh, collective
+    cluster = Cluster.preset(cluster_name)
+    strats = strategies_of(graph, cluster)
+    k = problem.num_strategies
+    if len(strats) != problem.num_nodes or any(len(st) != int(n) for st, n in zip(strats, k)):
+        raise ValueError("strategies_of disagrees with the Problem's strategy counts")
+    mesh = Mesh(cluster)
     s = np.asarray(plan.strategies, dtype=int)
+    acc: dict[str, dict] = {}
     for i, si in enumerate(s):
-        add(node_c[i][si])
-    edge_c = getattr(m, "edge_collectives", None)
-    if edge_c:
-        k = problem.num_strategies
-        for e, (u, v) in enumerate(problem.edges):
-            add(edge_c[e][int(s[u] * k[v] + s[v])])
-    from shardgym.hlo import KINDS
-    return [acc[k] for k in KINDS if k in acc] + [v for k, v in acc.items() if k not in KINDS]
+        for kind, axes, B in strats[i][si].collectives:
+            _, sent = collective(kind, axes, B, mesh)
+            d = acc.setdefault(kind, {"kind": kind, "count": 0, "wire_bytes": 0.0})
+            d["count"] += 1
+            d["wire_bytes"] += sent
+    rows = [acc[kd] for kd in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") if kd in acc]
+    if problem.num_edges:
+        u, v = problem.edges[:, 0], problem.edges[:, 1]
+        eidx = problem.edge_offsets[:-1] + s[u] * k[v] + s[v]
+        eb = problem.edge_comm_bytes[eidx]
+        if eb.sum() > 0:
+            rows.append({"kind": "resharding", "count": int((eb > 0).sum()), "wire_bytes": float(eb.sum())})
+    return rows
 
 
 # ---- the sharded program ---------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""Fidelity of the cost model against XLA: every zoo model at its smallest size x {replicated, dp,
+megatron, fsdp, ilp-time, ilp-memory} on the cpu-2x4 mesh (8 virtual CPU devices).
+
+For each (model, plan): execute the plan (shardgym.runtime.execute) and put side by side
+  * memory per device: the cost model's peak (evaluate(problem, plan).peak_memory_bytes) vs XLA's
+    argument + output − alias + temp (compiled.memory_analysis()), and their ratio;
+  * collective bytes sent per device: the cost model's node collectives + resharding
+    (cost.comm_bytes) vs the collectives of the compiled HLO under the same ring formulas
+    (shardgym/hlo.py wire_bytes), and their ratio;
+  * numerics vs the unsharded program (loss relative error, largest per-leaf relative error).
+Targets: memory within ±10%, collective bytes within ±5%; rows outside are flagged.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python experiments/fidelity.py
+    ... --models gpt,mlp --plans dp,ilp-time
+
+Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PLANS = ("replicated", "dp", "megatron", "fsdp", "ilp-time", "ilp-memory")
+MEM_TOL = 0.10
+COMM_TOL = 0.05
+
+
+@dataclass
+class Config:
+    models: tuple = ()              # empty: every zoo model
+    plans: tuple = PLANS
+    cluster: str = "cpu-2x4"
+    ilp_time_limit_s: float = 60.0
+    warmup: int = 1
+    iters: int = 3
+    seed: int = 0
+    mem_tol: float = MEM_TOL
+    comm_tol: float = COMM_TOL
+    extra: dict = field(default_factory=dict)
+
+
+def ratio(pred: float | None, xla: float) -> float | None:
+    """pred / xla; 1.0 when both are zero; inf when only XLA's is zero; None without a prediction."""
+    if pred is None:
+        return None
+    if xla == 0:
+        return 1.0 if pred == 0 else float("inf")
+    return pred / xla
+
+
+def run_row(name: str, plan_name: str, fn, args, graph, problem, cfg: Config) -> dict:
+    import shardgym as sg
+    from shardgym.runtime import execute
+
+    method, _, objective = plan_name.partition("-")
+    t0 = time.perf_counter()
+    plan = sg.solve(problem, method=method, objective=objective or "time", time_limit_s=cfg.ilp_time_limit_s)
+    solve_s = time.perf_counter() - t0
+    r = execute(fn, args, graph, plan, problem=problem, warmup=cfg.warmup, iters=cfg.iters)
+    mem_ratio = ratio(r.predicted_memory_bytes, r.xla_memory_bytes)
+    comm_ratio = ratio(r.predicted_comm_bytes, r.collective_wire_bytes)
+    mem_ok = mem_ratio is not None and abs(mem_ratio - 1) <= cfg.mem_tol
+    comm_ok = comm_ratio is not None and abs(comm_ratio - 1) <= cfg.comm_tol
+    mib = 2.0 ** -20
+    return {
+        "model": name, "plan": plan_name,
+        "pred_mem_MiB": (r.predicted_memory_bytes or 0) * mib, "xla_mem_MiB": r.xla_memory_bytes * mib,
+        "mem_ratio": mem_ratio,
+        "pred_comm_MiB": (r.predicted_comm_bytes or 0) * mib, "xla_comm_MiB": r.collective_wire_bytes * mib,
+        "comm_ratio": comm_ratio,
+        "loss_rel_err": r.loss_rel_err, "max_rel_err": r.max_rel_err,
+        "ok": ("" if mem_ok else "MEM ") + ("" if comm_ok else "COMM"),
+        "compile_s": r.compile_time_s, "step_ms": r.step_time_s * 1e3, "solve_s": solve_s,
+        "report": r.to_dict(), "plan_info": plan.info,
+    }
+
+
+def main(argv=None) -> list[dict]:
+    import jax  # noqa: F401  (after XLA_FLAGS)
+
+    import shardgym as sg
+    import zoo
+    from experiments.common import print_table, write_results
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
+    ap.add_argument("--plans", default=",".join(PLANS))
+    ap.add_argument("--cluster", default="cpu-2x4")
+    ap.add_argument("--ilp-time-limit-s", type=float, default=60.0)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--out", default="fidelity", help="results/<out>.json")
+    a = ap.parse_args(argv)
+    cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(zoo.names()),
+                 plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
+                 ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters)
+    for p in cfg.plans:
+        if p not in PLANS:
+            raise ValueError(f"unknown plan {p!r}; choose from {', '.join(PLANS)}")
+    cluster = sg.Cluster.preset(cfg.cluster)
+    rows = []
+    for name in cfg.models:
+        size = zoo.sizes(name)[0]
+        fn, args = zoo.build(name, size, seed=cfg.seed)
+        graph = sg.trace(fn, *args, name=f"{name}-{size}")
+        problem = sg.build_problem(graph, cluster)
+        for plan_name in cfg.plans:
+            try:
+                row = run_row(name, plan_name, fn, args, graph, problem, cfg)
+            except Exception as exc:  # one failing row must not hide the others
+                row = {"model": name, "plan": plan_name, "ok": "ERROR", "error": f"{type(exc).__name__}: {exc}"}
+            row["size"] = size
+            rows.append(row)
+            print(f"{name:13s} {plan_name:11s} mem {row.get('mem_ratio')}, comm {row.get('comm_ratio')} "
+                  f"{row.get('ok', '')} {row.get('error', '')}", flush=True)
+    cols = ["model", "plan", "pred_mem_MiB", "xla_mem_MiB", "mem_ratio", "pred_comm_MiB", "xla_comm_MiB",
+            "comm_ratio", "loss_rel_err", "max_rel_err", "compile_s", "ok"]
+    print_table(rows, cols, title=f"cost model vs XLA on {cfg.cluster} (ratio = predicted / XLA; "
+                                  f"targets ±{cfg.mem_tol:.0%} memory, ±{cfg.comm_tol:.0%} collective bytes)")
+    summary = {
+        "rows": len(rows),
+        "mem_within_tol": sum(1 for r in rows if r.get("mem_ratio") is not None
+                              and abs(r["mem_ratio"] - 1) <= cfg.mem_tol),
+        "comm_within_tol": sum(1 for r in rows if r.get("comm_ratio") is not None
+                               and abs(r["comm_ratio"] - 1) <= cfg.comm_tol),
+        "numerics_ok": sum(1 for r in rows if r.get("loss_rel_err", 1) <= 1e-5 and r.get("max_rel_err", 1) <= 1e-4),
+        "errors": sum(1 for r in rows if r.get("ok") == "ERROR"),
+    }
+    print(summary)
+    path = write_results(a.out, {"summary": summary, "rows": rows}, config=cfg, seed=cfg.seed)
+    print(f"wrote {path}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
