@@ -6,8 +6,9 @@ dynamic columns in place as nodes are decided. Units used for normalisation (per
 * ``cost_unit = reference_cost / num_nodes`` (seconds, or contest units): the reference plan's
   average cost per node. Cost-like features are ``log1p(cost / cost_unit)`` (so 0 stays 0, a typical
   node is O(1), and IOPDDL's 1e18 "forbidden" costs stay below ~60).
-* ``mem_unit``: the memory cap when there is one, else the reference plan's peak live usage
-  (bytes per device). Memory features are ``usage / mem_unit`` clipped to [0, 10].
+* ``mem_unit``: the reference plan's peak live usage (bytes per device; independent of the cap,
+  which enters as the ``cap_ratio`` context feature). Memory features are ``usage / mem_unit``
+  clipped to [0, 10].
 * ``red_unit``, ``comm_unit``: the mean of the positive redundant bytes / comm bytes over all
   strategies of the problem (1 if none). Features are ``log1p(x / unit)``.
 
@@ -37,6 +38,9 @@ NODE_FEATURES = [
     "role_none",         # role one-hot (role_none for IOPDDL/random problems and other roles)
     "has_meta",          # 1 for traced problems
     "position",          # rank of the node in the decision order / num_nodes
+    "cap_ratio",         # episode context (same on every node): memory cap / mem_unit (clipped to 10), 0 if none
+    "has_cap",           # episode context: 1 if the episode has a memory cap
+    "weight_time", "weight_memory", "weight_redundancy", "weight_balance",  # episode context: objective weights
     "decided",           # dynamic: 1 once the node's strategy is fixed
     "current",           # dynamic: 1 for the node being decided now
     "decided_cost",      # dynamic: log1p(chosen strategy's node cost / cost_unit)
@@ -56,8 +60,11 @@ ACTION_FEATURES = [
     "reshard_decided",   # dynamic: log1p(Σ resharding cost to already-decided neighbours / cost_unit)
     "incremental",       # dynamic: log1p((node cost + reshard_decided cost) / cost_unit): the time part of -reward
     "reshard_future_lb",  # static: log1p(Σ over incident edges of min over the other end's strategies / cost_unit)
-    "peak_rise",         # dynamic, current node only: rise of the running peak if chosen / mem_unit
-    "best_incremental",  # dynamic, current node only: 1 for the valid strategy with the least incremental cost
+    "peak_rise",         # dynamic, set when the node becomes current (then frozen): (max live usage of the decided
+                         #   nodes over the node's interval + usage - running peak) / mem_unit; > 0: the peak rises
+                         #   by that much if chosen, < 0: headroom below the running peak. 0 for undecided nodes.
+    "best_incremental",  # dynamic, set when the node becomes current (then frozen): 1 for the valid strategy with the
+                         #   least incremental time cost (node + resharding to decided neighbours)
     "chosen",            # dynamic: 1 for a decided node's chosen strategy
 ]
 

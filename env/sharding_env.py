@@ -75,12 +75,14 @@ from env.features import (
 
 FORBIDDEN_COST = 1e15
 _N_DECIDED, _N_CURRENT = NODE_INDEX["decided"], NODE_INDEX["current"]
+_N_CAP, _N_HASCAP = NODE_INDEX["cap_ratio"], NODE_INDEX["has_cap"]
+_N_WT, _N_WM, _N_WR, _N_WB = (NODE_INDEX[f"weight_{k}"] for k in ("time", "memory", "redundancy", "balance"))
 _N_DCOST, _N_DMEM, _N_DRESH = NODE_INDEX["decided_cost"], NODE_INDEX["decided_memory"], NODE_INDEX["decided_reshard"]
 _A_CHOSEN, _A_PEAK, _A_BEST = ACTION_INDEX["chosen"], ACTION_INDEX["peak_rise"], ACTION_INDEX["best_incremental"]
 _A_RESH, _A_INCR = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
 assert _A_INCR == _A_RESH + 1  # _flush writes both columns at once
 _E_SRC, _E_DST, _E_REAL = EDGE_INDEX["src_decided"], EDGE_INDEX["dst_decided"], EDGE_INDEX["realised_cost"]
-FEATURE_MAX = 1e4  # every feature is >= 0 (log1p of clipped-at-0 quantities, fractions, flags)
+FEATURE_MAX = 1e4  # features are log1p of clipped-at-0 quantities, fractions, flags; peak_rise may be < 0
 DEFAULT_WEIGHTS = {"time": 1.0, "memory": 0.0, "redundancy": 0.0, "balance": 0.0}
 DEFAULT_WORKLOADS = [("gpt", "tiny")]
 DEFAULT_CLUSTERS = ["cpu-2x4"]
@@ -185,7 +187,8 @@ def reference_plan(problem: Problem, order: np.ndarray | None = None) -> tuple[l
 
 
 class _Compiled:
-    """Everything the env needs about one Problem, for one (weights, cap, padding) setting."""
+    """Everything the env needs about one Problem for one (weights, padding) setting. Independent of
+    the problem's usage_limit, so problems that differ only in their cap share it."""
 
     def __init__(self, problem: Problem, weights: dict, K: int):
         self.problem = problem
@@ -218,15 +221,13 @@ class _Compiled:
             R = float(pos.mean() * n) if len(pos) else 1.0
         self.reference_cost = float(R)
         self.reference_plan = ref_strats
-        cap = problem.usage_limit
-        self.cap = None if cap is None or not math.isfinite(cap) else float(cap)
         self.ref_peak = ref.peak_memory_bytes if ref.peak_memory_bytes > 0 else unit_of(problem.node_usages)
         self.ref_redundant = ref.redundant_memory_bytes if ref.redundant_memory_bytes > 0 else unit_of(problem.node_redundant)
         self.mem_scale = self.reference_cost / self.ref_peak
         self.red_scale = self.reference_cost / self.ref_redundant
         self.units = {
             "cost_unit": self.reference_cost / max(n, 1),
-            "mem_unit": self.cap if self.cap and self.cap > 0 else self.ref_peak,
+            "mem_unit": self.ref_peak,
             "red_unit": unit_of(problem.node_redundant),
             "comm_unit": unit_of(problem.node_comm_bytes),
         }
@@ -272,6 +273,12 @@ class _Compiled:
         self.kmask = np.zeros((K + 1, K), np.int8)
         for kk in range(K + 1):
             self.kmask[kk, :kk] = 1
+        self.ecosts_n = self.ecosts / self.cost_unit
+        self.cost_n = self.cost / self.cost_unit
+        self.negative_costs = bool((problem.node_costs < 0).any() or (problem.edge_costs < 0).any())
+        self.step_static_list = self.step_static.tolist()
+        self.cost_list = self.cost.tolist()
+        self.usage_list = self.usage.tolist()
         big = FORBIDDEN_COST
         self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
 
@@ -351,12 +358,12 @@ class ShardingEnv(gym.Env):
         self.copy_obs = copy_obs
         self.render_mode = render_mode
         self._items, self._sampler = _as_source(workloads, clusters, memory_cap_bytes)
-        self._compiled: dict[int, _Compiled] = {}
+        self._compiled: dict[int, _Compiled] = {}   # id(problem.node_costs) -> _Compiled (LRU, 64)
         self._problems: dict[int, Problem] = {}
 
         if None in (max_nodes, max_edges, max_strategies):
             if self._items is not None:
-                probe = [self._problem(i) for i in range(len(self._items))]
+                probe = [self._problem_at(i) for i in range(len(self._items))]
                 slack = 1.0
             elif hasattr(self._sampler, "max_sizes"):
                 probe, slack = [], 1.0
@@ -382,10 +389,10 @@ class ShardingEnv(gym.Env):
         Fn, Fa, Fe = len(NODE_FEATURES), len(ACTION_FEATURES), len(EDGE_FEATURES)
         f32 = np.float32
         self.observation_space = spaces.Dict({
-            "node_features": spaces.Box(0.0, FEATURE_MAX, (self.N, Fn), f32),
-            "action_features": spaces.Box(0.0, FEATURE_MAX, (self.N, self.K, Fa), f32),
+            "node_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.N, Fn), f32),
+            "action_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.N, self.K, Fa), f32),
             "edge_index": spaces.Box(0, self.N - 1, (self.E, 2), np.int32),
-            "edge_features": spaces.Box(0.0, FEATURE_MAX, (self.E, Fe), f32),
+            "edge_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.E, Fe), f32),
             "edge_mask": spaces.Box(0, 1, (self.E,), np.int8),
             "node_mask": spaces.Box(0, 1, (self.N,), np.int8),
             "current_node": spaces.Box(0, self.N - 1, (1,), np.int64),
@@ -403,6 +410,7 @@ class ShardingEnv(gym.Env):
             "action_mask": np.zeros(self.K, np.int8),
         }
         self._c: _Compiled | None = None
+        self._problem: Problem | None = None
         self._done = True
 
     # ---- problems ------------------------------------------------------------------------------
@@ -410,7 +418,7 @@ class ShardingEnv(gym.Env):
         return p if self.memory_cap_bytes is None else p.with_usage_limit(
             None if math.isinf(self.memory_cap_bytes) else float(self.memory_cap_bytes))
 
-    def _problem(self, idx: int) -> Problem:
+    def _problem_at(self, idx: int) -> Problem:
         if idx not in self._problems:
             self._problems[idx] = self._apply_cap(_problem_of(self._items[idx]))
         return self._problems[idx]
@@ -425,21 +433,25 @@ class ShardingEnv(gym.Env):
     def _check_fits_all(self) -> None:
         if self._items is not None:
             for i in range(len(self._items)):
-                self._check_fits(self._problem(i))
+                self._check_fits(self._problem_at(i))
 
-    def _compile(self, key, problem: Problem) -> _Compiled:
-        c = self._compiled.get(key) if key is not None else None
-        if c is None:
+    def _compile(self, problem: Problem) -> _Compiled:
+        """Per-problem preprocessing, cached by the identity of the problem's arrays (shared by
+        ``with_usage_limit`` copies), so a sampler re-drawing a built problem costs nothing."""
+        key = id(problem.node_costs)
+        c = self._compiled.pop(key, None)
+        if c is None or c.problem.node_costs is not problem.node_costs:
             self._check_fits(problem)
             c = _Compiled(problem, self.weights, self.K)
-            if key is not None:
-                self._compiled[key] = c
+            while len(self._compiled) >= 64:
+                self._compiled.pop(next(iter(self._compiled)))
+        self._compiled[key] = c   # most recently used last
         return c
 
     @property
     def problem(self) -> Problem | None:
         """The Problem of the current episode (with the env's memory cap applied)."""
-        return None if self._c is None else self._c.problem
+        return self._problem
 
     # ---- gymnasium API -------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -447,14 +459,15 @@ class ShardingEnv(gym.Env):
         options = options or {}
         if "problem" in options:
             p = self._apply_cap(_problem_of(options["problem"]))
-            c = self._compile(None, p)
         elif self._items is not None:
             idx = int(self.np_random.integers(len(self._items))) if len(self._items) > 1 else 0
-            c = self._compile(idx, self._problem(idx))
+            p = self._problem_at(idx)
         else:
             p = self._apply_cap(_problem_of(self._sampler(self.np_random)))
-            c = self._compile(None, p)
-        self._c = c
+        c = self._compile(p)
+        self._c, self._problem = c, p
+        cap = p.usage_limit
+        self._cap = None if cap is None or not math.isfinite(cap) else float(cap)
         n, m, K = c.n, c.m, self.K
         o = self._obs
         o["node_features"][:n] = c.node_static
@@ -469,12 +482,19 @@ class ShardingEnv(gym.Env):
         o["edge_mask"][m:] = 0
         o["node_mask"][:n] = 1
         o["node_mask"][n:] = 0
+        ctx = o["node_features"][:n]
+        w = self.weights
+        ctx[:, _N_CAP] = 0.0 if self._cap is None else min(self._cap / c.ref_peak, 10.0)
+        ctx[:, _N_HASCAP] = float(self._cap is not None)
+        ctx[:, _N_WT], ctx[:, _N_WM] = w["time"], w["memory"]
+        ctx[:, _N_WR], ctx[:, _N_WB] = w["redundancy"], w["balance"]
         self._strat = [-1] * n
-        self._resh = np.zeros((n, K))
-        self._resh_rows = [self._resh[j, :kj] for j, kj in enumerate(c.k_list)]
+        # _dyn[j, s] = [resharding cost to decided neighbours, node cost + that] / cost_unit (float64)
+        self._dyn = np.zeros((n, K, 2))
+        self._dyn[:, :, 1] = c.cost_n
+        self._dyn_rows = [self._dyn[j, :kj] for j, kj in enumerate(c.k_list)]
         self._dirty: set[int] = set()
-        self._best = -1
-        self._use_lb = c.cap is not None and self.mask_memory
+        self._use_lb = self._cap is not None and self.mask_memory
         self._live = np.zeros(c.G)
         self._lb = c.min_live.copy()
         self._peak = 0.0
@@ -489,7 +509,7 @@ class ShardingEnv(gym.Env):
         else:
             self._last_decision = int(c.order[-1])
         self._advance()
-        info = {"problem": c.problem.name, "reference_cost": c.reference_cost, "reference": c.reference_name,
+        info = {"problem": p.name, "memory_cap_bytes": self._cap, "reference_cost": c.reference_cost, "reference": c.reference_name,
                 "num_nodes": n}
         return self._observation(), info
 
@@ -514,7 +534,7 @@ class ShardingEnv(gym.Env):
             self._pending = 0.0
             self._done = True
             plan = list(self._strat)
-            cost = evaluate(c.problem, plan)
+            cost = evaluate(self._problem, plan)
             w = self.weights
             objective = (w["time"] * cost.total + w["memory"] * c.mem_scale * cost.peak_memory_bytes
                          + w["redundancy"] * c.red_scale * cost.redundant_memory_bytes + w["balance"] * cost.imbalance_s)
@@ -522,7 +542,7 @@ class ShardingEnv(gym.Env):
                 reward -= self.infeasible_penalty
             info.update(plan=plan, cost=cost, reference_cost=c.reference_cost, objective=objective,
                         normalized_objective=objective / c.reference_cost, feasible=cost.feasible,
-                        reference=c.reference_name, problem=c.problem.name, weights=dict(w),
+                        reference=c.reference_name, problem=self._problem.name, weights=dict(w),
                         memory_scale=c.mem_scale, redundancy_scale=c.red_scale)
         return self._observation(), float(reward), terminated, False, info
 
@@ -537,7 +557,7 @@ class ShardingEnv(gym.Env):
         O(degree x K + interval length); the neighbours' dynamic action features are refreshed
         in one batch by ``_flush``."""
         c, o = self._c, self._obs
-        strat, ecosts, resh_rows, dirty = self._strat, c.ecosts, self._resh_rows, self._dirty
+        strat, ecosts, ecosts_n, dyn_rows, dirty = self._strat, c.ecosts, c.ecosts_n, self._dyn_rows, self._dirty
         strat[i] = s
         ki = c.k_list[i]
         ef = o["edge_features"]
@@ -554,16 +574,16 @@ class ShardingEnv(gym.Env):
                 if j == i:
                     ef[e, iDST] = 1.0
             else:
-                row = resh_rows[j]
+                row = dyn_rows[j]
                 if src:
-                    row += ecosts[eoff + s * kj: eoff + (s + 1) * kj]
+                    row += ecosts_n[eoff + s * kj: eoff + (s + 1) * kj, None]
                 else:
-                    row += ecosts[eoff + s: eoff + kj * ki: ki]
+                    row += ecosts_n[eoff + s: eoff + kj * ki: ki, None]
                 dirty.add(j)
-        reward = float(c.step_static[i, s]) + c.w_time * edge_time
+        reward = c.step_static_list[i][s] + c.w_time * edge_time
         # memory: running live profile, its peak, and the lower-bound profile for the mask
         lo, hi = c.lo_list[i], c.hi_list[i]
-        u = float(c.usage[i, s])
+        u = c.usage_list[i][s]
         if hi > lo:
             live = self._live[lo:hi]
             live += u
@@ -577,15 +597,11 @@ class ShardingEnv(gym.Env):
         nf, af = o["node_features"], o["action_features"]
         nf[i, _N_DECIDED] = 1.0
         nf[i, _N_CURRENT] = 0.0
-        ci = float(c.cost[i, s])
+        ci = c.cost_list[i][s]
         nf[i, _N_DCOST] = math.log1p(ci / cu) if ci > 0 else 0.0
         nf[i, _N_DMEM] = min(max(u / c.mem_unit, 0.0), 10.0)
         nf[i, _N_DRESH] = math.log1p(edge_time / cu) if edge_time > 0 else 0.0
         af[i, s, _A_CHOSEN] = 1.0
-        if i == self._cur:
-            af[i, :ki, _A_PEAK] = 0.0
-            if self._best >= 0:
-                af[i, self._best, _A_BEST] = 0.0
         return -reward / c.reference_cost
 
     def _flush(self) -> None:
@@ -595,11 +611,10 @@ class ShardingEnv(gym.Env):
         c, af = self._c, self._obs["action_features"]
         rows = np.fromiter(self._dirty, np.int64, len(self._dirty))
         self._dirty.clear()
-        r = self._resh[rows]
-        both = np.stack([r, r + c.cost[rows]], axis=-1)   # (rows, K, [reshard_decided, incremental])
-        np.maximum(both, 0.0, out=both)
-        both *= 1.0 / c.cost_unit
-        af[rows, :, _A_RESH:_A_RESH + 2] = np.log1p(both, out=both)
+        t = self._dyn[rows]
+        if c.negative_costs:
+            np.maximum(t, 0.0, out=t)
+        af[rows, :, _A_RESH:_A_RESH + 2] = np.log1p(t, out=t)
 
     def _advance(self) -> None:
         """Move to the next node the agent decides, auto-applying trivial nodes on the way."""
@@ -610,7 +625,6 @@ class ShardingEnv(gym.Env):
             i = order[self._ptr]
             if self.skip_trivial and trivial[i] and i != self._last_decision:
                 self._cur = i
-                self._best = -1
                 self._pending += self._apply(i, 0)
                 self._ptr += 1
                 continue
@@ -628,10 +642,10 @@ class ShardingEnv(gym.Env):
         o["current_node"][0] = i
         o["node_features"][i, _N_CURRENT] = 1.0
         k = c.k_list[i]
-        incr = c.cost_rows[i] + self._resh_rows[i]
+        incr = self._dyn_rows[i][:, 1]
         mask = None
         if self.mask_forbidden and c.has_forbidden:
-            ok = incr < FORBIDDEN_COST
+            ok = incr < FORBIDDEN_COST / c.cost_unit
             if not ok.all() and ok.any():
                 mask = ok
         lo, hi = c.lo_list[i], c.hi_list[i]
@@ -639,14 +653,13 @@ class ShardingEnv(gym.Env):
         if hi > lo:
             if self._use_lb:
                 m = float(self._lb[lo:hi].max())
-                if m + c.udelta_max[i] > c.cap:  # some strategy may not fit: check each
+                if m + c.udelta_max[i] > self._cap:  # some strategy may not fit: check each
                     delta = c.usage[i, :k] - c.umin_list[i]
-                    fits = (delta <= c.cap - m) | (delta <= 0)
+                    fits = (delta <= self._cap - m) | (delta <= 0)
                     both = fits if mask is None else (mask & fits)
                     mask = both if both.any() else fits
             top = float(self._live[lo:hi].max())
-            pr = c.usage_n_rows[i] + (top - self._peak) / c.mem_unit
-            af[i, :k, _A_PEAK] = np.maximum(pr, 0.0, out=pr)
+            af[i, :k, _A_PEAK] = c.usage_n_rows[i] + (top - self._peak) / c.mem_unit
         if mask is None:
             am[:] = c.kmask[k]
             best = int(incr.argmin())
@@ -655,4 +668,3 @@ class ShardingEnv(gym.Env):
             am[k:] = 0
             best = int(np.where(mask, incr, np.inf).argmin())
         af[i, best, _A_BEST] = 1.0
-        self._best = best

@@ -6,8 +6,11 @@ Rows: CartPole-v1 (gymnasium.make, random actions from action_space.sample()) an
 shardgym/Sharding-v0 on ``random_problem(rng, 2000, max_strategies=16, min_strategies=8)``, random
 valid actions (uniform over ``np.flatnonzero(obs["action_mask"])``), single env with persistent
 observation arrays (``copy_obs=False``) and with a fresh copy per step (the default), and both
-vectorised with SyncVectorEnv (4 envs; steps/s counts env steps = 4 x vector steps). Episodes
-reset as they end (2,000-node episodes are ~1,800 decisions). Writes results/bench_env.json.
+vectorised with SyncVectorEnv(copy=False) (4 envs; steps/s counts env steps = 4 x vector
+steps; the vector env still copies each env's observation into its batch buffer). Episodes
+reset as they end (2,000-node episodes are ~1,800 decisions). steps/s counts the whole loop
+(action choice included); step_only_per_s times env.step alone. Rows run in interleaved rounds and
+report medians, since the machine may be shared. Writes results/bench_env.json.
 """
 from __future__ import annotations
 
@@ -77,7 +80,8 @@ def bench_vector(venv, seconds: float, masked: bool) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=3.0, help="seconds per row")
+    ap.add_argument("--seconds", type=float, default=6.0, help="seconds per row, split over the rounds")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--max-strategies", type=int, default=16)
     ap.add_argument("--num-envs", type=int, default=4)
@@ -93,24 +97,40 @@ def main(argv=None) -> dict:
     make(copy_obs=False).reset(seed=0)
     build_s = time.perf_counter() - t
 
-    rows = []
-    cart = bench_single(gym.make("CartPole-v1"), args.seconds, masked=False)
-    rows.append({"env": "CartPole-v1", "mode": "single", **cart})
-    rows.append({"env": "Sharding-v0", "mode": "single, copy_obs=False",
-                 **bench_single(make(copy_obs=False), args.seconds, masked=True)})
-    rows.append({"env": "Sharding-v0", "mode": "single, copy_obs=True",
-                 **bench_single(make(copy_obs=True), args.seconds, masked=True)})
-    cart_vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * args.num_envs)
-    rows.append({"env": "CartPole-v1", "mode": f"SyncVectorEnv x{args.num_envs}",
-                 **bench_vector(cart_vec, args.seconds, masked=False)})
-    shard_vec = gym.vector.SyncVectorEnv([functools.partial(make, copy_obs=False)] * args.num_envs)
-    rows.append({"env": "Sharding-v0", "mode": f"SyncVectorEnv x{args.num_envs}",
-                 **bench_vector(shard_vec, args.seconds, masked=True)})
-    cart_rate, cart_vec_rate = rows[0]["steps_per_s"], rows[3]["steps_per_s"]
-    for r in rows:
-        base = cart_vec_rate if "Vector" in r["mode"] else cart_rate
-        r["vs_cartpole"] = r["steps_per_s"] / base
-    print_table(rows, ["env", "mode", "steps", "steps_per_s", "step_only_per_s", "vs_cartpole"],
+    # Rows are measured in interleaved rounds (the machine may be shared); each figure is the
+    # median over rounds, and vs_cartpole the median of the per-round ratios.
+    single = {"cart": [], "shard": [], "shard_copy": []}
+    envs = {"cart": gym.make("CartPole-v1"), "shard": make(copy_obs=False), "shard_copy": make(copy_obs=True)}
+    per = args.seconds / args.rounds
+    for _ in range(args.rounds):
+        for key, e in envs.items():
+            single[key].append(bench_single(e, per, masked=key != "cart"))
+    vec = {"cart": [], "shard": []}
+    venvs = {"cart": gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * args.num_envs, copy=False),
+             "shard": gym.vector.SyncVectorEnv([functools.partial(make, copy_obs=False)] * args.num_envs, copy=False)}
+    for _ in range(args.rounds):
+        for key, v in venvs.items():
+            vec[key].append(bench_vector(v, per, masked=key != "cart"))
+
+    def summary(runs, base):
+        out = {"steps": int(sum(r["steps"] for r in runs)),
+               "steps_per_s": float(np.median([r["steps_per_s"] for r in runs])),
+               "vs_cartpole": float(np.median([r["steps_per_s"] / b["steps_per_s"] for r, b in zip(runs, base)]))}
+        if "step_only_per_s" in runs[0]:
+            out["step_only_per_s"] = float(np.median([r["step_only_per_s"] for r in runs]))
+            out["step_only_vs_cartpole"] = float(np.median(
+                [r["step_only_per_s"] / b["step_only_per_s"] for r, b in zip(runs, base)]))
+        out["rounds_steps_per_s"] = [r["steps_per_s"] for r in runs]
+        return out
+
+    rows = [
+        {"env": "CartPole-v1", "mode": "single", **summary(single["cart"], single["cart"])},
+        {"env": "Sharding-v0", "mode": "single, copy_obs=False", **summary(single["shard"], single["cart"])},
+        {"env": "Sharding-v0", "mode": "single, copy_obs=True", **summary(single["shard_copy"], single["cart"])},
+        {"env": "CartPole-v1", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["cart"], vec["cart"])},
+        {"env": "Sharding-v0", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["shard"], vec["cart"])},
+    ]
+    print_table(rows, ["env", "mode", "steps", "steps_per_s", "vs_cartpole", "step_only_per_s", "step_only_vs_cartpole"],
                 title=f"env steps/s: {problem.num_nodes}-node problem, K<={args.max_strategies}, {problem.num_edges} edges")
     obs_bytes = sum(v.nbytes for v in make(copy_obs=False).observation_space.sample().values())
     print(f"problem generation {gen_s:.2f}s, env build (reference plan, features) {build_s:.2f}s, "
@@ -118,7 +138,8 @@ def main(argv=None) -> dict:
     payload = {"rows": rows, "problem": {"nodes": problem.num_nodes, "edges": problem.num_edges,
                                          "strategies": int(len(problem.node_costs))},
                "generate_s": gen_s, "build_s": build_s, "observation_bytes": obs_bytes,
-               "single_vs_cartpole": rows[1]["vs_cartpole"], "goal": 0.3}
+               "single_vs_cartpole": rows[1]["vs_cartpole"],
+               "load_average": os.getloadavg(), "goal": 0.3}
     path = write_results("bench_env", payload, config=vars(args), seed=args.seed)
     print(f"wrote {path}")
     return payload

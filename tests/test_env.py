@@ -233,6 +233,26 @@ def test_features_stay_in_space_and_update():
     assert env_pkg.NODE_FEATURES == NODE_FEATURES and len(ACTION_FEATURES) == e.observation_space["action_features"].shape[2]
 
 
+def test_context_features_and_cap_independent_preprocessing(example):
+    def sampler(rng):   # the same problem under a random cap each episode
+        return example.with_usage_limit(float(rng.choice([45.0, 60.0])))
+    e = ShardingEnv(sampler, weights={"memory": 0.5}, max_nodes=8, max_edges=8, max_strategies=3)
+    seen = {}
+    for s in range(8):
+        obs, info = e.reset(seed=s)
+        seen[info["memory_cap_bytes"]] = obs["node_features"][:5]
+    assert set(seen) == {45.0, 60.0} and len(e._compiled) == 1   # preprocessing shared across caps
+    for cap, nf in seen.items():
+        np.testing.assert_allclose(nf[:, NODE_INDEX["cap_ratio"]], cap / 55.0, rtol=1e-6)  # ref plan peaks at 55
+        assert (nf[:, NODE_INDEX["has_cap"]] == 1).all() and (nf[:, NODE_INDEX["weight_memory"]] == 0.5).all()
+        assert (nf[:, NODE_INDEX["weight_time"]] == 1).all() and (nf[:, NODE_INDEX["weight_balance"]] == 0).all()
+    # with cap 45, node 2's strategy 1 (usage 20) is masked as before; the capped plan is feasible
+    obs, info = e.reset(options={"problem": example.with_usage_limit(45.0)})
+    assert info["memory_cap_bytes"] == 45.0
+    obs, *_ = e.step(0)
+    assert list(obs["action_mask"]) == [1, 0, 1]
+
+
 def test_zoo_problem_has_meta_features(mlp_problem):
     e = ShardingEnv(mlp_problem)
     obs, info = e.reset(seed=0)
