@@ -32,7 +32,9 @@ in the decision order takes the strategy with the least node + resharding cost t
 neighbours). If that is not > 0, the mean positive node cost times num_nodes, else 1.
 
 Action mask: strategies s < k_i of the current node, minus (``mask_forbidden``) those whose
-incremental time cost is >= 1e15 (IOPDDL's "impossible" marker) and minus (``mask_memory``, when
+incremental time cost is >= 1e15 (IOPDDL's "impossible" marker) or that leave some undecided
+neighbour only such strategies (forward checking, one edge at a time, skipped for an edge where it
+would mask everything; only on problems that have such costs), and minus (``mask_memory``, when
 a cap exists) those that would make the cap impossible: s is masked when, somewhere in node i's
 interval, the decided usage + the smallest usage of every undecided node + u_i[s] exceeds the cap.
 With the memory mask on, every valid action sequence ends feasible whenever the cap is attainable
@@ -152,15 +154,33 @@ def _adjacency(problem: Problem):
 
 def greedy_plan(problem: Problem, order: np.ndarray | None = None) -> list[int]:
     """Each node in ``order`` (default: the decision order) takes the strategy with the least
-    node cost + resharding cost to already-decided neighbours (ties: lowest index)."""
+    node cost + resharding cost to already-decided neighbours (ties: lowest index). On problems
+    with "impossible" costs (>= 1e15, IOPDDL) it avoids them as the env's action mask does: it
+    skips a strategy that costs that much now or leaves an undecided neighbour no cheaper choice."""
     order = decision_order(problem) if order is None else order
     k, offs, eoffs = problem.num_strategies, problem.strategy_offsets, problem.edge_offsets
     ptr, eid, nbr, is_src = _adjacency(problem)
+    costs = [problem.node_costs[offs[i]:offs[i + 1]].copy() for i in range(problem.num_nodes)]
     resh = [np.zeros(int(x)) for x in k]
     strat = np.full(problem.num_nodes, -1, np.int64)
+    forbidden = bool((problem.node_costs >= FORBIDDEN_COST).any() or (problem.edge_costs >= FORBIDDEN_COST).any())
     for i in order:
         i = int(i)
-        s = int(np.argmin(problem.node_costs[offs[i]:offs[i + 1]] + resh[i]))
+        incr = costs[i] + resh[i]
+        if forbidden:
+            ok = incr < FORBIDDEN_COST
+            for p in range(ptr[i], ptr[i + 1]):
+                j = int(nbr[p])
+                if strat[j] >= 0 or j == i:
+                    continue
+                mat = problem.edge_matrix(int(eid[p]))
+                mat = mat if is_src[p] else mat.T
+                ok_j = ((mat + (costs[j] + resh[j])[None, :]) < FORBIDDEN_COST).any(axis=1)
+                if (ok & ok_j).any():
+                    ok &= ok_j
+            if ok.any():
+                incr = np.where(ok, incr, np.inf)
+        s = int(np.argmin(incr))
         strat[i] = s
         for p in range(ptr[i], ptr[i + 1]):
             j = int(nbr[p])
@@ -281,6 +301,11 @@ class _Compiled:
         self.usage_list = self.usage.tolist()
         big = FORBIDDEN_COST
         self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
+        if self.has_forbidden:
+            # for forward checking: node i's view of each incident edge as a (k_i, k_j) matrix / cost_unit
+            self.incident_mats = [[(j, self.ecosts_n[eo[e]:eo[e + 1]].reshape(k_l[i], kj) if src
+                                    else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
+                                   for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
 
 
 # ---- workload sources -----------------------------------------------------------------------------
@@ -645,7 +670,14 @@ class ShardingEnv(gym.Env):
         incr = self._dyn_rows[i][:, 1]
         mask = None
         if self.mask_forbidden and c.has_forbidden:
-            ok = incr < FORBIDDEN_COST / c.cost_unit
+            big = FORBIDDEN_COST / c.cost_unit
+            ok = incr < big
+            strat = self._strat
+            for j, mat in c.incident_mats[i]:   # forward check: leave each undecided neighbour an allowed strategy
+                if strat[j] < 0:
+                    ok_j = ((mat + self._dyn_rows[j][:, 1]) < big).any(axis=1)
+                    if (ok & ok_j).any():
+                        ok &= ok_j
             if not ok.all() and ok.any():
                 mask = ok
         lo, hi = c.lo_list[i], c.hi_list[i]

@@ -133,6 +133,28 @@ def test_masked_action_is_penalised_and_not_applied(example):
     assert term and info["plan"] == [0, 0, 2, 1, 0]
 
 
+def test_forbidden_costs_are_masked_with_forward_checking():
+    F = 1e18   # IOPDDL's "impossible"
+    # chain 0 -> 1 -> 2. Node 0 strategy 1 is cheap but forbids every strategy of node 1;
+    # node 1 strategy 0 is forbidden outright for node 2's strategy... via edge (1, 2) column 0.
+    p = Problem.from_lists("forbid", node_costs=[[5, 1], [2, 3], [1, 1]], node_usages=[[0, 0], [0, 0], [0, 0]],
+                           intervals=[[0, 1], [1, 2], [2, 3]], edges=[[0, 1], [1, 2]],
+                           edge_costs=[[0, 0, F, F], [F, F, 0, 4]])
+    assert greedy_plan(p) == [0, 1, 0]   # 5 + 3 + 0 + 1 + 0 (greedy would take node 0 -> 1 without the check)
+    e = ShardingEnv(p)
+    obs, info = e.reset(seed=0)
+    assert info["reference_cost"] == 9.0
+    assert list(obs["action_mask"]) == [1, 0]   # 1 would leave node 1 only forbidden strategies
+    obs, *_ = e.step(0)
+    assert list(obs["action_mask"]) == [0, 1]   # node 1 strategy 0 forbids both of node 2's
+    obs, r, *_ = e.step(1)
+    obs, r, term, _, info = e.step(0)
+    assert term and info["cost"].total == 9.0
+    e2 = ShardingEnv(p, mask_forbidden=False)
+    obs, _ = e2.reset(seed=0)
+    assert list(obs["action_mask"]) == [1, 1]
+
+
 def test_step_after_end_raises(example):
     e = ShardingEnv(example)
     e.reset(seed=0)
