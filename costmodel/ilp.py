@@ -1,0 +1,522 @@
+"""Exact planning: the strategy problem as a mixed-integer program solved by HiGHS.
+
+Model (Alpa's formulation, on the reduced problem from ``costmodel.reduce``):
+
+* x[i, s] ∈ {0, 1}, Σ_s x[i, s] = 1 for every node i (single-strategy nodes are fixed to 1).
+* Edge e = (u, v): continuous y[e, s, t] ≥ 0 with Σ_t y[e, s, t] = x[u, s] and
+  Σ_s y[e, s, t] = x[v, t]; with x one-hot this forces y = x_u x_vᵀ, so edge costs are linear.
+  Continuous linearised edge variables beat integer ones (DESIGN.md: 14 s vs 22 s at 1,000 nodes).
+  Edge entries at or above ``FORBIDDEN_COST`` (IOPDDL's 1e18 "impossible") get no variable; if
+  that makes the model infeasible it is solved again with them allowed.
+* Memory: at every time point just before some interval ends (the live sets there contain all
+  others, and usages are ≥ 0), Σ_{i live} Σ_s usage[i, s] x[i, s] ≤ cap, with
+  cap = min(problem.usage_limit, memory_cap_bytes). Nodes with one usage add a constant.
+* time = Σ node costs + Σ edge costs (exactly ``evaluate(...).total``).
+
+Objectives:
+* ``time``: min time.
+* ``memory``: min M with M ≥ live usage at every time point (the peak per-device bytes, as in
+  Shi et al.), then *lexicographically* min time with M fixed at that optimum: a second HiGHS solve
+  warm-started from the first (exact, unlike a small tie-break weight whose safe size depends on
+  the data's byte granularity).
+* ``redundancy``: min Σ node_redundant x, then min time with that fixed (same two phases).
+* ``weights={"time": a, "memory": b, "redundancy": c}``: one solve of a·time + b·M + c·redundant.
+``max_step_time_s`` adds time ≤ bound; ``memory_cap_bytes`` adds the memory rows.
+
+Optimality is up to HiGHS's ``mip_rel_gap`` (default here 1e-6) and its feasibility tolerance
+(1e-9, relative to the scaled rows). OR-Tools CP-SAT was not measured here (not installed);
+HiGHS is kept per the figures in DESIGN.md.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
+
+OBJECTIVES = ("time", "memory", "redundancy")
+
+
+class InfeasibleError(ValueError):
+    """No plan meets the constraints. ``min_peak_bytes``: the lowest peak memory any plan reaches
+    (under the step-time bound, if any); ``min_step_time_s``: the fastest step time any plan
+    reaches under the memory cap (set when the step-time bound is what fails)."""
+
+    def __init__(self, msg, min_peak_bytes=None, min_step_time_s=None):
+        super().__init__(msg)
+        self.min_peak_bytes = min_peak_bytes
+        self.min_step_time_s = min_step_time_s
+
+
+@dataclass(frozen=True)
+class SolveInfo:
+    status: str                 # "optimal" | "time_limit" | "infeasible" | "heuristic" | ...
+    objective: float            # the requested objective on the returned plan (original problem)
+    bound: float                # HiGHS's proven lower bound on the (first-phase) objective
+    gap: float                  # (objective - bound) / |objective|
+    wall_s: float
+    num_vars: int
+    num_rows: int
+    reduced_nodes: int          # nodes left with more than one strategy after the reductions
+    objective_name: str = "time"
+    step_time_s: float = 0.0
+    peak_memory_bytes: float = 0.0
+    redundant_memory_bytes: float = 0.0
+    reduction: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---- model assembly ---------------------------------------------------------------------------
+@dataclass
+class _Model:
+    highs: object
+    num_x: int
+    m_col: int | None
+    red_row: int | None
+    time_cols: np.ndarray        # column costs of "time" (node + edge), unscaled
+    red_cols: np.ndarray
+    time_scale: float
+    num_rows: int
+
+
+def _starts(counts):
+    """Exclusive prefix sum: where each run of ``counts`` starts."""
+    out = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def _memory_rows(p: Problem):
+    """Time points to check (just before an interval ends) -> (row index per (node, point) pair)."""
+    st, en = p.intervals[:, 0], p.intervals[:, 1]
+    live = en > st
+    if not live.any():
+        return np.zeros(0), None
+    ends = np.unique(en[live])
+    times = np.unique(np.concatenate([st[live], en[live]]))
+    # the last time point strictly before each end
+    pos = np.searchsorted(times, ends) - 1
+    pts = np.unique(times[pos[pos >= 0]])
+    return pts, live
+
+
+def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict, threads: int,
+           rel_gap: float, verbose: bool):
+    import highspy
+
+    k = p.num_strategies
+    n = p.num_nodes
+    S = int(k.sum())
+    offs = p.strategy_offsets
+    node_of = np.repeat(np.arange(n), k)
+    # edge y columns
+    ne = p.num_edges
+    eoff = p.edge_offsets
+    E = len(p.edge_costs)
+    ecost = p.edge_costs
+    allowed = np.ones(E, dtype=bool)
+    if forbid:
+        allowed = ecost < FORBIDDEN_COST
+    e_of = np.repeat(np.arange(ne), np.diff(eoff)) if ne else np.zeros(0, dtype=np.int64)
+    local = np.arange(E) - eoff[e_of] if ne else np.zeros(0, dtype=np.int64)
+    kv = k[p.edges[e_of, 1]] if ne else np.zeros(0, dtype=np.int64)
+    su = local // np.maximum(kv, 1)
+    tv = local - su * kv
+    ycols = np.nonzero(allowed)[0]
+    Y = len(ycols)
+    num_cols = S + Y + (1 if need_m else 0)
+    m_col = S + Y if need_m else None
+
+    time_cols = np.concatenate([p.node_costs, ecost[ycols], np.zeros(1 if need_m else 0)])
+    red_cols = np.concatenate([p.node_redundant, np.zeros(Y + (1 if need_m else 0))])
+    finite = np.abs(time_cols[np.abs(time_cols) < FORBIDDEN_COST])
+    time_scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+    # one-hot
+    rows.append(node_of)
+    cols.append(np.arange(S))
+    vals.append(np.ones(S))
+    lo.append(np.ones(n))
+    hi.append(np.ones(n))
+    r += n
+    if ne:
+        # row ids: for edge e, k_u rows for the producer then k_v rows for the consumer
+        ku_all = k[p.edges[:, 0]]
+        kv_all = k[p.edges[:, 1]]
+        rstart = np.zeros(ne + 1, dtype=np.int64)
+        np.cumsum(ku_all + kv_all, out=rstart[1:])
+        ey = e_of[ycols]
+        row_u = r + rstart[ey] + su[ycols]
+        row_v = r + rstart[ey] + ku_all[ey] + tv[ycols]
+        ycol_ids = S + np.arange(Y)
+        rows += [row_u, row_v]
+        cols += [ycol_ids, ycol_ids]
+        vals += [np.ones(Y), np.ones(Y)]
+        # - x terms
+        er = np.repeat(np.arange(ne), ku_all)
+        # producer rows: local index s for edge e
+        pu_local = np.arange(int(ku_all.sum())) - np.repeat(_starts(ku_all), ku_all)
+        rows.append(r + rstart[er] + pu_local)
+        cols.append(offs[p.edges[er, 0]] + pu_local)
+        vals.append(-np.ones(len(er)))
+        ev = np.repeat(np.arange(ne), kv_all)
+        pv_local = np.arange(int(kv_all.sum())) - np.repeat(_starts(kv_all), kv_all)
+        rows.append(r + rstart[ev] + ku_all[ev] + pv_local)
+        cols.append(offs[p.edges[ev, 1]] + pv_local)
+        vals.append(-np.ones(len(ev)))
+        nr = int(rstart[-1])
+        lo.append(np.zeros(nr))
+        hi.append(np.zeros(nr))
+        r += nr
+    # memory rows
+    mem_scale = 1.0
+    m_lower = 0.0
+    if cap is not None or need_m:
+        pts, live = _memory_rows(p)
+        if len(pts):
+            st, en = p.intervals[:, 0], p.intervals[:, 1]
+            lo_i = np.searchsorted(pts, st, side="left")
+            hi_i = np.searchsorted(pts, en, side="left")
+            cnt = np.where(live, hi_i - lo_i, 0)
+            umin = np.minimum.reduceat(p.node_usages, offs[:-1]) if S else np.zeros(n)
+            umax = np.maximum.reduceat(p.node_usages, offs[:-1]) if S else np.zeros(n)
+            const = np.zeros(len(pts) + 1)
+            np.add.at(const, lo_i[cnt > 0], umin[cnt > 0])
+            np.add.at(const, hi_i[cnt > 0], -umin[cnt > 0])
+            const = np.cumsum(const)[:-1]
+            var_nodes = np.nonzero((cnt > 0) & (umax > umin))[0]
+            mem_scale = float(max(np.abs(p.node_usages).max() if S else 1.0, cap or 0.0, 1.0))
+            # (node, point) pairs
+            vc = cnt[var_nodes]
+            pn = np.repeat(var_nodes, vc)
+            pp = np.arange(int(vc.sum())) - np.repeat(_starts(vc), vc) + np.repeat(lo_i[var_nodes], vc)
+            # expand over strategies
+            kk = k[pn]
+            rr = np.repeat(pp, kk)
+            loc = np.arange(int(kk.sum())) - np.repeat(_starts(kk), kk)
+            cc = offs[np.repeat(pn, kk)] + loc
+            vv = (p.node_usages[cc] - umin[np.repeat(pn, kk)]) / mem_scale
+            keep = vv != 0
+            rows.append(r + rr[keep])
+            cols.append(cc[keep])
+            vals.append(vv[keep])
+            np_ = len(pts)
+            if need_m:
+                rows.append(r + np.arange(np_))
+                cols.append(np.full(np_, m_col))
+                vals.append(-np.ones(np_))
+                lo.append(np.full(np_, -np.inf))
+                hi.append(-const / mem_scale)
+                m_lower = float(const.max())
+            else:
+                lo.append(np.full(np_, -np.inf))
+                hi.append((cap - const) / mem_scale)
+            r += np_
+    red_row = None
+    if max_time is not None:
+        nz = np.nonzero(time_cols)[0]
+        rows.append(np.full(len(nz), r))
+        cols.append(nz)
+        vals.append(time_cols[nz] / time_scale)
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([max_time / time_scale]))
+        r += 1
+    # a spare row for the lexicographic phase (bounded later)
+    if weights.get("_lex_red"):
+        nz = np.nonzero(red_cols)[0]
+        rows.append(np.full(len(nz), r))
+        cols.append(nz)
+        vals.append(red_cols[nz])
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([np.inf]))
+        red_row = r
+        r += 1
+
+    R = np.concatenate(rows).astype(np.int64)
+    C = np.concatenate(cols).astype(np.int64)
+    V = np.concatenate(vals).astype(np.float64)
+    order = np.lexsort((C, R))
+    R, C, V = R[order], C[order], V[order]
+    start = np.zeros(r + 1, dtype=np.int64)
+    np.add.at(start, R + 1, 1)
+    start = np.cumsum(start)
+
+    lp = highspy.HighsLp()
+    lp.num_col_ = num_cols
+    lp.num_row_ = r
+    col_lo = np.zeros(num_cols)
+    col_hi = np.ones(num_cols)
+    if need_m:
+        col_lo[m_col] = m_lower / mem_scale
+        col_hi[m_col] = np.inf if cap is None else cap / mem_scale
+    fixed = np.repeat(k == 1, k)
+    col_lo[:S][fixed] = 1.0
+    lp.col_lower_ = col_lo
+    lp.col_upper_ = col_hi
+    lp.col_cost_ = np.zeros(num_cols)
+    lp.row_lower_ = np.concatenate(lo)
+    lp.row_upper_ = np.concatenate(hi)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = num_cols
+    lp.a_matrix_.num_row_ = r
+    lp.a_matrix_.start_ = start.astype(np.int32)
+    lp.a_matrix_.index_ = C.astype(np.int32)
+    lp.a_matrix_.value_ = V
+    integ = [highspy.HighsVarType.kContinuous] * num_cols
+    for j in range(S):
+        integ[j] = highspy.HighsVarType.kInteger
+    lp.integrality_ = integ
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(verbose))
+    h.setOptionValue("threads", int(threads))
+    h.setOptionValue("mip_rel_gap", float(rel_gap))
+    h.setOptionValue("mip_feasibility_tolerance", 1e-9)
+    h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    h.passModel(lp)
+    return _Model(h, S, m_col, red_row, time_cols, red_cols, time_scale, r), mem_scale
+
+
+def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | None,
+         abs_gap: float = 0.0):
+    """Set the objective (column costs), optionally a start, solve. -> (status, x, obj, bound).
+    ``abs_gap``: HiGHS's mip_abs_gap in objective units (just under 1 unit for integer data,
+    where a gap below 1 proves the optimum; 0 otherwise, leaving mip_rel_gap in charge)."""
+    import highspy
+    h = model.highs
+    h.setOptionValue("mip_abs_gap", float(abs_gap))
+    n = len(cost)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost.astype(np.float64))
+    h.setOptionValue("time_limit", float(max(time_limit_s, 0.05)))
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(start)
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    st = h.getModelStatus()
+    info = h.getInfo()
+    has = info.primal_solution_status == 2
+    x = np.asarray(h.getSolution().col_value) if has else None
+    name = {
+        highspy.HighsModelStatus.kOptimal: "optimal",
+        highspy.HighsModelStatus.kInfeasible: "infeasible",
+        highspy.HighsModelStatus.kTimeLimit: "time_limit",
+        highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
+        highspy.HighsModelStatus.kInterrupt: "interrupted",
+    }.get(st, h.modelStatusToString(st))
+    return name, x, float(info.objective_function_value), float(info.mip_dual_bound)
+
+
+def _decode(p: Problem, x: np.ndarray) -> list[int]:
+    offs = p.strategy_offsets
+    xs = x[: int(offs[-1])]
+    out = []
+    for i in range(p.num_nodes):
+        out.append(int(np.argmax(xs[offs[i]:offs[i + 1]])))
+    return out
+
+
+def _start_vector(p: Problem, plan, num_cols, m_col, forbid, mem_scale):
+    """Column values of a plan (x, y, M) for HiGHS's setSolution."""
+    k = p.num_strategies
+    v = np.zeros(num_cols)
+    s = np.asarray(plan, dtype=np.int64)
+    v[p.strategy_offsets[:-1] + s] = 1.0
+    if p.num_edges:
+        idx = p.edge_offsets[:-1] + s[p.edges[:, 0]] * k[p.edges[:, 1]] + s[p.edges[:, 1]]
+        allowed = p.edge_costs < FORBIDDEN_COST if forbid else np.ones(len(p.edge_costs), bool)
+        pos = np.cumsum(allowed) - 1
+        ok = allowed[idx]
+        if not ok.all():
+            return None
+        v[int(p.strategy_offsets[-1]) + pos[idx]] = 1.0
+    if m_col is not None:
+        v[m_col] = evaluate(p, plan).peak_memory_bytes / mem_scale
+    return v
+
+
+# ---- public entry ---------------------------------------------------------------------------
+def _weights_for(objective, weights):
+    if weights:
+        w = {"time": 0.0, "memory": 0.0, "redundancy": 0.0}
+        bad = set(weights) - set(w)
+        if bad:
+            raise ValueError(f"weights has unknown keys {sorted(bad)}; use time, memory, redundancy")
+        w.update({a: float(b) for a, b in weights.items()})
+        if any(x < 0 for x in w.values()) or not any(w.values()):
+            raise ValueError(f"weights must be non-negative and not all zero, got {weights}")
+        return w, False
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return {"time": 1.0 if objective == "time" else 0.0,
+            "memory": 1.0 if objective == "memory" else 0.0,
+            "redundancy": 1.0 if objective == "redundancy" else 0.0}, objective != "time"
+
+
+def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, max_step_time_s=None,
+              time_limit_s: float = 60, weights: dict | None = None, verbose: bool = False,
+              reduce: bool = True, mip_rel_gap: float = 1e-6, threads: int = 2,
+              initial_plan=None, forbid: bool = True) -> tuple[list[int], SolveInfo]:
+    """Plan ``problem`` exactly (see the module docstring). Returns (strategies, SolveInfo).
+
+    Raises InfeasibleError when no plan meets the memory cap / step-time bound, and
+    RuntimeError when HiGHS finds no feasible plan within ``time_limit_s``.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit_s)
+    if not isinstance(problem, Problem):
+        raise ValueError(f"solve_ilp needs a Problem, got {type(problem).__name__}")
+    w, lexi = _weights_for(objective, weights)
+    cap = problem.usage_limit
+    if memory_cap_bytes is not None:
+        if memory_cap_bytes < 0:
+            raise ValueError(f"memory_cap_bytes must be >= 0, got {memory_cap_bytes}")
+        cap = float(memory_cap_bytes) if cap is None else min(cap, float(memory_cap_bytes))
+    if max_step_time_s is not None and not np.isfinite(max_step_time_s):
+        raise ValueError(f"max_step_time_s must be finite, got {max_step_time_s}")
+    need_m = w["memory"] > 0
+    memory_matters = cap is not None or need_m
+    red_matters = w["redundancy"] > 0
+
+    attempts = [True, False] if forbid else [False]
+    for use_forbid in attempts:
+        red = (reduce_problem(problem, memory_matters=memory_matters, redundancy_matters=red_matters,
+                              forbidden=FORBIDDEN_COST if use_forbid else None)
+               if reduce else identity_reduction(problem))
+        out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_step_time_s, deadline, t0,
+                             use_forbid, threads, mip_rel_gap, verbose, initial_plan, objective)
+        if out is not None:
+            return out
+    # infeasible: explain why
+    _explain_infeasible(problem, cap, max_step_time_s, memory_cap_bytes, deadline, reduce)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, deadline, t0, use_forbid,
+                   threads, rel_gap, verbose, initial_plan, objective):
+    p = red.problem
+    w2 = dict(w)
+    if lexi and w["redundancy"] > 0:
+        w2["_lex_red"] = True
+    model, mem_scale = _build(p, cap, need_m, max_time, use_forbid, w2, threads, rel_gap, verbose)
+    num_cols = len(model.time_cols)
+    ts = model.time_scale
+    primary = np.zeros(num_cols)
+    if w["time"]:
+        primary += w["time"] * model.time_cols / ts
+    if w["redundancy"]:
+        rs = float(max(np.abs(model.red_cols).max(), 1.0))
+        primary += w["redundancy"] * model.red_cols / rs
+    else:
+        rs = 1.0
+    if need_m:
+        primary[model.m_col] += w["memory"]
+    start = None
+    if initial_plan is not None:
+        c = red.contract(list(initial_plan))
+        if c is not None:
+            start = _start_vector(p, c, num_cols, model.m_col, use_forbid, mem_scale)
+    def integral(a):
+        a = a[np.abs(a) < FORBIDDEN_COST]
+        return bool(np.all(a == np.round(a)))
+    tgap = 0.999 / ts if integral(p.node_costs) and integral(p.edge_costs) else 0.0
+    if lexi and need_m:
+        agap = 0.999 / mem_scale if integral(p.node_usages) else 0.0
+    elif lexi:
+        agap = 0.999 / rs if integral(p.node_redundant) else 0.0
+    elif w["time"] and not need_m and not w["redundancy"]:
+        agap = tgap / w["time"]
+    else:
+        agap = 0.0
+    status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap)
+    if x is None:
+        if status in ("infeasible",):
+            return None
+        raise RuntimeError(f"HiGHS found no feasible plan for {problem.name!r} within the time limit "
+                           f"(status {status}); raise time_limit_s")
+    first_status = status
+    if lexi:
+        # fix the primary objective at its optimum, then minimise time
+        h = model.highs
+        val = float(primary @ x)
+        slack = 1e-9 * max(abs(val), 1.0) + 1e-12
+        if need_m:
+            h.changeColBounds(model.m_col, float(h.getLp().col_lower_[model.m_col]), val + slack)
+        if model.red_row is not None:
+            h.changeRowBounds(model.red_row, -np.inf, val * rs + slack * rs)
+        remaining = deadline - time.perf_counter()
+        if remaining > 0.05:
+            st2, x2, _, _ = _run(model, model.time_cols / ts, remaining, x, tgap)
+            if x2 is not None:
+                x = x2
+                if st2 != "optimal":
+                    first_status = "time_limit" if first_status == "optimal" else first_status
+    plan = red.expand(_decode(p, x))
+    cost = evaluate(problem, plan)
+    if objective == "memory" and lexi:
+        objval = cost.peak_memory_bytes
+    elif objective == "redundancy" and lexi:
+        objval = cost.redundant_memory_bytes
+    else:
+        objval = (w["time"] * cost.total + w["memory"] * cost.peak_memory_bytes
+                  + w["redundancy"] * cost.redundant_memory_bytes)
+    # bound back to original units
+    if lexi and objective == "memory":
+        bnd = bound * mem_scale
+    elif lexi and objective == "redundancy":
+        bnd = bound * rs
+    elif w["time"] and not w["memory"] and not w["redundancy"]:
+        bnd = bound * ts / w["time"]
+    else:
+        bnd = float("nan")  # mixed objective: HiGHS's bound is in normalised units
+    gap = abs(objval - bnd) / max(abs(objval), 1e-300) if np.isfinite(bnd) else float("nan")
+    if first_status == "optimal":
+        gap = min(gap, 0.0) if np.isfinite(gap) and gap < 1e-6 else gap
+    info = SolveInfo(
+        status=first_status, objective=float(objval), bound=float(bnd), gap=float(gap),
+        wall_s=time.perf_counter() - t0, num_vars=num_cols, num_rows=model.num_rows,
+        reduced_nodes=int((p.num_strategies > 1).sum()), objective_name=objective,
+        step_time_s=cost.total, peak_memory_bytes=cost.peak_memory_bytes,
+        redundant_memory_bytes=cost.redundant_memory_bytes, reduction=dict(red.stats))
+    return plan, info
+
+
+def min_peak_memory(problem: Problem, max_step_time_s=None, time_limit_s: float = 60) -> float:
+    """The lowest peak per-device memory any plan reaches (ignoring the problem's usage_limit)."""
+    free = problem.with_usage_limit(None)
+    plan, _ = solve_ilp(free, objective="memory", max_step_time_s=max_step_time_s, time_limit_s=time_limit_s)
+    return evaluate(free, plan).peak_memory_bytes
+
+
+def _explain_infeasible(problem, cap, max_time, memory_cap_bytes, deadline, reduce):
+    remaining = max(deadline - time.perf_counter(), 5.0)
+    free = problem.with_usage_limit(None)
+    plan, _ = solve_ilp(free, objective="memory", time_limit_s=remaining, reduce=reduce)
+    peak = evaluate(free, plan).peak_memory_bytes
+    asked = []
+    if memory_cap_bytes is not None:
+        asked.append(f"memory_cap_bytes={memory_cap_bytes:.6g}")
+    if problem.usage_limit is not None:
+        asked.append(f"the problem's usage_limit={problem.usage_limit:.6g}")
+    if cap is not None and peak > cap * (1 + 1e-9):
+        raise InfeasibleError(
+            f"no plan fits the memory cap of {cap:.6g} bytes ({' and '.join(asked)}): the lowest peak "
+            f"memory any plan reaches is {peak:.6g} bytes; raise the cap to at least that",
+            min_peak_bytes=peak)
+    # memory alone is feasible: the step-time bound fails
+    capped = problem if cap is None else problem.with_usage_limit(cap)
+    plan, _ = solve_ilp(capped, objective="time", time_limit_s=remaining, reduce=reduce)
+    fastest = evaluate(capped, plan).total
+    where = "" if cap is None else f" within the memory cap of {cap:.6g} bytes"
+    raise InfeasibleError(
+        f"no plan meets max_step_time_s={max_time:.6g}{where}: the fastest step time any plan "
+        f"reaches is {fastest:.6g}; raise max_step_time_s to at least that",
+        min_peak_bytes=peak, min_step_time_s=fastest)

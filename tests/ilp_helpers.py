@@ -1,0 +1,62 @@
+"""Random small Problems and a brute-force oracle, shared by the ILP and search tests."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+
+
+def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: float = 0.4,
+                   limit_q: float | None = 0.6, forbid_p: float = 0.0, integer: bool = True,
+                   tmax: int = 8) -> Problem:
+    """A random DAG problem: n nodes with 1..kmax strategies, edges i<j with probability edge_p,
+    intervals in [0, tmax), usage_limit at quantile limit_q of the plans' peaks (None: no limit)."""
+    ks = rng.integers(1, kmax + 1, size=n)
+    rnd = (lambda size, hi: rng.integers(0, hi, size=size).astype(float)) if integer else \
+          (lambda size, hi: rng.random(size) * hi)
+    costs = [rnd(k, 50) for k in ks]
+    usages = [rnd(k, 20) for k in ks]
+    red = [rnd(k, 10) for k in ks]
+    st = rng.integers(0, tmax, size=n)
+    en = st + rng.integers(0, tmax // 2 + 1, size=n)
+    edges, ecosts = [], []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if rng.random() < edge_p:
+                edges.append((i, j))
+                m = rnd(int(ks[i] * ks[j]), 30)
+                if forbid_p:
+                    m[rng.random(len(m)) < forbid_p] = 1e18
+                ecosts.append(m)
+    if forbid_p:
+        for c in costs:
+            c[rng.random(len(c)) < forbid_p / 2] = 1e18
+    p = Problem.from_lists("random", costs, usages, np.stack([st, en], 1), edges, ecosts,
+                           node_redundant=red)
+    if limit_q is not None:
+        peaks = [evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p)]
+        p = p.with_usage_limit(float(np.quantile(peaks, limit_q)))
+    return p
+
+
+def all_plans(p: Problem):
+    return itertools.product(*[range(int(k)) for k in p.num_strategies])
+
+
+def brute_force(p: Problem, objective: str = "time", cap=None, max_time=None):
+    """(best plan, its cost) under the lexicographic objective of costmodel.ilp, or (None, None)."""
+    best, best_key = None, None
+    for s in all_plans(p):
+        c = evaluate(p, list(s))
+        lim = p.usage_limit if cap is None else (cap if p.usage_limit is None else min(cap, p.usage_limit))
+        if lim is not None and c.peak_memory_bytes > lim:
+            continue
+        if max_time is not None and c.total > max_time:
+            continue
+        key = {"time": (c.total,), "memory": (c.peak_memory_bytes, c.total),
+               "redundancy": (c.redundant_memory_bytes, c.total)}[objective]
+        if best_key is None or key < best_key:
+            best, best_key = list(s), key
+    return best, (None if best is None else evaluate(p, best))
