@@ -530,6 +530,7 @@ class FlatProgram:
     output_consts: list
     value_node: dict
     graph: OpGraph
+    step_node: list = field(default_factory=list)   # per step: the graph node id of its group
 
 
 class _CaptureTracer(_Tracer):
@@ -658,6 +659,8 @@ def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
             value_node[v] = (nid, k)
     if len(heads) != len(graph.nodes):
         raise RuntimeError("flatten_program: replay of trace's folding gives a different node count")
+    node_of_head = {h: nid for nid, h in enumerate(heads)}
+    step_node = [node_of_head[group[ri]] for ri in kept]
     steps = []
     for ri in kept:
         kind, src = tr.rec_src[ri]
@@ -665,4 +668,4 @@ def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
         payload = ri if kind == "input" else src if kind == "eqn" else (rec.prim, rec.params)
         steps.append((kind, payload, list(rec.ins), list(rec.outs), tr.rec_consts[ri]))
     return FlatProgram(steps=steps, outputs=list(out_refs), output_consts=out_consts,
-                       value_node=value_node, graph=graph)
+                       value_node=value_node, graph=graph, step_node=step_node)
