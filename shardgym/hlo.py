@@ -58,6 +58,8 @@ class Collective:
     group_size: int
     count: int = 1
     computation: str = ""
+    op_name: str = ""
+    shape: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -251,8 +253,10 @@ def parse_collectives(text: str, num_devices: int | None = None) -> list[Collect
                     b = op_bytes
                 factor = 2.0 * (n - 1) / n if kind == "all-reduce" else (n - 1) / n
                 wire = b * factor
+            meta = re.search(r'op_name="([^"]*)"', attrs)
             out.append(Collective(kind=kind, name=iname, bytes=b * 1.0, wire_bytes=wire,
-                                  group_size=int(n), count=k, computation=cname))
+                                  group_size=int(n), count=k, computation=cname,
+                                  op_name=meta.group(1) if meta else "", shape=shape.strip()))
     return out
 
 

@@ -51,6 +51,7 @@ class Report:
     ``collective_wire_bytes`` (bytes each device sends, ring formulas) is what compares with
     ``predicted_comm_bytes`` (the cost model's node collectives + resharding, same formulas);
     ``predicted_collectives``: per kind {kind, count, wire_bytes} (see predicted_collectives).
+    ``collective_list``: every collective instruction (hlo.Collective as a dict, with op_name).
     ``predicted_*`` are None when no Problem could be built for the plan.
     """
 
@@ -68,6 +69,7 @@ class Report:
     xla_memory_breakdown: dict
     predicted_memory_bytes: float | None
     collectives: tuple
+    collective_list: tuple
     collective_bytes: float
     collective_wire_bytes: float
     predicted_collectives: tuple
@@ -84,6 +86,7 @@ class Report:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["collectives"] = [dict(c) for c in self.collectives]
+        d["collective_list"] = [dict(c) for c in self.collective_list]
         d["predicted_collectives"] = [dict(c) for c in self.predicted_collectives]
         return d
 
@@ -356,25 +359,46 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str
 
 
 # ---- the sharded program ---------------------------------------------------------------------
-def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh):
+def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh, problem=None):
     """``fn`` itself when the plan has no per-node specs; otherwise a function that re-evaluates the
-    traced program with a sharding constraint on every output of each planned node. Returns
-    (function, number of constraints)."""
+    traced program with a sharding constraint on every output of each planned node (and, given the
+    plan's Problem, on each operand as the chosen strategy takes it). Returns (function, number of
+    constraints)."""
     if not plan.node_specs:
         return fn, 0
-    return _constrained_program(fn, args, graph, plan, mesh)
+    return _constrained_program(fn, args, graph, plan, mesh, problem)
 
 
 def _spec_rank_ok(spec, shape) -> bool:
     return spec is not None and len(spec) <= len(shape)
 
 
-def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh):
+def _operand_specs(problem, plan: Plan, graph: OpGraph) -> dict[int, tuple]:
+    """node id -> the chosen strategy's operand specs (one per graph operand), from the Problem's
+    meta; {} when the problem does not carry them or does not match the plan."""
+    m = getattr(problem, "meta", None) if problem is not None else None
+    if m is None or not m.operand_specs or len(plan.strategies) != problem.num_nodes:
+        return {}
+    out = {}
+    for i, si in enumerate(plan.strategies):
+        nid = int(m.graph_node[i])
+        ops = m.operand_specs[i][int(si)]
+        if not graph.nodes[nid].is_input and len(ops) == len(graph.nodes[nid].operands):
+            out[nid] = ops
+    return out
+
+
+def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, problem=None):
     """Re-evaluate the program ``trace`` sees (``costmodel.trace.flatten_program``) inside jit,
     with ``with_sharding_constraint(x, NamedSharding(mesh, P(*spec)))`` on every value a planned
     node exposes. A node's spec is that of its output 0; its other outputs (a folded group's
     values used elsewhere) of the same rank get the same spec, others are left unconstrained.
-    All-None specs still constrain (replicate), as the plan says."""
+    All-None specs still constrain (replicate), as the plan says.
+
+    Operands: given the plan's Problem, every equation of node v that reads a value of another node
+    u reads it constrained to the operand spec of v's chosen strategy (the layout the cost model
+    prices the u -> v resharding to). Without it XLA picks the operand layouts itself, e.g. it
+    all-reduces a weight gradient where the plan all-gathers the activations first."""
     import jax
     from jax.sharding import NamedSharding
 
@@ -404,19 +428,38 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh):
         shape = g.nodes[nid].outputs[k].shape
         if len(shape) == len(g.nodes[nid].out.shape) and _spec_rank_ok(spec, shape):
             sharding_of[v] = NamedSharding(mesh, _pspec(spec))
+    op_sharding: dict[tuple[int, int], NamedSharding] = {}   # (consumer node, value id) -> sharding
+    if graph is not None and problem is not None and flat.step_node:
+        for nid, ops in _operand_specs(problem, plan, g).items():
+            loc_of = {loc: k for k, loc in enumerate(g.nodes[nid].operands)}
+            for v, loc in flat.value_node.items():
+                k = loc_of.get(loc)
+                if k is None or ops[k] is None:
+                    continue
+                shape = g.nodes[nid].operand_types[k].shape
+                if len(ops[k]) == len(shape):
+                    op_sharding[(nid, v)] = NamedSharding(mesh, _pspec(ops[k]))
     out_treedef = jax.tree.structure(jax.eval_shape(fn, *args))
 
     def run(*call_args):
         leaves = jax.tree.leaves(call_args)
         env: dict[int, object] = {}
-        for kind, payload, ins, outs, consts in flat.steps:
+        cache: dict[tuple[int, int], object] = {}
+        for si, (kind, payload, ins, outs, consts) in enumerate(flat.steps):
             if kind == "input":
                 res = [leaves[payload]]
             else:
+                nid = flat.step_node[si] if flat.step_node else -1
                 ops = []
                 for k, r in enumerate(ins):
                     if r is not None:
-                        ops.append(env[r])
+                        sh = op_sharding.get((nid, r))
+                        if sh is None:
+                            ops.append(env[r])
+                        else:
+                            if (nid, r) not in cache:
+                                cache[(nid, r)] = jax.lax.with_sharding_constraint(env[r], sh)
+                            ops.append(cache[(nid, r)])
                     elif k < len(consts) and not _is_missing(consts[k]):
                         ops.append(consts[k])
                     else:
@@ -429,7 +472,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh):
         out = [env[r] if r is not None else c for r, c in zip(flat.outputs, flat.output_consts)]
         return jax.tree.unflatten(out_treedef, out)
 
-    return run, len(sharding_of)
+    return run, len(sharding_of) + len(op_sharding)
 
 
 def _is_missing(x) -> bool:
@@ -493,7 +536,8 @@ def _block(x):
 
 
 def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, donate: bool = True,
-            warmup: int = 1, iters: int = 3, problem=None, devices=None) -> Report:
+            warmup: int = 1, iters: int = 3, problem=None, devices=None,
+            constrain_operands: bool = True) -> Report:
     """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring."""
     import jax
 
@@ -508,7 +552,14 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     mesh = make_mesh(plan, devices)
     in_sh = input_shardings(args, plan, mesh)
     out_sh, out_shape = output_shardings(fn, args, graph, in_sh, mesh)
-    run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh)
+    if problem is None and plan.node_specs and graph is not None and (plan.meta or {}).get("cluster"):
+        try:
+            from costmodel.builder import build_problem
+            from costmodel.cluster import Cluster
+            problem = build_problem(graph, Cluster.preset(plan.meta["cluster"]))
+        except (ImportError, ValueError):
+            problem = None
+    run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh, problem if constrain_operands else None)
 
     host_args = jax.tree.map(np.asarray, args)  # donation invalidates device buffers: keep a copy
     donate_argnums = tuple(i for i in (0, 1) if i < len(args)) if donate else ()
@@ -558,7 +609,8 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     xla_peak = float(getattr(ma, "peak_memory_in_bytes", 0) or 0)
 
     from shardgym.hlo import parse_collectives, summarize
-    colls = summarize(parse_collectives(compiled.as_text(), num_devices=math.prod(plan.mesh_shape)))
+    coll_list = parse_collectives(compiled.as_text(), num_devices=math.prod(plan.mesh_shape))
+    colls = summarize(coll_list)
     pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
 
     return Report(
@@ -567,7 +619,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
         loss=loss, ref_loss=ref_loss, worst_leaf=worst,
         xla_memory_bytes=xla_mem, xla_peak_memory_bytes=xla_peak, xla_memory_breakdown=breakdown,
         predicted_memory_bytes=pred_mem,
-        collectives=tuple(colls), collective_bytes=float(sum(c["bytes"] for c in colls)),
+        collectives=tuple(colls), collective_list=tuple(c.to_dict() for c in coll_list), collective_bytes=float(sum(c["bytes"] for c in colls)),
         collective_wire_bytes=float(sum(c["wire_bytes"] for c in colls)),
         predicted_collectives=tuple(pred_colls), predicted_comm_bytes=pred_comm,
         compile_time_s=compile_time_s, step_time_s=step_time_s, ref_step_time_s=ref_step,
