@@ -17,27 +17,35 @@ import numpy as np
 import optax
 
 from agent.gnn import model_input
-from agent.ppo import PPOTrainer, _batched_apply, pad_inputs
+from agent.ppo import PPOTrainer, _batched_apply, pad_inputs, reward_scale
 
 
-def demonstrations(env, plan, seed: int = 0) -> list[dict]:
+def demonstrations(env, plan, seed: int = 0, keep: int | None = None, scale_rewards: bool = True) -> list[dict]:
     """Walk ``env`` (already bound to the plan's problem) taking ``plan[current_node]`` each step.
-    Returns one record per step: obs, action, return-to-go."""
-    obs, _ = env.reset(seed=seed)
+    Returns one record per step (obs as a model input, action, return-to-go); with ``keep``, only
+    that many steps, chosen uniformly at random (seeded), are kept (long episodes are hundreds of
+    steps of strongly correlated observations). Rewards are scaled as PPO scales them
+    (``agent.ppo.reward_scale``) when ``scale_rewards``."""
+    obs, info = env.reset(seed=seed)
+    scale = reward_scale(env.unwrapped.problem, info["reference_cost"]) if scale_rewards else 1.0
+    n = int(info.get("num_nodes", 0)) or 1
+    rng = np.random.default_rng(seed)
+    p_keep = 1.0 if keep is None else min(1.0, keep / n)
     steps, rewards = [], []
     while True:
         i = int(np.asarray(obs["current_node"]).reshape(-1)[0])
         a = int(plan[i])
         if not obs["action_mask"][a]:
             raise ValueError(f"demonstration plan picks masked strategy {a} for node {i}")
-        steps.append({"obs": model_input(obs), "action": a})
+        if rng.random() < p_keep:
+            steps.append({"obs": model_input(obs), "action": a, "t": len(rewards)})
         obs, r, term, trunc, _ = env.step(a)
-        rewards.append(float(r))
+        rewards.append(float(r) * scale)
         if term or trunc:
             break
     rtg = np.cumsum(np.asarray(rewards)[::-1])[::-1]
-    for s, g in zip(steps, rtg):
-        s["return"] = float(g)
+    for s in steps:
+        s["return"] = float(rtg[s.pop("t")])
     return steps
 
 
@@ -83,16 +91,21 @@ def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 
     params = trainer.params
     hist = []
     t0 = time.perf_counter()
+    out_of_time = False
     for ep in range(epochs):
         acc = []
         for bi in rng.permutation(len(batches)):
             params, opt_state, st = update(params, opt_state, batches[bi])
             acc.append({k: float(v) for k, v in st.items()})
-        rec = {k: float(np.mean([a[k] for a in acc])) for k in acc[0]} | {"bc/epoch": ep}
+            if seconds is not None and time.perf_counter() - t0 > seconds:
+                out_of_time = True
+                break
+        rec = {k: float(np.mean([a[k] for a in acc])) for k in acc[0]} | {"bc/epoch": ep, "bc/batches": len(acc),
+                                                                          "bc/elapsed_s": time.perf_counter() - t0}
         hist.append(rec)
         if log:
             log(rec)
-        if seconds is not None and time.perf_counter() - t0 > seconds:
+        if out_of_time:
             break
     trainer.params = params
     trainer.opt_state = trainer.optimizer.init(params)

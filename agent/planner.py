@@ -246,3 +246,211 @@ def greedy_by_cost(problem: Problem, order=None) -> list[int]:
         plan[i] = int(np.argmin(c))
     del k
     return [int(x) for x in plan]
+
+
+def heuristic_plan(problem: Problem) -> tuple[list[int] | None, str]:
+    """(plan, start name): the cheapest feasible of {greedy-by-cost, and for traced problems the
+    replicated/dp/megatron/fsdp baselines}, each memory-repaired and polished. A teacher for
+    imitation and the per-problem reward scale for PPO; not used by ``Planner.plan``."""
+    lc = LocalCosts.of(problem)
+    starts = {"greedy": greedy_by_cost(problem)}
+    if problem.meta is not None:
+        try:
+            from costmodel.baselines import baseline_plan
+            for m in ("replicated", "dp", "megatron", "fsdp"):
+                starts[m] = baseline_plan(problem, m)
+        except Exception:  # baselines not applicable to this problem
+            pass
+    best, best_cost, best_name = None, np.inf, ""
+    for name, s in starts.items():
+        s = repair_memory(problem, s, lc=lc)
+        if s is None:
+            continue
+        s = polish(problem, s, lc=lc, time_budget_s=0.5)
+        c = evaluate(problem, s)
+        if c.feasible and c.total < best_cost:
+            best, best_cost, best_name = s, c.total, name
+    return best, best_name
+
+
+# ---- the policy planner -------------------------------------------------------------------------
+def _np_mlp(layers: dict, x: np.ndarray) -> np.ndarray:
+    """Apply a Flax ``MLP`` (Dense_0..Dense_{L-1}, relu between) in numpy."""
+    names = sorted(layers, key=lambda s: int(s.split("_")[1]))
+    for j, name in enumerate(names):
+        x = x @ layers[name]["kernel"] + layers[name]["bias"]
+        if j < len(names) - 1:
+            x = np.maximum(x, 0.0)
+    return x
+
+
+class Planner:
+    """A trained policy that plans any Problem; see the module docstring."""
+
+    def __init__(self, params, config, source: str = "", update: int = 0, extra: dict | None = None):
+        import jax
+
+        from agent.gnn import ShardingGNN
+        from agent.ppo import PPOConfig, make_model
+        self.config = config if isinstance(config, PPOConfig) else PPOConfig.from_dict(dict(config))
+        self.params = params
+        self.source = source
+        self.update = int(update)
+        self.extra = dict(extra or {})
+        self.model = make_model(self.config)
+        self._embed = jax.jit(lambda p, x: self.model.apply(p, x, method=ShardingGNN.embed_graph))
+        self._head = None
+
+    # ---- loading ----
+    @classmethod
+    def load(cls, which: str = "pretrained") -> Planner:
+        """``"pretrained"`` (agent/pretrained/policy.msgpack) or a checkpoint path."""
+        from agent.checkpoints import load_checkpoint
+        path = PRETRAINED if which == "pretrained" else os.fspath(which)
+        if not os.path.exists(path):
+            hint = (" (the shipped policy is missing: train one with `python experiments/pretrain.py --minutes M`)"
+                    if which == "pretrained" else "")
+            raise FileNotFoundError(f"policy checkpoint {path!r} does not exist{hint}")
+        state = load_checkpoint(path)
+        params = state["params"]
+        if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:
+            raise ValueError(f"checkpoint {path!r} does not hold ShardingGNN parameters")
+        try:
+            pl = cls(params, state["config"], source=path, update=state["update"], extra=state.get("extra"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint {path!r} has an unusable config ({exc})") from exc
+        return pl
+
+    def describe(self) -> dict:
+        import jax
+        n_params = sum(int(np.size(x)) for x in jax.tree.leaves(self.params))
+        return {"source": self.source, "updates": self.update, "parameters": n_params,
+                "hidden": self.config.hidden, "rounds": self.config.rounds, **{k: v for k, v in self.extra.items()
+                                                                            if k in ("wall_s", "command", "git_rev")}}
+
+    # ---- decoding ----
+    def _head_params(self):
+        if self._head is None:
+            import jax
+            p = jax.device_get(self.params)["params"]
+            self._head = {k: {kk: np.asarray(vv, np.float64) for kk, vv in v.items()} for k, v in p["policy_head"].items()}
+        return self._head
+
+    def _env(self, problem: Problem):
+        from env.sharding_env import ShardingEnv
+        return ShardingEnv(workloads=problem, copy_obs=False)
+
+    def _embed_obs(self, obs):
+        from agent.gnn import node_inputs
+        from agent.ppo import bucket
+        n = int(obs["node_mask"].sum())
+        e = int(obs["edge_mask"].sum())
+        n_pad, e_pad = bucket(n), bucket(e)
+        nodes = np.zeros((n_pad, 0), np.float32)
+        ni = node_inputs(obs["node_features"][:n], obs["action_features"][:n])
+        nodes = np.zeros((n_pad, ni.shape[1]), np.float32)
+        nodes[:n] = ni
+        ei = np.zeros((e_pad, 2), np.int32)
+        ei[:e] = obs["edge_index"][:e]
+        ef = np.zeros((e_pad, obs["edge_features"].shape[1]), np.float32)
+        ef[:e] = obs["edge_features"][:e]
+        nm = np.zeros(n_pad, np.int8)
+        nm[:n] = 1
+        em = np.zeros(e_pad, np.int8)
+        em[:e] = 1
+        h, g = self._embed(self.params, {"nodes": nodes, "edge_index": ei, "edge_features": ef,
+                                         "node_mask": nm, "edge_mask": em})
+        return np.asarray(h, np.float64), np.asarray(g, np.float64)
+
+    def decode(self, env, greedy: bool = True, rng: np.random.Generator | None = None,
+               max_passes: int = 16, seed: int = 0) -> tuple[list[int], object]:
+        """One episode of ``env`` driven by the policy; returns (plan, Cost). The GNN runs once
+        every ``refresh`` decisions (see the module docstring)."""
+        head = self._head_params()
+        obs, _ = env.reset(seed=seed)
+        c = env.unwrapped._c
+        n_dec = int((~c.trivial).sum()) if env.unwrapped.skip_trivial else c.n
+        refresh = max(1, -(-max(n_dec, 1) // max(1, int(max_passes))))
+        step = 0
+        h = g = None
+        while True:
+            if step % refresh == 0:
+                h, g = self._embed_obs(obs)
+            cur = int(obs["current_node"][0])
+            mask = obs["action_mask"] > 0
+            af = obs["action_features"][cur].astype(np.float64)
+            K = af.shape[0]
+            x = np.concatenate([np.broadcast_to(h[cur], (K, h.shape[1])), np.broadcast_to(g, (K, g.shape[0])), af], 1)
+            logits = np.where(mask, _np_mlp(head, x)[:, 0], -np.inf)
+            if greedy:
+                a = int(np.argmax(logits))
+            else:
+                gumbel = -np.log(-np.log(rng.random(K)))
+                a = int(np.argmax(logits + gumbel))
+            obs, _, term, trunc, info = env.step(a)
+            step += 1
+            if term or trunc:
+                return info["plan"], info["cost"]
+
+    def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
+             polish: bool = True, seed: int = 0, max_passes: int = 16, polish_time_s: float = 1.0,
+             return_info: bool = False):
+        """The cheapest feasible of ``samples`` decoded plans (mode "greedy": the first is the
+        argmax decode, the rest sampled; "sample": all sampled), each memory-repaired if needed
+        and (``polish``) improved by local search. Raises ValueError if no plan fits the cap."""
+        if mode not in ("greedy", "sample"):
+            raise ValueError(f"unknown mode {mode!r}; use 'greedy' or 'sample'")
+        if int(samples) < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        if memory_cap_bytes is not None:
+            problem = problem.with_usage_limit(float(memory_cap_bytes))
+        t0 = time.perf_counter()
+        env = self._env(problem)
+        rng = np.random.default_rng(seed)
+        lc = LocalCosts.of(problem) if polish or problem.usage_limit is not None else None
+        best, best_cost, tried = None, np.inf, []
+        for j in range(int(samples)):
+            greedy = mode == "greedy" and j == 0
+            strategies, _ = self.decode(env, greedy=greedy, rng=rng, max_passes=max_passes, seed=seed + j)
+            raw = evaluate(problem, strategies)
+            cand = strategies if raw.feasible else repair_memory(problem, strategies, lc=lc)
+            if cand is not None and polish:
+                cand = polish_fn(problem, cand, time_budget_s=polish_time_s, lc=lc)
+            cost = evaluate(problem, cand) if cand is not None else None
+            tried.append({"raw_total": raw.total, "raw_feasible": raw.feasible,
+                          "total": None if cost is None else cost.total,
+                          "feasible": bool(cost is not None and cost.feasible)})
+            if cost is not None and cost.feasible and cost.total < best_cost:
+                best, best_cost = cand, cost.total
+        if best is None:
+            mm = min_memory_plan(problem)
+            c = evaluate(problem, mm)
+            if not c.feasible:
+                raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
+                                 f"the least possible peak is {c.peak_memory_bytes:.4g} bytes")
+            best = polish_fn(problem, mm, time_budget_s=polish_time_s, lc=lc) if polish else mm
+        best = [int(x) for x in best]
+        if return_info:
+            return best, {"plan_time_s": time.perf_counter() - t0, "candidates": tried}
+        return best
+
+    def finetune(self, problem: Problem, seconds: float, memory_cap_bytes=None, seed: int = 0,
+                 num_envs: int = 4, num_steps: int = 64, progress: bool = False) -> list[dict]:
+        """Continue PPO on ``problem`` alone for ``seconds`` of wall time (this Planner's params are
+        updated; the shipped checkpoint is not touched). Returns the per-update stats."""
+        import dataclasses
+
+        from agent.ppo import PPOTrainer, problem_env_fn
+        if seconds <= 0:
+            return []
+        if memory_cap_bytes is not None:
+            problem = problem.with_usage_limit(float(memory_cap_bytes))
+        cfg = dataclasses.replace(self.config, seed=seed, num_envs=num_envs, num_steps=num_steps, wandb=False)
+        tr = PPOTrainer(cfg, env_fn=problem_env_fn(problem), params=self.params)
+        stats = tr.train(seconds=seconds, progress=progress, log_wandb=False)
+        self.params = tr.params
+        self._head = None
+        return stats
+
+
+polish_fn = polish

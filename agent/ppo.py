@@ -69,6 +69,16 @@ class PPOConfig:
     """Workload split the default environments sample from (env/workloads.py)."""
     random_fraction: float = 0.0
     """Share of episodes on random problems (env.workloads.random_problem) for diversity."""
+    random_start: float = 0.0
+    """Probability that an episode starts mid-way: a uniform number of prefix steps (up to
+    num_nodes − num_steps/2) is played by the greedy-by-cost rule (the env's best_incremental
+    action feature), so long episodes (hundreds of nodes) train on their late decisions too."""
+    scale_rewards: bool = True
+    """Multiply each episode's rewards by R / C_h (R: the env's reference cost, C_h: the cost of
+    ``agent.planner.heuristic_plan`` on the episode's problem), so a return of −1 means "as good
+    as the heuristic" on every problem. Reference costs differ from good plans by 1e-4x to 1e4x
+    across workloads; unscaled, the value loss of a few problems swamps everything. A positive
+    per-episode constant does not change which plan is optimal."""
     wandb: bool = True
     """Log to wandb (mode from $WANDB_MODE, default offline; tests set disabled)."""
 
@@ -193,6 +203,22 @@ def gae(rewards, values, dones, last_value, gamma, lam):
     return adv, adv + values
 
 
+_SCALES: dict = {}
+
+
+def reward_scale(problem, reference_cost: float) -> float:
+    """R / C_h (see PPOConfig.scale_rewards), cached by the problem's identity and contents."""
+    key = (problem.name, problem.num_nodes, problem.num_edges, float(problem.node_costs.sum()),
+           float(problem.edge_costs.sum()), problem.usage_limit)
+    if key not in _SCALES:
+        from agent.planner import heuristic_plan
+        from costmodel.problem import evaluate
+        plan, _ = heuristic_plan(problem)
+        c = evaluate(problem, plan).total if plan is not None else reference_cost
+        _SCALES[key] = float(reference_cost / c) if c > 0 and np.isfinite(c) else 1.0
+    return _SCALES[key]
+
+
 def _cost_total(x) -> float:
     return float(getattr(x, "total", x))
 
@@ -277,12 +303,43 @@ class PPOTrainer:
     def _reset_seed(self, slot: int, episode: int) -> int:
         return int(np.random.default_rng([self.config.seed, self.update_count, slot, episode]).integers(2**31 - 1))
 
+    def _scale(self, env) -> float:
+        """R / C_h for the env's current problem (cached per problem)."""
+        if not self.config.scale_rewards:
+            return 1.0
+        return reward_scale(env.unwrapped.problem, env.unwrapped._c.reference_cost)
+
+    def _reset(self, slot: int, episode: int) -> dict:
+        """Reset env ``slot`` (seeded) and, with probability random_start, play a greedy prefix."""
+        env = self.envs[slot]
+        seed = self._reset_seed(slot, episode)
+        obs, info = env.reset(seed=seed)
+        rng = np.random.default_rng([seed, 1])
+        self._full[slot] = True
+        self._scales[slot] = self._scale(env)
+        n = int(info.get("num_nodes", 0))
+        if self.config.random_start > 0 and rng.random() < self.config.random_start:
+            from env.features import ACTION_INDEX
+            col = ACTION_INDEX["best_incremental"]
+            prefix = int(rng.integers(0, max(1, n - self.config.num_steps // 2)))
+            self._full[slot] = prefix == 0
+            for _ in range(prefix):
+                cur = int(obs["current_node"][0])
+                a = int(np.argmax(np.where(obs["action_mask"] > 0, obs["action_features"][cur, :, col], -1)))
+                obs, _, term, trunc, _ = env.step(a)
+                if term or trunc:
+                    obs, _ = env.reset(seed=seed)
+                    break
+        return obs
+
     def collect(self):
         """One rollout of num_steps x num_envs transitions (from freshly reset environments)."""
         cfg = self.config
         B, T = cfg.num_envs, cfg.num_steps
         episodes = [0] * B
-        obs = [model_input(env.reset(seed=self._reset_seed(b, 0))[0]) for b, env in enumerate(self.envs)]
+        self._full = [False] * B
+        self._scales = [1.0] * B
+        obs = [model_input(self._reset(b, 0)) for b in range(B)]
         ep_ret = np.zeros(B)
         stored, actions = [], np.zeros((T, B), np.int32)
         logps, values = np.zeros((T, B), np.float32), np.zeros((T, B), np.float32)
@@ -298,18 +355,18 @@ class PPOTrainer:
             nxt = []
             for b, env in enumerate(self.envs):
                 o, r, term, trunc, info = env.step(int(a[b]))
-                rewards[t, b] = r
-                ep_ret[b] += r
+                rewards[t, b] = r * self._scales[b]
+                ep_ret[b] += r * self._scales[b]
                 if term or trunc:
                     dones[t, b] = 1.0
                     ref = info.get("reference_cost")
                     cost = info.get("cost")
-                    finished.append({"return": float(ep_ret[b]),
-                                     "cost_ratio": (_cost_total(cost) / _cost_total(ref))
+                    finished.append({"return": float(ep_ret[b]), "full": self._full[b],
+                                     "cost_ratio": (_cost_total(cost) / _cost_total(ref) * self._scales[b])
                                      if cost is not None and ref else float("nan")})
                     ep_ret[b] = 0.0
                     episodes[b] += 1
-                    o, _ = env.reset(seed=self._reset_seed(b, episodes[b]))
+                    o = self._reset(b, episodes[b])
                 nxt.append(model_input(o))
             obs = nxt
         self.key, k = jax.random.split(self.key)
@@ -345,7 +402,9 @@ class PPOTrainer:
         self.update_count += 1
         stats = {k: float(np.mean(v)) for k, v in stats_acc.items()}
         if finished:
-            stats["charts/episodic_return"] = float(np.mean([f["return"] for f in finished]))
+            full = [f["return"] for f in finished if f["full"]]
+            if full:
+                stats["charts/episodic_return"] = float(np.mean(full))
             stats["charts/cost_ratio"] = float(np.nanmean([f["cost_ratio"] for f in finished]))
         stats["charts/episodes"] = len(finished)
         stats["charts/rollout_s"] = t_roll

@@ -95,3 +95,50 @@ def test_corrupt_checkpoint_raises_value_error(tmp_path):
         load_checkpoint(tmp_path / "trunc.msgpack")
     st = load_checkpoint(good)
     assert st["config"] == {"hidden": 8} and np.array_equal(st["params"]["params"]["w"], np.ones(3))
+
+
+def test_local_costs_match_evaluate_and_polish_improves():
+    from agent.planner import LocalCosts, polish
+    p = random_problem(np.random.default_rng(3), 25, 5)
+    rng = np.random.default_rng(4)
+    plan = np.array([rng.integers(k) for k in p.num_strategies])
+    lc = LocalCosts.of(p)
+    tot = lc.local(plan)
+    base = evaluate(p, plan).total
+    off = p.strategy_offsets
+    for i in range(p.num_nodes):
+        for s in range(int(p.num_strategies[i])):
+            q = plan.copy()
+            q[i] = s
+            # changing one node changes the total by exactly the change of its local cost
+            assert evaluate(p, q).total - base == pytest.approx(tot[off[i] + s] - tot[off[i] + plan[i]], abs=1e-9)
+    better = polish(p, plan, lc=lc)
+    assert evaluate(p, better).total < base
+    # a polished plan is a 1-opt local optimum: no single-node change improves it
+    tot = lc.local(np.array(better))
+    for i in range(p.num_nodes):
+        seg = tot[off[i]:off[i + 1]]
+        assert seg[better[i]] <= seg.min() + 1e-9
+
+
+def test_planner_feasible_under_memory_cap(small_problem, tmp_path):
+    from agent.planner import Planner
+    tr = PPOTrainer(CFG, env_fn=problem_env_fn(small_problem))
+    path = tmp_path / "policy.msgpack"
+    tr.save(path)
+    planner = Planner.load(str(path))
+    p = random_problem(np.random.default_rng(5), 40, 6, memory_cap_fraction=0.15)
+    assert p.usage_limit is not None
+    for mode, samples, pol in (("greedy", 1, False), ("greedy", 1, True), ("sample", 3, True)):
+        plan, info = planner.plan(p, mode=mode, samples=samples, polish=pol, return_info=True)
+        c = evaluate(p, plan)
+        assert c.feasible and c.peak_memory_bytes <= p.usage_limit
+        assert c.total <= min(t["total"] for t in info["candidates"] if t["feasible"]) + 1e-12
+    # an explicit cap overrides the problem's own; an impossible one is a clear ValueError
+    with pytest.raises(ValueError, match="memory cap"):
+        planner.plan(p, memory_cap_bytes=1.0)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        Planner.load(str(tmp_path / "missing.msgpack"))
+    (tmp_path / "bad.msgpack").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="bad.msgpack"):
+        Planner.load(str(tmp_path / "bad.msgpack"))

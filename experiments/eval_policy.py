@@ -1,0 +1,202 @@
+"""Evaluate the shipped policy on the HELD-OUT split (models, sizes, clusters never trained on).
+
+    python experiments/eval_policy.py                       # full: 60 s fine-tune per problem
+    python experiments/eval_policy.py --finetune-seconds 15 --ilp-seconds 30   # quick
+
+Per held-out problem (``env.workloads.heldout_workloads()``, each uncapped and under the memory
+cap fractions in ``--caps``): the ILP optimum (``costmodel.ilp.solve_ilp``, time limit
+``--ilp-seconds``; its status is reported: a "time_limit" incumbent is not a proven optimum) and,
+as cost / ILP cost, with and without the local-search polish:
+* ``policy_greedy``: the argmax decode; ``policy_best16``: the cheapest feasible of ``--samples``
+  sampled decodes; ``policy_finetuned``: greedy + samples after ``--finetune-seconds`` of PPO on
+  that problem alone;
+* ``random``: a uniformly random valid action at every step of the env (its memory mask on);
+* ``greedy_cost``: each node in order takes its least node + resharding cost to decided neighbours.
+Plus feasibility of every plan, planning wall time vs ILP wall time, and the planning time of a
+2,000-node random problem (first call, including jit compilation, and warm).
+Writes results/eval_policy.json and results/eval_policy.png.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+
+def random_policy_plan(problem, seed: int) -> list[int]:
+    from env.sharding_env import ShardingEnv
+    env = ShardingEnv(workloads=problem, copy_obs=False)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    while True:
+        valid = np.nonzero(obs["action_mask"])[0]
+        obs, _, term, trunc, info = env.step(int(rng.choice(valid)))
+        if term or trunc:
+            return info["plan"]
+
+
+def finish(problem, plan, polish_it: bool):
+    """Memory-repair (if needed) then optionally polish; None when no feasible repair exists."""
+    from agent.planner import polish, repair_memory
+    from costmodel.problem import evaluate
+    if not evaluate(problem, plan).feasible:
+        plan = repair_memory(problem, plan)
+        if plan is None:
+            return None
+    return polish(problem, plan) if polish_it else plan
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", default="pretrained")
+    ap.add_argument("--caps", default="none,0.5", help="comma list: 'none' or a memory_cap_fraction")
+    ap.add_argument("--ilp-seconds", type=float, default=120.0)
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--finetune-seconds", type=float, default=60.0)
+    ap.add_argument("--big-nodes", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
+    args = ap.parse_args(argv)
+
+    from agent.planner import Planner, greedy_by_cost
+    from costmodel.ilp import solve_ilp
+    from costmodel.problem import evaluate
+    from env.workloads import Workload, heldout_workloads, random_problem
+    from experiments.common import print_table, write_results
+
+    caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
+    workloads = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]
+    if args.limit:
+        workloads = workloads[:args.limit]
+    base = Planner.load(args.checkpoint)
+    rows = []
+    for w in workloads:
+        p = w.build()
+        name = w.name + ("" if w.memory_cap_fraction is None else f" cap{w.memory_cap_fraction:g}")
+        row = {"problem": name, "nodes": p.num_nodes}
+        t = time.perf_counter()
+        try:
+            ilp, si = solve_ilp(p, objective="time", time_limit_s=args.ilp_seconds)
+        except ValueError as exc:
+            print(f"{name}: ILP failed ({exc}); skipped", flush=True)
+            continue
+        row["ilp_s"] = time.perf_counter() - t
+        row["ilp_status"] = si.status
+        opt = evaluate(p, ilp).total
+        row["ilp_cost"] = opt
+
+        def record(key, plan, seconds=None):
+            if plan is None:
+                row[key] = float("nan")
+                row[key + "_feasible"] = False
+                return
+            c = evaluate(p, plan)
+            row[key] = c.total / opt if opt > 0 else float("nan")
+            row[key + "_feasible"] = bool(c.feasible)
+            if seconds is not None:
+                row[key + "_s"] = seconds
+
+        planner = Planner(base.params, base.config, source=base.source)
+        for pol in (False, True):
+            sfx = "" if pol else "_raw"
+            t = time.perf_counter()
+            record("policy_greedy" + sfx, planner.plan(p, mode="greedy", polish=pol, seed=args.seed), time.perf_counter() - t)
+            t = time.perf_counter()
+            record("policy_best16" + sfx, planner.plan(p, mode="sample", samples=args.samples, polish=pol, seed=args.seed),
+                   time.perf_counter() - t)
+        if args.finetune_seconds > 0:
+            planner.finetune(p, args.finetune_seconds, seed=args.seed)
+            for pol in (False, True):
+                sfx = "" if pol else "_raw"
+                cands = [planner.plan(p, mode="greedy", polish=pol, seed=args.seed),
+                         planner.plan(p, mode="sample", samples=args.samples, polish=pol, seed=args.seed)]
+                best = min(cands, key=lambda s: (not evaluate(p, s).feasible, evaluate(p, s).total))
+                record("policy_finetuned" + sfx, best)
+        rp = random_policy_plan(p, args.seed)
+        record("random_raw", finish(p, rp, False))
+        record("random", finish(p, rp, True))
+        g = greedy_by_cost(p)
+        record("greedy_cost_raw", finish(p, g, False))
+        record("greedy_cost", finish(p, g, True))
+        rows.append(row)
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+
+    # planning time on a large problem
+    big = random_problem(np.random.default_rng(args.seed), args.big_nodes, 8)
+    t = time.perf_counter()
+    base.plan(big)
+    first_s = time.perf_counter() - t
+    t = time.perf_counter()
+    big_plan = base.plan(big)
+    warm_s = time.perf_counter() - t
+    big_row = {"nodes": big.num_nodes, "edges": big.num_edges, "plan_s_first_call": first_s, "plan_s_warm": warm_s,
+               "feasible": evaluate(big, big_plan).feasible}
+
+    methods = ["policy_greedy", "policy_best16", "policy_finetuned", "random", "greedy_cost"]
+    summary = {}
+    for m in methods:
+        for sfx in ("_raw", ""):
+            k = m + sfx
+            vals = [r[k] for r in rows if k in r]
+            if vals:
+                summary[k] = {"median": float(np.nanmedian(vals)), "mean": float(np.nanmean(vals)),
+                              "max": float(np.nanmax(vals)),
+                              "all_feasible": all(r.get(k + "_feasible", False) for r in rows if k in r)}
+    table = [{"method": k, **{kk: v for kk, v in s.items()}} for k, s in summary.items()]
+    print_table(rows, ["problem", "nodes", "ilp_status", "ilp_s", "policy_greedy_raw", "policy_greedy",
+                       "policy_best16", "policy_finetuned", "random", "greedy_cost", "policy_greedy_s"],
+                title="cost / ILP cost on the held-out split (lower is better; 1 = ILP)")
+    print_table(table, ["method", "median", "mean", "max", "all_feasible"], title="summary over held-out problems")
+    print(f"{big.num_nodes}-node problem: first call {first_s:.2f}s (incl. jit), warm {warm_s:.2f}s")
+    write_results("eval_policy", {"rows": rows, "summary": summary, "big_problem": big_row,
+                                  "planner": base.describe()}, config=vars(args), seed=args.seed)
+    plot(rows, methods, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
+                                     "eval_policy.png"), big_row)
+
+
+def plot(rows, methods, path, big_row):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
+    x = np.arange(len(rows))
+    present = [m for m in methods if any(m in r for r in rows)]
+    w = 0.8 / max(len(present), 1)
+    for j, m in enumerate(present):
+        vals = [r.get(m, np.nan) for r in rows]
+        ax.bar(x + j * w - 0.4 + w / 2, vals, w, label=m.replace("_", " ") + " (+polish)")
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
+    ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([r["problem"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("plan cost / ILP cost (log scale)")
+    ax.set_title("Held-out problems: policy vs baselines")
+    ax.legend(fontsize=8)
+    ilp_s = [r["ilp_s"] for r in rows]
+    pol_s = [r.get("policy_greedy_s", np.nan) for r in rows]
+    ax2.scatter(ilp_s, pol_s, label="held-out problems (greedy + polish)")
+    ax2.scatter([np.nan], [big_row["plan_s_warm"]])
+    ax2.axhline(big_row["plan_s_warm"], color="C1", ls=":", label=f"{big_row['nodes']}-node plan (warm)")
+    lo = min([v for v in ilp_s + pol_s if v > 0] + [0.01])
+    ax2.plot([lo, max(ilp_s + [1])], [lo, max(ilp_s + [1])], "k--", lw=1, label="equal time")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("ILP wall time (s)")
+    ax2.set_ylabel("policy planning time (s)")
+    ax2.set_title("Planning time")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
