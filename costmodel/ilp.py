@@ -133,10 +133,15 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     num_cols = S + Y + (1 if need_m else 0)
     m_col = S + Y if need_m else None
 
-    time_cols = np.concatenate([p.node_costs, ecost[ycols], np.zeros(1 if need_m else 0)])
+    node_forbidden = (p.node_costs >= FORBIDDEN_COST) if forbid else np.zeros(S, dtype=bool)
+    node_c = np.where(node_forbidden, 0.0, p.node_costs)   # forbidden columns are fixed at 0 below
+    time_cols = np.concatenate([node_c, ecost[ycols], np.zeros(1 if need_m else 0)])
     red_cols = np.concatenate([p.node_redundant, np.zeros(Y + (1 if need_m else 0))])
     finite = np.abs(time_cols[np.abs(time_cols) < FORBIDDEN_COST])
-    time_scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    # typical coefficients near 1: HiGHS's dual tolerance (1e-7) would swamp small costs if the
+    # largest cost were scaled to 1
+    finite = finite[finite > 0]
+    time_scale = float(np.median(finite)) if finite.size else 1.0
 
     rows, cols, vals, lo, hi = [], [], [], [], []
     r = 0
@@ -259,6 +264,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         col_hi[m_col] = np.inf if cap is None else cap / mem_scale
     fixed = np.repeat(k == 1, k)
     col_lo[:S][fixed] = 1.0
+    col_hi[:S][node_forbidden & ~fixed] = 0.0   # 1e18 "impossible" strategies (folded costs too)
     lp.col_lower_ = col_lo
     lp.col_upper_ = col_hi
     lp.col_cost_ = np.zeros(num_cols)
@@ -413,7 +419,8 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
     if w["time"]:
         primary += w["time"] * model.time_cols / ts
     if w["redundancy"]:
-        rs = float(max(np.abs(model.red_cols).max(), 1.0))
+        nzr = np.abs(model.red_cols[model.red_cols != 0])
+        rs = float(np.median(nzr)) if nzr.size else 1.0
         primary += w["redundancy"] * model.red_cols / rs
     else:
         rs = 1.0

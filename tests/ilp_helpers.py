@@ -10,7 +10,7 @@ from costmodel.problem import Problem, evaluate
 
 def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: float = 0.4,
                    limit_q: float | None = 0.6, forbid_p: float = 0.0, integer: bool = True,
-                   tmax: int = 8) -> Problem:
+                   tmax: int = 8, dup_p: float = 0.0) -> Problem:
     """A random DAG problem: n nodes with 1..kmax strategies, edges i<j with probability edge_p,
     intervals in [0, tmax), usage_limit at quantile limit_q of the plans' peaks (None: no limit)."""
     ks = rng.integers(1, kmax + 1, size=n)
@@ -30,6 +30,10 @@ def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: floa
                 if forbid_p:
                     m[rng.random(len(m)) < forbid_p] = 1e18
                 ecosts.append(m)
+                if rng.random() < dup_p:      # a parallel edge, possibly reversed
+                    rev = rng.random() < 0.5
+                    edges.append((j, i) if rev else (i, j))
+                    ecosts.append(rnd(int(ks[i] * ks[j]), 30))
     if forbid_p:
         for c in costs:
             c[rng.random(len(c)) < forbid_p / 2] = 1e18

@@ -1,0 +1,519 @@
+"""Heuristic planning for contest-size problems (30,000-60,000 nodes), where the exact ILP is too big.
+
+``solve_large(problem, timeout_s, progress=None, seed=0) -> list[int] | None``:
+
+1. **Feasibility anchor**: the plan that takes each node's lowest-usage strategy minimises the live
+   usage at every time point at once, so it is feasible iff any plan is (None is returned if not).
+2. **Unconstrained descent**: start from each node's cheapest strategy and run iterated
+   conditional modes (ICM: each node takes its best strategy given its neighbours) by graph
+   colour classes, so a whole class moves at once, vectorised over the CSR arrays.
+3. **Lagrangian relaxation of the memory limit** (the contest winners' idea): a multiplier λ_t ≥ 0
+   per time point turns usage into cost, c'_i[s] = c_i[s] + usage_i[s]·Σ_{t∈interval(i)} λ_t;
+   ICM on c', then λ_t += step·max(0, live_t − cap)/cap (and decays where under the cap). Each
+   Lagrangian plan is repaired (the overloaded points' nodes move to lower-usage strategies, the
+   cheapest per byte saved first) and the best feasible plan under the true cost is kept.
+4. **Feasible polish**: sequential ICM that only takes moves keeping the live usage within the cap.
+5. **Large-neighbourhood search** with the exact MILP (``costmodel.ilp``) while time remains: a
+   breadth-first neighbourhood of a few hundred nodes is re-optimised with everything else fixed
+   (their edges fold into node costs, their usage becomes background load).
+
+Always keeps the best feasible plan and checks the clock between steps; it returns by
+``timeout_s`` (minus a small margin the caller chooses) — an approximation: one MILP call may run
+a little past its own time limit when HiGHS is inside presolve.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+
+
+class _Graph:
+    """CSR views for fast local-cost computation."""
+
+    def __init__(self, p: Problem):
+        self.p = p
+        self.n = n = p.num_nodes
+        self.k = k = p.num_strategies.astype(np.int64)
+        self.offs = p.strategy_offsets.astype(np.int64)
+        self.node_of = np.repeat(np.arange(n), k)
+        self.local = np.arange(len(p.node_costs)) - self.offs[self.node_of]
+        self.cost = p.node_costs.astype(np.float64)
+        self.usage = p.node_usages.astype(np.float64)
+        E = p.edges
+        self.eu, self.ev = E[:, 0].astype(np.int64), E[:, 1].astype(np.int64)
+        self.eoff = p.edge_offsets.astype(np.int64)
+        self.ec = p.edge_costs.astype(np.float64)
+        # gather plans: for every edge, the k_u entries of u's side and k_v of v's side
+        ku, kv = k[self.eu], k[self.ev]
+        self.gu_edge = np.repeat(np.arange(len(E)), ku)
+        self.gu_loc = np.arange(int(ku.sum())) - np.repeat(_starts(ku), ku)
+        self.gu_flat = self.offs[self.eu[self.gu_edge]] + self.gu_loc
+        self.gv_edge = np.repeat(np.arange(len(E)), kv)
+        self.gv_loc = np.arange(int(kv.sum())) - np.repeat(_starts(kv), kv)
+        self.gv_flat = self.offs[self.ev[self.gv_edge]] + self.gv_loc
+        # adjacency lists (for colouring and neighbourhoods)
+        deg = np.bincount(np.concatenate([self.eu, self.ev]), minlength=n)
+        self.adj_ptr = np.concatenate([[0], np.cumsum(deg)])
+        order = np.argsort(np.concatenate([self.eu, self.ev]), kind="stable")
+        other = np.concatenate([self.ev, self.eu])
+        self.adj = other[order]
+        self.adj_edge = np.concatenate([np.arange(len(E)), np.arange(len(E))])[order]
+        # compressed time axis
+        st, en = p.intervals[:, 0], p.intervals[:, 1]
+        self.live_mask = en > st
+        self.times = np.unique(np.concatenate([st, en]))
+        self.lo = np.searchsorted(self.times, st)
+        self.hi = np.searchsorted(self.times, en)
+        self.cap = p.usage_limit
+
+    def local_costs(self, s: np.ndarray, node_cost: np.ndarray) -> np.ndarray:
+        """L[flat(i, a)] = node_cost[i, a] + Σ_edges cost with i at a and neighbours at s."""
+        L = node_cost.copy()
+        if len(self.eu):
+            sv = s[self.ev[self.gu_edge]]
+            vals = self.ec[self.eoff[self.gu_edge] + self.gu_loc * self.k[self.ev[self.gu_edge]] + sv]
+            _scatter_add(L, self.gu_flat, vals)
+            su = s[self.eu[self.gv_edge]]
+            vals = self.ec[self.eoff[self.gv_edge] + su * self.k[self.ev[self.gv_edge]] + self.gv_loc]
+            _scatter_add(L, self.gv_flat, vals)
+        return L
+
+    def seg_argmin(self, L: np.ndarray) -> np.ndarray:
+        order = np.lexsort((self.local, L, self.node_of))
+        return self.local[order[self.offs[:-1]]]
+
+    def profile(self, s: np.ndarray) -> np.ndarray:
+        """Live usage at each compressed time point."""
+        u = np.where(self.live_mask, self.usage[self.offs[:-1] + s], 0.0)
+        acc = np.zeros(len(self.times) + 1)
+        np.add.at(acc, self.lo, u)
+        np.add.at(acc, self.hi, -u)
+        return np.cumsum(acc)[:-1]
+
+    def total(self, s: np.ndarray) -> float:
+        return evaluate(self.p, s).total
+
+    def colour_classes(self) -> list[np.ndarray]:
+        n = self.n
+        colour = np.full(n, -1, dtype=np.int64)
+        ptr, adj = self.adj_ptr, self.adj
+        for i in range(n):
+            used = set(colour[adj[ptr[i]:ptr[i + 1]]].tolist())
+            c = 0
+            while c in used:
+                c += 1
+            colour[i] = c
+        return [np.nonzero(colour == c)[0] for c in range(colour.max() + 1)]
+
+
+def _starts(counts):
+    out = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def _scatter_add(L, idx, vals):
+    L += np.bincount(idx, weights=vals, minlength=len(L))
+
+
+def _icm(g: _Graph, s: np.ndarray, node_cost: np.ndarray, classes, deadline: float, sweeps: int = 50):
+    """Colour-class ICM on ``node_cost`` (which may include penalties) until no class moves."""
+    s = s.copy()
+    for _ in range(sweeps):
+        moved = 0
+        for cls in classes:
+            if time.perf_counter() > deadline:
+                return s
+            L = g.local_costs(s, node_cost)
+            best = g.seg_argmin(L)
+            cur = L[g.offs[:-1] + s]
+            newv = L[g.offs[:-1] + best]
+            sel = cls[newv[cls] < cur[cls] - 1e-12 * np.maximum(1.0, np.abs(cur[cls]))]
+            if len(sel):
+                s[sel] = best[sel]
+                moved += len(sel)
+        if not moved:
+            break
+    return s
+
+
+def _repair(g: _Graph, s: np.ndarray, deadline: float, max_steps: int = 100000) -> np.ndarray | None:
+    """Move nodes live at overloaded points to lower-usage strategies, cheapest per byte first."""
+    if g.cap is None:
+        return s
+    s = s.copy()
+    live = g.profile(s)
+    steps = 0
+    while True:
+        over = np.nonzero(live > g.cap)[0]
+        if not len(over):
+            return s
+        if steps >= max_steps or time.perf_counter() > deadline:
+            return None
+        j = int(over[np.argmax(live[over])])
+        cand = np.nonzero(g.live_mask & (g.lo <= j) & (g.hi > j))[0]
+        best = None
+        for i in cand:
+            sl = slice(g.offs[i], g.offs[i + 1])
+            u = g.usage[sl]
+            cu = u[s[i]]
+            lower = np.nonzero(u < cu)[0]
+            if not len(lower):
+                continue
+            lc = _node_local(g, s, i)
+            dc = lc[lower] - lc[s[i]]
+            du = cu - u[lower]
+            ratio = dc / du
+            a = int(np.argmin(ratio))
+            if best is None or ratio[a] < best[0]:
+                best = (ratio[a], i, int(lower[a]), float(du[a]))
+        if best is None:
+            return None
+        _, i, a, du = best
+        live[g.lo[i]:g.hi[i]] -= du
+        s[i] = a
+        steps += 1
+
+
+def _node_local(g: _Graph, s: np.ndarray, i: int, node_cost: np.ndarray | None = None) -> np.ndarray:
+    """Local cost vector of node i given its neighbours' strategies in s."""
+    nc = g.cost if node_cost is None else node_cost
+    c = nc[g.offs[i]:g.offs[i + 1]].copy()
+    ki = int(g.k[i])
+    for p in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
+        e = int(g.adj_edge[p])
+        j = int(g.adj[p])
+        base = int(g.eoff[e])
+        if g.eu[e] == i:
+            kj = int(g.k[j])
+            c += g.ec[base + np.arange(ki) * kj + s[j]]
+        else:
+            c += g.ec[base + s[j] * ki: base + (s[j] + 1) * ki]
+    return c
+
+
+def _polish(g: _Graph, s: np.ndarray, deadline: float, passes: int = 20) -> np.ndarray:
+    """Sequential ICM on the true costs that keeps the plan within the memory cap."""
+    s = s.copy()
+    live = g.profile(s) if g.cap is not None else None
+    for _ in range(passes):
+        L = g.local_costs(s, g.cost)
+        best = g.seg_argmin(L)
+        cur = L[g.offs[:-1] + s]
+        cand = np.nonzero(L[g.offs[:-1] + best] < cur)[0]
+        improved = 0
+        for i in cand:
+            if time.perf_counter() > deadline:
+                return s
+            lc = _node_local(g, s, i)
+            u = g.usage[g.offs[i]:g.offs[i + 1]]
+            if live is not None and g.live_mask[i] and g.hi[i] > g.lo[i]:
+                room = g.cap - live[g.lo[i]:g.hi[i]].max()
+                ok = u <= u[s[i]] + room
+            else:
+                ok = np.ones(len(u), dtype=bool)
+            lc = np.where(ok, lc, np.inf)
+            a = int(np.argmin(lc))
+            if lc[a] < lc[s[i]]:
+                if live is not None and g.live_mask[i]:
+                    live[g.lo[i]:g.hi[i]] += u[a] - u[s[i]]
+                s[i] = a
+                improved += 1
+        if not improved:
+            break
+    return s
+
+
+def _greedy(g: _Graph, deadline: float) -> np.ndarray:
+    """Nodes in index order (producers first in traced and contest graphs): each takes the strategy
+    cheapest with the edges to the nodes already decided."""
+    s = np.full(g.n, -1, dtype=np.int64)
+    for i in range(g.n):
+        if time.perf_counter() > deadline:
+            break
+        c = g.cost[g.offs[i]:g.offs[i + 1]].copy()
+        ki = int(g.k[i])
+        for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
+            j = int(g.adj[q])
+            if s[j] < 0:
+                continue
+            e = int(g.adj_edge[q])
+            base = int(g.eoff[e])
+            if g.eu[e] == i:
+                c += g.ec[base + np.arange(ki) * int(g.k[j]) + s[j]]
+            else:
+                c += g.ec[base + s[j] * ki: base + (s[j] + 1) * ki]
+        s[i] = int(np.argmin(c))
+    rest = s < 0
+    if rest.any():
+        s[rest] = g.seg_argmin(g.cost)[rest]
+    return s
+
+
+def _forest_dp(g: _Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
+    """Exact block move: a random induced forest of the graph is re-optimised by tree dynamic
+    programming with every other node fixed at ``s`` (their edges become unary costs)."""
+    n = g.n
+    parent = np.arange(n)
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    inf = np.zeros(n, dtype=bool)
+    ptr, adj = g.adj_ptr, g.adj
+    for i in rng.permutation(n).tolist():
+        nb = adj[ptr[i]:ptr[i + 1]]
+        nb = nb[inf[nb]]
+        roots = [find(int(j)) for j in nb]
+        if len(set(roots)) == len(roots):
+            inf[i] = True
+            for r in roots:
+                parent[r] = i
+    # unary costs: node cost + edges that leave the forest
+    in_edge = inf[g.eu] & inf[g.ev]
+    L = node_cost.copy()
+    if len(g.eu):
+        m = ~in_edge[g.gu_edge]
+        sv = s[g.ev[g.gu_edge[m]]]
+        _scatter_add(L, g.gu_flat[m], g.ec[g.eoff[g.gu_edge[m]] + g.gu_loc[m] * g.k[g.ev[g.gu_edge[m]]] + sv])
+        m = ~in_edge[g.gv_edge]
+        su = s[g.eu[g.gv_edge[m]]]
+        _scatter_add(L, g.gv_flat[m], g.ec[g.eoff[g.gv_edge[m]] + su * g.k[g.ev[g.gv_edge[m]]] + g.gv_loc[m]])
+    U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
+    # BFS order over forest edges
+    seen = ~inf
+    order, par, pedge = [], np.full(n, -1), np.full(n, -1)
+    for r in np.nonzero(inf)[0].tolist():
+        if seen[r]:
+            continue
+        seen[r] = True
+        stack = [r]
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            for q in range(ptr[i], ptr[i + 1]):
+                j = int(adj[q])
+                if inf[j] and not seen[j]:
+                    seen[j] = True
+                    par[j] = i
+                    pedge[j] = g.adj_edge[q]
+                    stack.append(j)
+        if time.perf_counter() > deadline:
+            return s
+    arg = {}
+    for i in reversed(order):
+        p = par[i]
+        if p < 0:
+            continue
+        e = int(pedge[i])
+        M = g.p.edge_matrix(e)
+        if g.eu[e] != i:
+            M = M.T           # rows: i's strategies
+        tot = U[i][:, None] + M
+        a = np.argmin(tot, axis=0)
+        arg[i] = a
+        U[p] = U[p] + tot[a, np.arange(tot.shape[1])]
+    out = s.copy()
+    for i in order:
+        p = par[i]
+        out[i] = int(np.argmin(U[i])) if p < 0 else int(arg[i][out[p]])
+    return out
+
+
+def _feasible(g: _Graph, s: np.ndarray) -> bool:
+    return g.cap is None or g.profile(s).max(initial=0.0) <= g.cap
+
+
+def _lns(g: _Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
+         sub_time_s: float = 5.0):
+    """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed."""
+    from costmodel.ilp import solve_ilp
+    p = g.p
+    n = g.n
+    free = np.nonzero(g.k > 1)[0]
+    if not len(free):
+        return s, best_cost
+    while time.perf_counter() + 2.0 < deadline:
+        seed_node = int(rng.choice(free))
+        sel = _bfs(g, seed_node, size)
+        sub, back = _subproblem(g, s, sel)
+        budget = min(sub_time_s, deadline - time.perf_counter() - 1.0)
+        if budget < 0.5:
+            break
+        cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
+        try:
+            plan, _ = solve_ilp(sub, time_limit_s=budget, initial_plan=cur, reduce=True)
+        except Exception:  # infeasible or timed out without a plan: keep the current one
+            continue
+        t = s.copy()
+        t[sel] = np.asarray(plan[:len(sel)])
+        c = evaluate(p, t)
+        if c.feasible and c.total < best_cost - 1e-9 * max(1.0, abs(best_cost)):
+            s, best_cost = t, c.total
+            if progress:
+                progress(f"lns: {best_cost:.10g}")
+        del back
+    return s, best_cost
+
+
+def _bfs(g: _Graph, start: int, size: int) -> np.ndarray:
+    seen = {start}
+    frontier = [start]
+    while frontier and len(seen) < size:
+        nxt = []
+        for i in frontier:
+            for j in g.adj[g.adj_ptr[i]:g.adj_ptr[i + 1]]:
+                j = int(j)
+                if j not in seen and g.k[j] > 1:
+                    seen.add(j)
+                    nxt.append(j)
+                    if len(seen) >= size:
+                        break
+            if len(seen) >= size:
+                break
+        frontier = nxt
+    return np.array(sorted(seen), dtype=np.int64)
+
+
+def _subproblem(g: _Graph, s: np.ndarray, sel: np.ndarray):
+    """The problem over ``sel`` with the rest fixed at s: outside edges fold into node costs and the
+    outside live usage becomes single-strategy background nodes (one per compressed time segment)."""
+    p = g.p
+    pos = np.full(g.n, -1, dtype=np.int64)
+    pos[sel] = np.arange(len(sel))
+    costs, usages, red = [], [], []
+    for i in sel:
+        sl = slice(g.offs[i], g.offs[i + 1])
+        costs.append(g.cost[sl].copy())
+        usages.append(g.usage[sl])
+        red.append(np.zeros(int(g.k[i])))
+    edges, ecosts = [], []
+    for i in sel:
+        for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
+            e = int(g.adj_edge[q])
+            j = int(g.adj[q])
+            u, v = int(g.eu[e]), int(g.ev[e])
+            M = p.edge_matrix(e)
+            if pos[j] >= 0:
+                if i == u:  # add each inner edge once, from its producer
+                    edges.append((int(pos[u]), int(pos[v])))
+                    ecosts.append(M.ravel())
+            elif i == u:
+                costs[pos[i]] = costs[pos[i]] + M[:, s[v]]
+            else:
+                costs[pos[i]] = costs[pos[i]] + M[s[u], :]
+    intervals = [tuple(p.intervals[i]) for i in sel]
+    usage_limit = None
+    if g.cap is not None:
+        live = g.profile(s)
+        own = np.zeros(len(g.times) + 1)
+        su = np.where(g.live_mask[sel], g.usage[g.offs[sel] + s[sel]], 0.0)
+        np.add.at(own, g.lo[sel], su)
+        np.add.at(own, g.hi[sel], -su)
+        bg = live - np.cumsum(own)[:-1]
+        lo, hi = g.lo[sel][g.live_mask[sel]], g.hi[sel][g.live_mask[sel]]
+        cover = np.zeros(len(g.times) + 1, dtype=np.int64)
+        np.add.at(cover, lo, 1)
+        np.add.at(cover, hi, -1)
+        pts = np.nonzero(np.cumsum(cover)[:-1] > 0)[0]
+        for j in pts:
+            t0 = g.times[j]
+            t1 = g.times[j + 1] if j + 1 < len(g.times) else t0 + 1
+            costs.append(np.zeros(1))
+            usages.append(np.array([max(bg[j], 0.0)]))
+            red.append(np.zeros(1))
+            intervals.append((int(t0), int(t1)))
+        usage_limit = g.cap
+    sub = Problem.from_lists(f"{p.name}[lns]", costs, usages, intervals, edges, ecosts,
+                             usage_limit=usage_limit, node_redundant=red)
+    return sub, pos
+
+
+def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
+                use_lns: bool = True) -> list[int] | None:
+    """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
+    limit (proved by the lowest-usage plan being over it)."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(timeout_s)
+    say = progress or (lambda msg: None)
+    rng = np.random.default_rng(seed)
+    g = _Graph(problem)
+    # 1. anchor
+    order = np.lexsort((g.local, g.cost, g.usage, g.node_of))  # lowest usage, then cheapest
+    minu = g.local[order[g.offs[:-1]]]
+    if not _feasible(g, minu):
+        say("no plan fits: the lowest-usage plan is over the limit")
+        return None
+    best = minu
+    best_cost = g.total(minu)
+    say(f"anchor (lowest usage): {best_cost:.10g}")
+
+    def consider(s, tag):
+        nonlocal best, best_cost
+        if s is None or not _feasible(g, s):
+            return
+        c = g.total(s)
+        if c < best_cost:
+            best, best_cost = s.copy(), c
+            say(f"{tag}: {best_cost:.10g} ({time.perf_counter() - t0:.1f}s)")
+
+    classes = g.colour_classes()
+    # 2. descent from the cheapest / greedy plans
+    s0 = _icm(g, g.seg_argmin(g.cost), g.cost, classes, deadline)
+    s1 = _icm(g, _greedy(g, t0 + 0.2 * timeout_s), g.cost, classes, deadline)
+    if g.total(s1) < g.total(s0):
+        s0 = s1
+    consider(s0, "icm")
+    if not _feasible(g, s0):
+        consider(_repair(g, s0, min(deadline, time.perf_counter() + 0.1 * timeout_s)), "repair")
+    # 3. forest-DP block moves under Lagrangian memory penalties, until the main deadline
+    lam = np.zeros(len(g.times))
+    pos = g.cost[np.abs(g.cost) < 1e15]
+    cost_scale = float(np.median(np.abs(pos)) + 1.0) if len(pos) else 1.0
+    use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
+    step = cost_scale / use_scale
+    s = s0
+    it = stale = 0
+    main_deadline = t0 + (0.6 if use_lns else 0.92) * timeout_s
+    while time.perf_counter() < main_deadline:
+        if g.cap is not None and lam.any():
+            P = np.concatenate([[0.0], np.cumsum(lam)])
+            Lam = np.where(g.live_mask, P[g.hi] - P[g.lo], 0.0)
+            pen = g.cost + g.usage * Lam[g.node_of]
+        else:
+            pen = g.cost
+        start = s if stale < 3 else best
+        s = _forest_dp(g, start, pen, rng, deadline)
+        s = _icm(g, s, pen, classes, deadline, sweeps=3)
+        before = best_cost
+        if g.cap is not None:
+            live = g.profile(s)
+            over = np.maximum(live - g.cap, 0.0) / g.cap
+            if over.max() > 0:
+                lam += step * over * 10
+                step *= 1.2
+                consider(_repair(g, s, min(deadline, time.perf_counter() + 0.05 * timeout_s)), f"dp+repair[{it}]")
+            else:
+                lam *= 0.8
+                step *= 0.8
+                consider(s, f"dp[{it}]")
+        else:
+            consider(s, f"dp[{it}]")
+        stale = 0 if best_cost < before else stale + 1
+        it += 1
+    # 4. polish
+    s = _polish(g, best, deadline)
+    consider(s, "polish")
+    # 5. LNS
+    if use_lns and time.perf_counter() + 3.0 < deadline:
+        s, c = _lns(g, best.copy(), best_cost, deadline - 0.5, rng, say)
+        consider(s, "lns")
+        consider(_polish(g, best, deadline), "polish")
+    return [int(x) for x in best]
