@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from zoo import fno, gpt, meshgraphnet, mlp, unet, vit  # noqa: F401  (zoo.gpt.matmul_flops etc.)
 from zoo.common import LEARNING_RATE, WEIGHT_DECAY, build_step, optimizer, with_batch
 
 _MODULES = ("gpt", "vit", "fno", "unet", "meshgraphnet", "mlp")
