@@ -130,6 +130,8 @@ def test_batch_size_override():
     assert batch["inputs"].shape == (32, 1024)
     with pytest.raises(ValueError, match="batch_size"):
         zoo.build("mlp", "tiny", batch_size=0)
+    with pytest.raises(ValueError, match="seed"):
+        zoo.build("mlp", "tiny", seed="0")
 
 
 def test_unknown_names_raise():

@@ -50,4 +50,6 @@ def build(name: str, size: str, abstract: bool = False, seed: int = 0, batch_siz
     (for meshgraphnet: the number of copies of the mesh graph in one disjoint-union batch).
     """
     cfg = with_batch(config(name, size), batch_size)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an int, got {seed!r}")
     return build_step(_spec(name), cfg, abstract=abstract, seed=seed)
