@@ -1,0 +1,174 @@
+"""Benchmark the exact ILP and the IOPDDL contest solver.
+
+(a) random 1,000-node problems (8 strategies per node, sparse DAG of ~1.5 edges per node, random
+    intervals, a memory limit that binds): wall time to the proven optimum with and without the
+    reductions of costmodel/reduce.py;
+(b) every shared IOPDDL instance (../shared/iopddl): ``main_iopddl`` in a subprocess with the
+    contest timeout times ``--timeout-scale``: cost, feasibility, score = best_known / cost, wall;
+(c) zoo models (gpt tiny, ... on cpu-2x4 and h100-2x8): time to the proven optimum, when
+    ``costmodel.builder.build_problem`` is available.
+
+Writes results/bench_ilp.json. Usage:
+    python experiments/bench_ilp.py [--sections a,b,c] [--timeout-scale 1.0] [--instances A,B,G,M,S]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments.common import print_table, write_results  # noqa: E402
+
+from costmodel.problem import Problem, evaluate  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "iopddl")
+
+
+@dataclass
+class Config:
+    sections: str = "a,b,c"
+    seed: int = 0
+    random_nodes: int = 1000
+    random_strategies: int = 8
+    random_instances: int = 1
+    random_time_limit_s: float = 120.0
+    timeout_scale: float = 1.0
+    instances: str = "A,B,G,M,S"
+    zoo: str = "gpt:tiny,mlp_mixer:tiny,vit:tiny"
+    clusters: str = "cpu-2x4,h100-2x8"
+    zoo_time_limit_s: float = 60.0
+
+
+def random_problem(n: int, k: int, seed: int) -> Problem:
+    """Sparse random DAG: each node i > 0 gets 1 or 2 producers among the previous 20 nodes."""
+    rng = np.random.default_rng(seed)
+    costs = [rng.integers(1, 1000, k).astype(float) for _ in range(n)]
+    usages = [rng.integers(1, 100, k).astype(float) for _ in range(n)]
+    st = np.arange(n)
+    en = st + rng.integers(1, 30, n)
+    edges, ecosts = [], []
+    for v in range(1, n):
+        for u in rng.choice(np.arange(max(0, v - 20), v), size=min(v, 1 + int(rng.random() < 0.5)), replace=False):
+            edges.append((int(u), v))
+            m = rng.integers(0, 500, k * k).astype(float)
+            m[np.arange(k) * (k + 1)] = 0.0       # same layout on both sides: no resharding
+            ecosts.append(m)
+    p = Problem.from_lists(f"random-{n}x{k}-s{seed}", costs, usages, np.stack([st, en], 1), edges, ecosts)
+    # limit: between the lowest-usage plan's peak and the cheapest-node plan's peak
+    lo = evaluate(p, [int(np.argmin(u)) for u in usages]).peak_memory_bytes
+    hi = evaluate(p, [int(np.argmin(c)) for c in costs]).peak_memory_bytes
+    return p.with_usage_limit(float(lo + 0.5 * (hi - lo)))
+
+
+def section_a(cfg: Config) -> list[dict]:
+    from costmodel.ilp import solve_ilp
+    rows = []
+    for i in range(cfg.random_instances):
+        p = random_problem(cfg.random_nodes, cfg.random_strategies, cfg.seed + i)
+        for reduce in (True, False):
+            t0 = time.perf_counter()
+            plan, info = solve_ilp(p, time_limit_s=cfg.random_time_limit_s, reduce=reduce)
+            rows.append({"instance": p.name, "reduce": reduce, "status": info.status,
+                         "cost": evaluate(p, plan).total, "bound": info.bound,
+                         "wall_s": round(time.perf_counter() - t0, 2), "vars": info.num_vars,
+                         "rows": info.num_rows, "free_nodes": info.reduced_nodes})
+            print(rows[-1], flush=True)
+    print_table(rows, title="(a) random problems: time to proven optimum")
+    return rows
+
+
+def section_b(cfg: Config) -> list[dict]:
+    with open(os.path.join(SHARED, "best_known.json")) as f:
+        bk = json.load(f)
+    rows = []
+    for name in cfg.instances.split(","):
+        path = os.path.join(SHARED, f"asplos-2025-iopddl-{name}.json.gz")
+        timeout = bk["timeout_s"][name] * cfg.timeout_scale
+        t0 = time.perf_counter()
+        code = ("import sys; from costmodel.iopddl_cli import main_iopddl; "
+                f"main_iopddl({path!r}, {timeout!r})")
+        try:
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=timeout + 5, cwd=os.path.dirname(SHARED) + "/../main")
+            out = proc.stdout.strip().splitlines()
+            plan = json.loads(out[-1]) if out else []
+            log = proc.stderr.strip().splitlines()[-3:]
+        except subprocess.TimeoutExpired:
+            plan, log = [], ["killed: ran past the timeout"]
+        wall = time.perf_counter() - t0
+        p = Problem.from_iopddl(path)
+        if plan:
+            c = evaluate(p, plan)
+            cost, feas = c.total, c.feasible
+        else:
+            cost, feas = float("inf"), False
+        best = bk["best_known_cost"][name]
+        rows.append({"instance": name, "timeout_s": timeout, "wall_s": round(wall, 1), "cost": cost,
+                     "feasible": feas, "best_known": best,
+                     "score": (best / cost) if feas and cost > 0 else 0.0, "log_tail": log})
+        print({k: v for k, v in rows[-1].items() if k != "log_tail"}, flush=True)
+    print_table([{k: v for k, v in r.items() if k != "log_tail"} for r in rows],
+                title="(b) IOPDDL instances")
+    return rows
+
+
+def section_c(cfg: Config) -> list[dict]:
+    try:
+        import zoo
+        from costmodel.builder import build_problem
+        from costmodel.trace import trace
+    except ImportError as exc:
+        print(f"(c) skipped: build_problem is unavailable ({exc})")
+        return [{"skipped": str(exc)}]
+    from costmodel.ilp import solve_ilp
+    rows = []
+    for spec in cfg.zoo.split(","):
+        model, size = spec.split(":")
+        try:
+            fn, args = zoo.build(model, size, abstract=True)
+            graph = trace(fn, *args)
+        except Exception as exc:  # a zoo entry that is missing or broken: report and go on
+            rows.append({"model": spec, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for cluster in cfg.clusters.split(","):
+            try:
+                p = build_problem(graph, cluster)
+                t0 = time.perf_counter()
+                plan, info = solve_ilp(p, time_limit_s=cfg.zoo_time_limit_s)
+                rows.append({"model": spec, "cluster": cluster, "nodes": p.num_nodes,
+                             "strategies": int(p.num_strategies.sum()), "status": info.status,
+                             "step_time_s": info.step_time_s, "wall_s": round(time.perf_counter() - t0, 2),
+                             "free_nodes": info.reduced_nodes})
+            except Exception as exc:
+                rows.append({"model": spec, "cluster": cluster, "error": f"{type(exc).__name__}: {exc}"})
+            print(rows[-1], flush=True)
+    print_table(rows, title="(c) zoo models: time to proven optimum")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f, v in asdict(Config()).items():
+        ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    cfg = Config(**vars(ap.parse_args(argv)))
+    out = {}
+    secs = cfg.sections.split(",")
+    if "a" in secs:
+        out["random"] = section_a(cfg)
+    if "b" in secs:
+        out["iopddl"] = section_b(cfg)
+    if "c" in secs:
+        out["zoo"] = section_c(cfg)
+    path = write_results("bench_ilp", out, config=asdict(cfg), seed=cfg.seed)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
