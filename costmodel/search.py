@@ -336,7 +336,6 @@ def _lns(g: _Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progr
     """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed."""
     from costmodel.ilp import solve_ilp
     p = g.p
-    n = g.n
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
         return s, best_cost

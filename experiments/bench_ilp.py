@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from costmodel.problem import Problem, evaluate  # noqa: E402
 from experiments.common import print_table, write_results  # noqa: E402
 
-from costmodel.problem import Problem, evaluate  # noqa: E402
-
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "iopddl")
 
 
@@ -96,7 +96,7 @@ def section_b(cfg: Config) -> list[dict]:
                 f"main_iopddl({path!r}, {timeout!r})")
         try:
             proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  timeout=timeout + 5, cwd=os.path.dirname(SHARED) + "/../main")
+                                  timeout=timeout + 5, cwd=REPO)
             out = proc.stdout.strip().splitlines()
             plan = json.loads(out[-1]) if out else []
             log = proc.stderr.strip().splitlines()[-3:]
