@@ -11,9 +11,11 @@
   profile when every node takes its least/greatest-usage strategy (max_peak is the replicated
   plan's peak when replication is the largest layout; min_peak is a lower bound of any plan's).
 * The fixed split: ``train_workloads()`` = {gpt, mlp, vit, unet} tiny x {cpu-2x4, a100-1x8, 4
-  seeded random clusters}; ``heldout_workloads()`` = {fno tiny, meshgraphnet tiny, mlp large... no:
-  see HELDOUT_MODELS} x {h100-2x8, tpu-4x4, a100-hetero-2x4}: models, sizes and clusters never
-  used in training. ``sample_workload(rng, split)`` draws from the split with a random cap.
+  seeded random 8-device clusters}; ``heldout_workloads()`` = {fno, meshgraphnet} tiny x
+  {h100-2x8, tpu-4x4, a100-hetero-2x4}: models and clusters never used in training (16-device
+  meshes and a heterogeneous one included). gpt's second size (125m, ~12x the layers of tiny) is
+  left out of the held-out set to keep problems training-sized. ``sample_workload(rng, split)``
+  draws from a split with a random memory cap; ``WorkloadSampler(split)`` wraps it for the env.
 * ``random_problem(rng, num_nodes, max_strategies, ...)``: a synthetic layered DAG with random
   costs, usages, liveness intervals and resharding matrices, for tests and training diversity.
 """
@@ -23,7 +25,7 @@ import hashlib
 import json
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +169,8 @@ class Workload:
                     os.replace(tmp, path)
                 except OSError:
                     pass
+        if problem.name != self.name:
+            problem = replace(problem, name=self.name)
         _PROBLEMS[key] = problem
         return problem
 
@@ -186,12 +190,6 @@ def _train_clusters() -> list:
                                   for s in TRAIN_RANDOM_CLUSTER_SEEDS]
 
 
-def _heldout_models() -> list[tuple[str, str]]:
-    """HELDOUT_MODELS plus gpt at its second size when that size is small (it is not: 125m is far
-    bigger than training sizes, so it is left out unless zoo grows a small second size)."""
-    return list(HELDOUT_MODELS)
-
-
 def train_workloads() -> list[Workload]:
     """The fixed training set: TRAIN_MODELS x (TRAIN_PRESETS + 4 seeded random clusters), no cap."""
     return [Workload(m, s, c) for m, s in TRAIN_MODELS for c in _train_clusters()]
@@ -199,7 +197,7 @@ def train_workloads() -> list[Workload]:
 
 def heldout_workloads() -> list[Workload]:
     """The fixed held-out set: HELDOUT_MODELS x HELDOUT_PRESETS, no cap."""
-    return [Workload(m, s, c) for m, s in _heldout_models() for c in HELDOUT_PRESETS]
+    return [Workload(m, s, c) for m, s in HELDOUT_MODELS for c in HELDOUT_PRESETS]
 
 
 def sample_workload(rng: np.random.Generator, split: str = "train", cap_probability: float = 0.5) -> Workload:
@@ -245,7 +243,8 @@ def random_problem(rng: np.random.Generator, num_nodes: int = 50, max_strategies
     before it; it has k_i strategies, uniform in [min_strategies, max_strategies] (1 with
     probability ``trivial_fraction``). Per strategy: cost = node scale (lognormal) x U(0.2, 2);
     usage = tensor bytes (lognormal, ~20 KB) / a sharding factor from {1, 2, 4, 8}; redundant bytes
-    = usage x (8/factor - 1) x ...; comm bytes and imbalance random. ``param_fraction`` of nodes live
+    = usage x (8/factor - 1) (an 8-device mesh); comm bytes U(0, 1) x tensor bytes when sharded;
+    imbalance U(0, 0.1) x node scale. ``param_fraction`` of nodes live
     over the whole program [0, n) like parameters; others from i to their last consumer + 1.
     Resharding matrices: edge scale x U(0, 1), with a free diagonal (same strategy index) on 70% of
     the edges. ``memory_cap_fraction`` f sets usage_limit = min_peak + f (max_peak - min_peak).

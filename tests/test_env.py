@@ -1,5 +1,6 @@
 """The sharding env: API conformance, exact reward accounting, masks, features, vector envs, workloads."""
 import functools
+import gc
 import math
 import os
 import warnings
@@ -380,6 +381,8 @@ def test_vector_envs_step(kind):
         assert ends >= 2
     finally:
         venv.close()
+        del venv
+        gc.collect()   # finalise the pipes and shared memory now, not during the worker's shutdown
 
 
 # ---- workloads -----------------------------------------------------------------------------------------
@@ -412,6 +415,7 @@ def test_workload_memory_cap_fraction(mlp_problem):
     lo, hi = peak_bounds(mlp_problem)
     assert 0 < lo < hi
     p = Workload("mlp", "tiny", "cpu-2x4", memory_cap_fraction=0.25).build()
+    assert p.name == "mlp-tiny@cpu-2x4" and p.node_costs is mlp_problem.node_costs   # cached, shared arrays
     assert p.usage_limit == pytest.approx(lo + 0.25 * (hi - lo))
     assert Workload("mlp", "tiny", "cpu-2x4", memory_cap_bytes=1e6).build().usage_limit == 1e6
     with pytest.raises(ValueError, match="memory_cap_fraction"):
