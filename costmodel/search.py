@@ -463,6 +463,11 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
             best, best_cost = s.copy(), c
             say(f"{tag}: {best_cost:.10g} ({time.perf_counter() - t0:.1f}s)")
 
+    # a second anchor that avoids the 1e18 "impossible" strategies where possible
+    forb = (g.cost >= 1e15).astype(np.int64)
+    order = np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))
+    consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
+    consider(_polish(g, best, min(deadline, t0 + 0.3 * timeout_s)), "anchor polish")
     classes = g.colour_classes()
     # 2. descent from the cheapest / greedy plans
     s0 = _icm(g, g.seg_argmin(g.cost), g.cost, classes, deadline)
