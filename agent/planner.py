@@ -94,8 +94,40 @@ class LocalCosts:
         return np.minimum.reduceat(idx, off[:-1]) - off[:-1]
 
 
-def polish(problem: Problem, plan, time_budget_s: float = 1.0, max_rounds: int = 10_000,
-           lc: LocalCosts | None = None) -> list[int]:
+def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | None = None,
+           tree_moves: int = 8, seed: int = 0, max_fails: int = 3) -> list[int]:
+    """Local search: best response to a local optimum, then up to ``tree_moves`` random spanning-
+    forest DP moves (``tree_dp_move``), each kept only if it lowers the true cost and stays within
+    the memory cap, followed by best response again; stops early after 3 failed tree moves in a
+    row or when ``time_budget_s`` is spent. Never makes a plan worse or infeasible."""
+    t0 = time.perf_counter()
+    lc = lc or LocalCosts.of(problem)
+    cur = best_response(problem, plan, time_budget_s=time_budget_s, lc=lc)
+    cost = evaluate(problem, cur).total
+    rng = np.random.default_rng(seed)
+    fails = 0
+    for _ in range(tree_moves):
+        if fails >= max_fails or time.perf_counter() - t0 > time_budget_s or problem.num_edges == 0:
+            break
+        cand = tree_dp_move(problem, cur, lc, rng)
+        c = evaluate(problem, cand)
+        if not c.feasible:
+            rep = repair_memory(problem, cand, lc=lc)
+            if rep is None:
+                fails += 1
+                continue
+            cand = rep
+        cand = best_response(problem, cand, time_budget_s=max(0.0, time_budget_s - (time.perf_counter() - t0)), lc=lc)
+        c = evaluate(problem, cand)
+        if c.feasible and c.total < cost * (1 - 1e-12):
+            cur, cost, fails = cand, c.total, 0
+        else:
+            fails += 1
+    return [int(x) for x in cur]
+
+
+def best_response(problem: Problem, plan, time_budget_s: float = 1.0, max_rounds: int = 10_000,
+                  lc: LocalCosts | None = None) -> list[int]:
     """Iterated best response (see module docstring); never makes a plan worse or infeasible."""
     lc = lc or LocalCosts.of(problem)
     plan = np.asarray(plan, dtype=np.int64).copy()
@@ -149,6 +181,94 @@ def polish(problem: Problem, plan, time_budget_s: float = 1.0, max_rounds: int =
             new[safe] = best[safe]
         plan = new
     return [int(x) for x in plan]
+
+
+def tree_dp_move(problem: Problem, plan, lc: LocalCosts, rng: np.random.Generator) -> np.ndarray:
+    """One large-neighbourhood move: re-optimise every node at once, exactly over a random spanning
+    forest of the graph (dynamic programming, leaves to roots), with each non-tree edge (u, v)
+    priced as E[s_u, plan[v]] (the consumer held at its current strategy). The caller keeps the
+    result only if the true cost falls; this is what lets whole chains switch together (e.g. a
+    layer going from sharded to replicated), which single-node best response cannot do."""
+    p = problem
+    n = p.num_nodes
+    k = p.num_strategies
+    off = p.strategy_offsets
+    plan = np.asarray(plan, dtype=np.int64)
+    es = np.nonzero(p.edges[:, 0] != p.edges[:, 1])[0] if p.num_edges else np.zeros(0, np.int64)
+    parent = np.arange(n)
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    tree = []
+    in_tree = np.zeros(p.num_edges, bool)
+    for e in es[rng.permutation(len(es))]:
+        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
+        ru, rv = find(u), find(v)
+        if ru != rv:
+            parent[ru] = rv
+            tree.append(int(e))
+            in_tree[e] = True
+    unary = lc.static.copy()
+    nt = es[~in_tree[es]]
+    if len(nt):
+        u, v = p.edges[nt, 0], p.edges[nt, 1]
+        ku = k[u]
+        rows = np.repeat(nt, ku)
+        s_of = np.arange(len(rows)) - np.repeat(np.cumsum(ku) - ku, ku)
+        tgt = off[p.edges[rows, 0]] + s_of
+        val = p.edge_costs[p.edge_offsets[rows] + s_of * k[p.edges[rows, 1]] + plan[p.edges[rows, 1]]]
+        unary += np.bincount(tgt, val, minlength=len(unary))
+    adj: list[list[int]] = [[] for _ in range(n)]
+    for e in tree:
+        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
+        adj[u].append(e)
+        adj[v].append(e)
+    seen = np.zeros(n, bool)
+    order, par_edge = [], np.full(n, -1, np.int64)
+    for r in range(n):
+        if seen[r]:
+            continue
+        seen[r] = True
+        stack = [r]
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            for e in adj[i]:
+                j = int(p.edges[e, 0]) if int(p.edges[e, 1]) == i else int(p.edges[e, 1])
+                if not seen[j]:
+                    seen[j] = True
+                    par_edge[j] = e
+                    stack.append(j)
+    msg = [unary[off[i]:off[i + 1]].copy() for i in range(n)]
+    choice: dict[int, np.ndarray] = {}
+    for i in reversed(order):
+        e = int(par_edge[i])
+        if e < 0:
+            continue
+        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
+        m = p.edge_matrix(e)
+        if i == v:   # parent is u: table over (s_u, s_v)
+            tab = m + msg[i][None, :]
+            choice[i] = np.argmin(tab, axis=1)
+            msg[u] += tab.min(axis=1)
+        else:        # i is the producer, parent v: table over (s_v, s_u)
+            tab = m.T + msg[i][None, :]
+            choice[i] = np.argmin(tab, axis=1)
+            msg[v] += tab.min(axis=1)
+    out = np.empty(n, np.int64)
+    for i in order:
+        e = int(par_edge[i])
+        if e < 0:
+            out[i] = int(np.argmin(msg[i]))
+        else:
+            u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
+            par = u if i == v else v
+            out[i] = int(choice[i][out[par]])
+    return out
 
 
 def repair_memory(problem: Problem, plan, lc: LocalCosts | None = None, max_moves: int | None = None) -> list[int] | None:
@@ -284,13 +404,27 @@ def _np_mlp(layers: dict, x: np.ndarray) -> np.ndarray:
     return x
 
 
+_EMBED_FNS: dict = {}
+_LOADED: dict = {}
+
+
+def _embed_fn(hidden: int, rounds: int):
+    """One jitted embedding function per architecture, shared by every Planner (so loading a
+    planner again, e.g. per ``shardgym.solve`` call, reuses jit's compiled shapes)."""
+    key = (int(hidden), int(rounds))
+    if key not in _EMBED_FNS:
+        import jax
+
+        from agent.gnn import ShardingGNN
+        model = ShardingGNN(hidden=key[0], rounds=key[1])
+        _EMBED_FNS[key] = jax.jit(lambda p, x: model.apply(p, x, method=ShardingGNN.embed_graph))
+    return _EMBED_FNS[key]
+
+
 class Planner:
     """A trained policy that plans any Problem; see the module docstring."""
 
     def __init__(self, params, config, source: str = "", update: int = 0, extra: dict | None = None):
-        import jax
-
-        from agent.gnn import ShardingGNN
         from agent.ppo import PPOConfig, make_model
         self.config = config if isinstance(config, PPOConfig) else PPOConfig.from_dict(dict(config))
         self.params = params
@@ -298,7 +432,7 @@ class Planner:
         self.update = int(update)
         self.extra = dict(extra or {})
         self.model = make_model(self.config)
-        self._embed = jax.jit(lambda p, x: self.model.apply(p, x, method=ShardingGNN.embed_graph))
+        self._embed = _embed_fn(self.config.hidden, self.config.rounds)
         self._head = None
 
     # ---- loading ----
@@ -311,6 +445,10 @@ class Planner:
             hint = (" (the shipped policy is missing: train one with `python experiments/pretrain.py --minutes M`)"
                     if which == "pretrained" else "")
             raise FileNotFoundError(f"policy checkpoint {path!r} does not exist{hint}")
+        stamp = (os.path.abspath(path), os.path.getmtime(path), os.path.getsize(path))
+        if stamp in _LOADED:
+            src = _LOADED[stamp]
+            return cls(src.params, src.config, source=src.source, update=src.update, extra=src.extra)
         state = load_checkpoint(path)
         params = state["params"]
         if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:
@@ -319,7 +457,8 @@ class Planner:
             pl = cls(params, state["config"], source=path, update=state["update"], extra=state.get("extra"))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"checkpoint {path!r} has an unusable config ({exc})") from exc
-        return pl
+        _LOADED[stamp] = pl
+        return cl_copy(pl)
 
     def describe(self) -> dict:
         import jax
@@ -393,7 +532,7 @@ class Planner:
                 return info["plan"], info["cost"]
 
     def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
-             polish: bool = True, seed: int = 0, max_passes: int = 16, polish_time_s: float = 1.0,
+             polish: bool = True, seed: int = 0, max_passes: int = 16, polish_time_s: float = 0.5,
              return_info: bool = False):
         """The cheapest feasible of ``samples`` decoded plans (mode "greedy": the first is the
         argmax decode, the rest sampled; "sample": all sampled), each memory-repaired if needed
@@ -454,3 +593,8 @@ class Planner:
 
 
 polish_fn = polish
+
+
+def cl_copy(pl: Planner) -> Planner:
+    """A Planner sharing ``pl``'s parameters (fine-tuning one never changes the cached original)."""
+    return Planner(pl.params, pl.config, source=pl.source, update=pl.update, extra=pl.extra)
