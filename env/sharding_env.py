@@ -571,6 +571,10 @@ class ShardingEnv(gym.Env):
                         memory_scale=c.mem_scale, redundancy_scale=c.red_scale)
         return self._observation(), float(reward), terminated, False, info
 
+    def action_masks(self) -> np.ndarray:
+        """The current action mask as bools (the method sb3-contrib's MaskablePPO looks for)."""
+        return self._obs["action_mask"].astype(bool)
+
     # ---- internals -----------------------------------------------------------------------------
     def _observation(self) -> dict:
         if self.copy_obs:

@@ -5,7 +5,7 @@
   name or a Cluster). Built problems are cached in-process and on disk under
   ``$SHARDGYM_CACHE_DIR`` (default ``~/.cache/shardgym/problems``; ``SHARDGYM_CACHE=0`` turns the
   disk cache off), keyed by model, size, the cluster's fields and a hash of the costmodel/ and zoo/
-  sources (so a code change invalidates it).
+  sources (so a code change invalidates it; files from older code are deleted on the next write).
 * Memory caps: ``memory_cap_bytes`` sets the cap; ``memory_cap_fraction`` f sets it to
   ``min_peak + f * (max_peak - min_peak)`` where min_peak/max_peak are the peaks of the live-usage
   profile when every node takes its least/greatest-usage strategy (max_peak is the replicated
@@ -143,7 +143,7 @@ class Workload:
         if key in _PROBLEMS:
             return _PROBLEMS[key]
         d = _cache_dir()
-        path = d / f"{self.model}-{self.size}-{key}.pkl" if d else None
+        path = d / f"{self.model}-{self.size}-{_code_version()}-{key}.pkl" if d else None
         problem = None
         if path is not None and path.exists():
             try:
@@ -167,6 +167,9 @@ class Workload:
                     with open(tmp, "wb") as f:
                         pickle.dump(problem, f, protocol=pickle.HIGHEST_PROTOCOL)
                     os.replace(tmp, path)
+                    for stale in path.parent.glob("*.pkl"):   # built by older code: never read again
+                        if _code_version() not in stale.name:
+                            stale.unlink(missing_ok=True)
                 except OSError:
                     pass
         if problem.name != self.name:

@@ -273,7 +273,7 @@ def test_context_features_and_cap_independent_preprocessing(example):
     obs, info = e.reset(options={"problem": example.with_usage_limit(45.0)})
     assert info["memory_cap_bytes"] == 45.0
     obs, *_ = e.step(0)
-    assert list(obs["action_mask"]) == [1, 0, 1]
+    assert list(obs["action_mask"]) == [1, 0, 1] and list(e.action_masks()) == [True, False, True]
 
 
 def test_zoo_problem_has_meta_features(mlp_problem):
