@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, usage_profile
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
 OBJECTIVES = ("time", "memory", "redundancy")
@@ -280,7 +280,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     for j in range(S):
         integ[j] = highspy.HighsVarType.kInteger
     lp.integrality_ = integ
-    h = highspy.Highs()
+    h = new_highs()
     h.setOptionValue("output_flag", bool(verbose))
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("mip_rel_gap", float(rel_gap))
@@ -367,6 +367,35 @@ def _weights_for(objective, weights):
             "redundancy": 1.0 if objective == "redundancy" else 0.0}, objective != "time"
 
 
+def new_highs():
+    """A Highs instance without the banner HiGHS 1.16 writes to the C-level stdout on construction
+    (output_flag cannot be set before the constructor runs): fd 1 points at /dev/null meanwhile."""
+    import os
+    import sys
+
+    import highspy
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return h
+
+
+def _peak_upper_bound(problem: Problem) -> float:
+    """The peak of the profile where every node holds its largest usage: no plan's live usage
+    exceeds it at any time point, so a cap at or above it never binds."""
+    k = problem.num_strategies
+    big = np.maximum.reduceat(problem.node_usages, problem.strategy_offsets[:-1]) if len(k) else np.zeros(0)
+    _, live = usage_profile(problem, big)
+    return float(live.max()) if len(live) else 0.0
+
+
 def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, max_step_time_s=None,
               time_limit_s: float = 60, weights: dict | None = None, verbose: bool = False,
               reduce: bool = True, mip_rel_gap: float = 1e-6, threads: int = 2,
@@ -389,6 +418,8 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     if max_step_time_s is not None and not np.isfinite(max_step_time_s):
         raise ValueError(f"max_step_time_s must be finite, got {max_step_time_s}")
     need_m = w["memory"] > 0
+    if cap is not None and _peak_upper_bound(problem) <= cap:
+        cap = None  # no plan can reach the cap: dropping it is exact and unlocks the reductions
     memory_matters = cap is not None or need_m
     red_matters = w["redundancy"] > 0
 
