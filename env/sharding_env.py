@@ -616,7 +616,9 @@ class ShardingEnv(gym.Env):
         if hi > lo:
             live = self._live[lo:hi]
             live += u
-            top = float(live.max())
+            # the current node's interval max was taken in _advance and nothing changed since:
+            # max(live + u) == max(live) + u exactly (rounding is monotonic)
+            top = self._top_cur + u if i == self._cur else float(live.max())
             if top > self._peak:
                 reward += c.w_mem * c.mem_scale * (top - self._peak)
                 self._peak = top
@@ -653,7 +655,7 @@ class ShardingEnv(gym.Env):
         while self._ptr < n:
             i = order[self._ptr]
             if self.skip_trivial and trivial[i] and i != self._last_decision:
-                self._cur = i
+                self._cur = -1
                 self._pending += self._apply(i, 0)
                 self._ptr += 1
                 continue
@@ -694,7 +696,7 @@ class ShardingEnv(gym.Env):
                     fits = (delta <= self._cap - m) | (delta <= 0)
                     both = fits if mask is None else (mask & fits)
                     mask = both if both.any() else fits
-            top = float(self._live[lo:hi].max())
+            top = self._top_cur = float(self._live[lo:hi].max())
             af[i, :k, _A_PEAK] = c.usage_n_rows[i] + (top - self._peak) / c.mem_unit
         if mask is None:
             am[:] = c.kmask[k]

@@ -7,7 +7,8 @@ shardgym/Sharding-v0 on ``random_problem(rng, 2000, max_strategies=16, min_strat
 valid actions (uniform over ``np.flatnonzero(obs["action_mask"])``), single env with persistent
 observation arrays (``copy_obs=False``) and with a fresh copy per step (the default), and both
 vectorised with SyncVectorEnv(copy=False) (4 envs; steps/s counts env steps = 4 x vector
-steps; the vector env still copies each env's observation into its batch buffer). Episodes
+steps; the vector env still copies each env's observation into its batch buffer) and with
+AsyncVectorEnv(shared_memory=True, copy=False) (workers write into shared memory). Episodes
 reset as they end (2,000-node episodes are ~1,800 decisions). steps/s counts the whole loop
 (action choice included); step_only_per_s times env.step alone. Rows run in interleaved rounds and
 report medians, since the machine may be shared. Writes results/bench_env.json.
@@ -111,6 +112,18 @@ def main(argv=None) -> dict:
     for _ in range(args.rounds):
         for key, v in venvs.items():
             vec[key].append(bench_vector(v, per, masked=key != "cart"))
+    # AsyncVectorEnv with shared memory: each worker writes its observation straight into the
+    # shared batch buffer (no copy in the parent with copy=False)
+    avec = {"cart": [], "shard": []}
+    avenvs = {"cart": gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * args.num_envs,
+                                                shared_memory=True, copy=False),
+              "shard": gym.vector.AsyncVectorEnv([functools.partial(make, copy_obs=False)] * args.num_envs,
+                                                 shared_memory=True, copy=False)}
+    for _ in range(args.rounds):
+        for key, v in avenvs.items():
+            avec[key].append(bench_vector(v, per, masked=key != "cart"))
+    for v in list(venvs.values()) + list(avenvs.values()):
+        v.close()
 
     def summary(runs, base):
         out = {"steps": int(sum(r["steps"] for r in runs)),
@@ -129,6 +142,8 @@ def main(argv=None) -> dict:
         {"env": "Sharding-v0", "mode": "single, copy_obs=True", **summary(single["shard_copy"], single["cart"])},
         {"env": "CartPole-v1", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["cart"], vec["cart"])},
         {"env": "Sharding-v0", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["shard"], vec["cart"])},
+        {"env": "CartPole-v1", "mode": f"AsyncVectorEnv x{args.num_envs}", **summary(avec["cart"], avec["cart"])},
+        {"env": "Sharding-v0", "mode": f"AsyncVectorEnv x{args.num_envs}", **summary(avec["shard"], avec["cart"])},
     ]
     print_table(rows, ["env", "mode", "steps", "steps_per_s", "vs_cartpole", "step_only_per_s", "step_only_vs_cartpole"],
                 title=f"env steps/s: {problem.num_nodes}-node problem, K<={args.max_strategies}, {problem.num_edges} edges")
