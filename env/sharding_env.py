@@ -3,8 +3,9 @@
 Episode. At reset a Problem is drawn from the workload source (seeded by ``reset(seed=...)``).
 Nodes are decided one per step in a fixed **topological order**: Kahn's algorithm over the edges
 (producer before consumer) taking the smallest ready node id first, so a traced Problem (whose node
-order is already topological) is walked in node order 0..n-1; a cycle (none in practice) is broken
-by taking the smallest remaining id. The action is the strategy index of ``obs["current_node"]``.
+order is already topological) is walked in node order 0..n-1. Cycles (IOPDDL's B and G have some)
+are broken by taking the smallest remaining id; rewards stay exact since an edge is charged when
+its second end is decided, whichever that is. The action is the strategy index of ``obs["current_node"]``.
 With ``skip_trivial=True`` (default) nodes with a single strategy are applied automatically,
 their cost being added to the reward of the step that reaches them (those before the first
 decision go into the first step's reward), so the rewards still sum exactly.
@@ -21,7 +22,9 @@ nodes (maintained on the problem's grid of interval endpoints). The episode's re
 to ``-objective / R`` with ``objective = w_time * cost.total + w_memory * (R/ref_peak) *
 cost.peak_memory_bytes + w_redundancy * (R/ref_redundant) * cost.redundant_memory_bytes +
 w_balance * cost.imbalance_s`` (so memory weights are dimensionless: weight 1 values the
-reference plan's peak like its step time). With default weights this is ``-cost.total / R``.
+reference plan's peak like its step time; ref_peak / ref_redundant fall back to the mean positive
+usage / redundant bytes over all strategies when the reference plan has none). With default
+weights this is ``-cost.total / R``.
 Extra penalties (not part of the objective): ``invalid_penalty`` (default 1.0) for a masked-out
 action, which is then NOT applied (the state is unchanged); ``infeasible_penalty`` (default 1.0)
 added once on the last step when the final peak exceeds the memory cap.
@@ -29,7 +32,9 @@ added once on the last step when the final peak exceeds the memory cap.
 Reference cost R (> 0): the data-parallel plan's cost when the problem is traced (has meta) and
 ``costmodel.baselines`` can build it, else the cost of the greedy plan (``greedy_plan``: each node
 in the decision order takes the strategy with the least node + resharding cost to decided
-neighbours). If that is not > 0, the mean positive node cost times num_nodes, else 1.
+neighbours, avoiding "impossible" costs as the action mask does). If that is not > 0, the mean
+positive node cost times num_nodes, else 1. Preprocessing (order, reference plan, static
+features) is cached per problem and shared by copies that differ only in their usage_limit.
 
 Action mask: strategies s < k_i of the current node, minus (``mask_forbidden``) those whose
 incremental time cost is >= 1e15 (IOPDDL's "impossible" marker) or that leave some undecided
@@ -46,9 +51,11 @@ for each feature): node_features (N, F_node), action_features (N, K, F_act), edg
 int32 (producer, consumer), edge_features (E, F_edge), edge_mask (E,), node_mask (N,),
 current_node (1,) int64, action_mask (K,) int8. At the terminal step current_node is 0 and
 action_mask is [1, 0, ...] (a dummy; the episode is over). Obs arrays are copies
-(``copy_obs=True``, default, required by check_env) or, with ``copy_obs=False``, the env's
-persistent arrays, updated in place in O(degree x K) per step: copy them if you keep them
-(gymnasium's vector envs copy into their own buffers, so ``copy_obs=False`` is safe there).
+(``copy_obs=True``, default, required by check_env's "data not reused" check) or, with
+``copy_obs=False``, the env's persistent arrays, updated in place in O(degree x K) per step: copy
+them if you keep them. gymnasium's vector envs copy into their own (or shared-memory) buffers, so
+``copy_obs=False`` is safe and ~4x faster there. Episode context (memory cap / mem_unit, objective
+weights) is broadcast into every node row (see NODE_FEATURES).
 
 Step cost: O(degree x K + interval length in grid points); the plan is evaluated once per episode
 (``costmodel.problem.evaluate``) for the final info: plan, cost, reference_cost, objective.
