@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import env as env_pkg
 from costmodel.problem import Problem, evaluate
@@ -199,6 +201,26 @@ def test_rewards_sum_to_minus_objective(weights, mlp_problem):
                     assert len(rewards) == int((p.num_strategies > 1).sum())
                 if not skip:
                     assert len(rewards) == p.num_nodes
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), kmax=st.integers(1, 6),
+       cap=st.one_of(st.none(), st.floats(0.0, 1.0)), w=st.tuples(*[st.floats(0.0, 3.0)] * 4),
+       skip=st.booleans(), mask_memory=st.booleans())
+def test_reward_identity_property(seed, n, kmax, cap, w, skip, mask_memory):
+    rng = np.random.default_rng(seed)
+    p = random_problem(rng, n, kmax, min_strategies=1, memory_cap_fraction=cap)
+    weights = dict(zip(("time", "memory", "redundancy", "balance"), w))
+    if sum(w) == 0:
+        weights["time"] = 1.0
+    e = ShardingEnv(p, weights=weights, skip_trivial=skip, mask_memory=mask_memory)
+    rewards, info, _ = run_episode(e, seed % 1000, rng)
+    assert info["cost"] == evaluate(p, info["plan"])
+    penalty = 0.0 if info["cost"].feasible else e.infeasible_penalty
+    want = -weighted(info) / info["reference_cost"] - penalty
+    assert math.isclose(sum(rewards), want, rel_tol=1e-9, abs_tol=1e-12)
+    if cap is not None and mask_memory:
+        assert info["cost"].feasible   # random_problem caps lie between the min and max peaks
 
 
 def test_memory_mask_keeps_capped_episodes_feasible():
