@@ -71,8 +71,9 @@ class PPOConfig:
     """Share of episodes on random problems (env.workloads.random_problem) for diversity."""
     random_start: float = 0.0
     """Probability that an episode starts mid-way: a uniform number of prefix steps (up to
-    num_nodes − num_steps/2) is played by the greedy-by-cost rule (the env's best_incremental
-    action feature), so long episodes (hundreds of nodes) train on their late decisions too."""
+    num_nodes − num_steps/2) is played by ``agent.planner.heuristic_plan`` (falling back to the
+    env's best_incremental action where the mask forbids it), so long episodes (hundreds of
+    nodes) train on their late decisions too, from sensible states."""
     scale_rewards: bool = True
     """Multiply each episode's rewards by R / C_h (R: the env's reference cost, C_h: the cost of
     ``agent.planner.heuristic_plan`` on the episode's problem), so a return of −1 means "as good
@@ -203,20 +204,30 @@ def gae(rewards, values, dones, last_value, gamma, lam):
     return adv, adv + values
 
 
-_SCALES: dict = {}
+_HEURISTIC: dict = {}
+
+
+def _problem_key(problem):
+    return (problem.name, problem.num_nodes, problem.num_edges, float(problem.node_costs.sum()),
+            float(problem.edge_costs.sum()), problem.usage_limit)
+
+
+def heuristic_for(problem):
+    """(cached) ``agent.planner.heuristic_plan`` of ``problem`` as an array (None if none is feasible)."""
+    key = _problem_key(problem)
+    if key not in _HEURISTIC:
+        from agent.planner import heuristic_plan
+        plan, _ = heuristic_plan(problem)
+        _HEURISTIC[key] = None if plan is None else np.asarray(plan, np.int64)
+    return _HEURISTIC[key]
 
 
 def reward_scale(problem, reference_cost: float) -> float:
     """R / C_h (see PPOConfig.scale_rewards), cached by the problem's identity and contents."""
-    key = (problem.name, problem.num_nodes, problem.num_edges, float(problem.node_costs.sum()),
-           float(problem.edge_costs.sum()), problem.usage_limit)
-    if key not in _SCALES:
-        from agent.planner import heuristic_plan
-        from costmodel.problem import evaluate
-        plan, _ = heuristic_plan(problem)
-        c = evaluate(problem, plan).total if plan is not None else reference_cost
-        _SCALES[key] = float(reference_cost / c) if c > 0 and np.isfinite(c) else 1.0
-    return _SCALES[key]
+    from costmodel.problem import evaluate
+    plan = heuristic_for(problem)
+    c = evaluate(problem, plan).total if plan is not None else reference_cost
+    return float(reference_cost / c) if c > 0 and np.isfinite(c) else 1.0
 
 
 def _cost_total(x) -> float:
@@ -323,9 +334,13 @@ class PPOTrainer:
             col = ACTION_INDEX["best_incremental"]
             prefix = int(rng.integers(0, max(1, n - self.config.num_steps // 2)))
             self._full[slot] = prefix == 0
+            guide = heuristic_for(env.unwrapped.problem) if prefix else None
             for _ in range(prefix):
                 cur = int(obs["current_node"][0])
-                a = int(np.argmax(np.where(obs["action_mask"] > 0, obs["action_features"][cur, :, col], -1)))
+                if guide is not None and obs["action_mask"][guide[cur]]:
+                    a = int(guide[cur])
+                else:
+                    a = int(np.argmax(np.where(obs["action_mask"] > 0, obs["action_features"][cur, :, col], -1)))
                 obs, _, term, trunc, _ = env.step(a)
                 if term or trunc:
                     obs, _ = env.reset(seed=seed)
