@@ -16,7 +16,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 def _console():
     from rich.console import Console
-    return Console(), Console(stderr=True)
+    return Console(width=None if sys.stdout.isatty() else 150), Console(stderr=True)
 
 
 def _cluster(args):

@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="tiny")
     ap.add_argument("--cluster", default="cpu-2x4")
     ap.add_argument("--out-dir", default="results/demo")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="ILP time limit per solve (s)")
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
     import shardgym as sg
     from shardgym import workflow
 
-    out, err = Console(), Console(stderr=True)
+    out, err = Console(width=None if sys.stdout.isatty() else 150), Console(stderr=True)
     t_start = time.perf_counter()
     cluster = sg.Cluster.preset(args.cluster)
     with err.status(f"tracing {args.model} {args.size} and building its strategy graph on {cluster.name} ..."):
@@ -41,19 +42,26 @@ def main(argv=None) -> int:
               f"strategy graph {problem.num_nodes} nodes, {len(problem.node_costs)} strategies, {problem.num_edges} edges")
 
     methods = ["replicated", "dp", "megatron", "fsdp", "ilp:time", "ilp:memory", "policy"]
-    rows = workflow.compare(problem, methods, console=err)
+    rows = workflow.compare(problem, methods, time_limit_s=args.time_limit, console=err)
     by = {(m, o): (p, c) for m, o, p, c in rows}
     mega = by.get(("megatron", "time"), (None, None))[1]
+    chosen, cost = by.get(("ilp", "memory"), (None, None))
     if mega is not None:
         with err.status("ILP: min memory with step time <= 1.05 x Megatron ..."):
-            plan, cost = workflow.solve_and_price(problem, "ilp", "memory", max_step_time_s=1.05 * mega.step_time_s)
-        plan.meta["note"] = "min peak memory s.t. step time <= 1.05 x megatron"
-        rows.append(("ilp", "memory<=1.05xMeg", plan, cost))
-        chosen = plan
-    else:
-        chosen = by[("ilp", "memory")][0]
+            try:
+                plan, cost = workflow.solve_and_price(problem, "ilp", "memory", max_step_time_s=1.05 * mega.step_time_s,
+                                                      time_limit_s=args.time_limit)
+            except (RuntimeError, ValueError) as exc:
+                err.print(f"[red]bounded min-memory ILP failed: {exc}[/red]")
+                plan = None
+        if plan is not None:
+            plan.meta["note"] = "min peak memory s.t. step time <= 1.05 x megatron"
+            rows.append(("ilp", "memory<=1.05xMeg", plan, cost))
+            chosen = plan
+    if chosen is None:
+        raise SystemExit("no ILP plan to execute: see the errors above")
     out.print(workflow.cost_table(rows, title=f"{args.model} {args.size} on {cluster.name} (cost model)"))
-    if mega is not None:
+    if mega is not None and cost is not None:
         fsdp = by.get(("fsdp", "time"), (None, None))[1]
         saved = 1 - cost.peak_memory_bytes / mega.peak_memory_bytes
         line = (f"ILP min-memory plan within 5% of Megatron's step time: peak {workflow.fmt_bytes(cost.peak_memory_bytes)} "

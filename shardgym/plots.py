@@ -18,7 +18,10 @@ MiB = 1024 ** 2
 
 
 def _mem_unit(x: float) -> tuple[float, str]:
-    return (GiB, "GiB") if x >= GiB else (MiB, "MiB")
+    for scale, unit in ((GiB, "GiB"), (MiB, "MiB"), (1024, "KiB")):
+        if x >= scale:
+            return scale, unit
+    return 1.0, "B"
 
 
 def _label(plan: Plan) -> str:

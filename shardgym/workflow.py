@@ -32,7 +32,7 @@ def _traced(model: str, size: str, abstract: bool):
     import shardgym as sg
     import zoo
     fn, args = zoo.build(model, size, abstract=abstract)
-    return fn, args, sg.trace(fn, *args)
+    return fn, args, sg.trace(fn, *args, name=f"{model}-{size}")
 
 
 def model_problem(model: str, size: str, cluster, memory_cap_bytes=None):
