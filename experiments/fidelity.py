@@ -66,6 +66,7 @@ def fusion_adjusted_peak(graph, problem, plan) -> float:
     (as in 1) costs nothing: it is fused into its consumers. Bytes of a group's kept outputs are
     taken pro rata of its global output bytes."""
     import numpy as np
+
     from costmodel import primitives as PR
     s = np.asarray(plan.strategies)
     flat = problem.strategy_offsets[:-1] + s

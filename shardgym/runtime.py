@@ -204,7 +204,8 @@ def _infer_aliases(args, out_shape) -> list[int | None]:
 def output_shardings(fn, args, graph: OpGraph | None, in_sh, mesh):
     """Outputs aliasing an input get that input's sharding; the others are replicated."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
     out_shape = jax.eval_shape(fn, *args)
     leaves, treedef = jax.tree.flatten(out_shape)
     if graph is not None and len(graph.output_aliases) == len(leaves):
