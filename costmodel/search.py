@@ -435,6 +435,293 @@ def _subproblem(g: _Graph, s: np.ndarray, sel: np.ndarray):
     return sub, pos
 
 
+# ---- permutation contraction -------------------------------------------------------------------
+FORBIDDEN = 1e17  # IOPDDL marks impossible shardings with 1e18
+LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
+#                       call (reduction + presolve) overran its limit by tens of seconds
+
+
+class _Contraction:
+    """Merge nodes tied by *permutation edges* into one component node.
+
+    An edge whose allowed entries (cost < ``FORBIDDEN``) form a permutation (k_u = k_v, exactly one
+    allowed partner per row and per column) forces v's strategy once u's is chosen: any plan free of
+    forbidden entries follows it. Union-find over these edges (each member keeps a map from its
+    component root's strategy to its own) turns chains and cycles of such ties — IOPDDL's
+    "sharding must propagate" constraints, e.g. a parameter and all its uses — into single nodes, so
+    ICM and forest DP move a whole tied group at once instead of being stuck on one forbidden edge.
+    Exact: every component plan expands to an original plan with the same cost; an edge inside a
+    component becomes a unary cost (a cycle of ties whose permutations disagree just makes those
+    component strategies forbidden). Memory stays on the original nodes: ``penalty`` maps
+    per-node Lagrangian prices onto component strategies and ``expand`` gives the original plan.
+
+    Row r of the original flat strategy space (node i = node_of[r], a = r - offs[i]) is "node i's
+    row for component strategy a": ``MAP[r]`` is node i's own strategy then, ``cflat[r]`` the
+    component's flat index and ``oflat[r]`` the original flat index.
+    """
+
+    def __init__(self, g: _Graph):
+        n, k = g.n, g.k
+        m = len(g.eu)
+        ku, kv = k[g.eu], k[g.ev]
+        root = np.arange(n)
+        pos = np.zeros(n, dtype=np.int64)
+        mem: dict[int, np.ndarray] = {}
+        mp: dict[int, np.ndarray] = {}
+        if m:
+            sizes = ku * kv
+            ent_edge = np.repeat(np.arange(m), sizes)
+            loc = np.arange(len(g.ec)) - g.eoff[ent_edge]
+            row, col = loc // kv[ent_edge], loc % kv[ent_edge]
+            ok = g.ec < FORBIDDEN
+            cnt = np.bincount(ent_edge, weights=ok, minlength=m)
+            rowcnt = np.bincount(_starts(ku)[ent_edge] + row, weights=ok, minlength=int(ku.sum()))
+            colcnt = np.bincount(_starts(kv)[ent_edge] + col, weights=ok, minlength=int(kv.sum()))
+            row_bad = np.bincount(np.repeat(np.arange(m), ku), weights=rowcnt != 1, minlength=m)
+            col_bad = np.bincount(np.repeat(np.arange(m), kv), weights=colcnt != 1, minlength=m)
+            perm = (ku == kv) & (ku > 1) & (cnt == ku) & (row_bad == 0) & (col_bad == 0)
+            sel = ok & perm[ent_edge]
+            sig_all = col[sel]                       # row-major: k entries per permutation edge
+            pe = np.nonzero(perm)[0]
+            sig_ptr = np.concatenate([[0], np.cumsum(ku[pe])])
+
+            def get(r):
+                return mem.get(r, np.array([r])), mp.get(r, np.arange(int(k[r]))[None, :])
+
+            for t, e in enumerate(pe.tolist()):
+                u, v = int(g.eu[e]), int(g.ev[e])
+                ru, rv = int(root[u]), int(root[v])
+                if ru == rv:
+                    continue                         # internal: becomes a unary cost below
+                sig = sig_all[sig_ptr[t]:sig_ptr[t + 1]]
+                Mu, Pu = get(ru)
+                Mv, Pv = get(rv)
+                mu, mv = Pu[pos[u]], Pv[pos[v]]
+                if len(Mu) < len(Mv):                # keep the bigger component's root
+                    inv_sig = np.empty_like(sig)
+                    inv_sig[sig] = np.arange(len(sig))
+                    inv_mu = np.empty_like(mu)
+                    inv_mu[mu] = np.arange(len(mu))
+                    tau = inv_mu[inv_sig[mv]]        # root_v strategy -> root_u strategy
+                    keep, Mk, Pk, Mo, Po = rv, Mv, Pv, Mu, Pu[:, tau]
+                else:
+                    inv_mv = np.empty_like(mv)
+                    inv_mv[mv] = np.arange(len(mv))
+                    tau = inv_mv[sig[mu]]            # root_u strategy -> root_v strategy
+                    keep, Mk, Pk, Mo, Po = ru, Mu, Pu, Mv, Pv[:, tau]
+                gone = rv if keep == ru else ru
+                pos[Mo] = np.arange(len(Mo)) + len(Mk)
+                root[Mo] = keep
+                mem[keep] = np.concatenate([Mk, Mo])
+                mp[keep] = np.vstack([Pk, Po])
+                mem.pop(gone, None)
+                mp.pop(gone, None)
+        self.roots = roots = np.unique(root)
+        nc = len(roots)
+        cid = np.searchsorted(roots, root)
+        kc = k[roots]
+        self.coffs = coffs = np.concatenate([[0], np.cumsum(kc)])
+        MAP = g.local.copy()                          # identity for singleton components
+        for r, M in mem.items():
+            P = mp[r]
+            idx = g.offs[M][:, None] + np.arange(P.shape[1])[None, :]
+            MAP[idx.ravel()] = P.ravel()
+        self.g, self.cid, self.MAP = g, cid, MAP
+        self.cflat = coffs[cid[g.node_of]] + g.local
+        self.oflat = g.offs[g.node_of] + MAP
+        ccost = np.bincount(self.cflat, weights=g.cost[self.oflat], minlength=int(coffs[-1]))
+        # edges: inside a component -> unary; between components -> merged comp edges (lo < hi)
+        cu, cv = cid[g.eu], cid[g.ev]
+        inside = cu == cv
+        ie = np.nonzero(inside)[0]
+        if len(ie):
+            reps = ku[ie]
+            e_r = np.repeat(ie, reps)
+            a = np.arange(int(reps.sum())) - np.repeat(_starts(reps), reps)
+            val = g.ec[g.eoff[e_r] + MAP[g.offs[g.eu[e_r]] + a] * kv[e_r] + MAP[g.offs[g.ev[e_r]] + a]]
+            ccost += np.bincount(coffs[cu[e_r]] + a, weights=val, minlength=len(ccost))
+        xe = np.nonzero(~inside)[0]
+        lo, hi = np.minimum(cu[xe], cv[xe]), np.maximum(cu[xe], cv[xe])
+        pairs, ce = np.unique(lo * nc + hi, return_inverse=True)
+        plo, phi = pairs // nc, pairs % nc
+        csz = kc[plo] * kc[phi]
+        ceoff = np.concatenate([[0], np.cumsum(csz)])
+        cec = np.zeros(int(ceoff[-1]))
+        if len(xe):
+            sz = kc[lo] * kc[hi]
+            e_r = np.repeat(xe, sz)
+            ce_r = np.repeat(ce, sz)
+            loc = np.arange(int(sz.sum())) - np.repeat(_starts(sz), sz)
+            khi = np.repeat(kc[hi], sz)
+            x, y = loc // khi, loc % khi
+            u_is_lo = np.repeat(cu[xe] == lo, sz)
+            a = np.where(u_is_lo, x, y)
+            b = np.where(u_is_lo, y, x)
+            uu, vv = g.eu[e_r], g.ev[e_r]
+            val = g.ec[g.eoff[e_r] + MAP[g.offs[uu] + a] * k[vv] + MAP[g.offs[vv] + b]]
+            cec += np.bincount(ceoff[ce_r] + loc, weights=val, minlength=len(cec))
+        self.problem = Problem(name=f"{g.p.name}[tied]", strategy_offsets=coffs, node_costs=ccost,
+                               node_usages=np.zeros(len(ccost)), intervals=np.zeros((nc, 2), dtype=np.int64),
+                               edges=np.stack([plo, phi], axis=1).astype(np.int64), edge_offsets=ceoff,
+                               edge_costs=cec)
+
+    def expand(self, sc: np.ndarray) -> np.ndarray:
+        """Original plan of a component plan."""
+        g = self.g
+        return self.MAP[g.offs[:-1] + sc[self.cid]]
+
+    def contract(self, s: np.ndarray) -> np.ndarray | None:
+        """Component plan of an original plan that follows every tie, else None (a root's map
+        is the identity, so the component takes its root's strategy)."""
+        sc = np.asarray(s, dtype=np.int64)[self.roots]
+        return sc if np.array_equal(self.expand(sc), s) else None
+
+    def penalty(self, node_price: np.ndarray) -> np.ndarray:
+        """Component flat costs plus Σ_members usage · node_price[member] (Lagrangian term)."""
+        g = self.g
+        w = g.usage[self.oflat] * node_price[g.node_of]
+        return self.problem.node_costs + np.bincount(self.cflat, weights=w, minlength=len(self.problem.node_costs))
+
+
+def _node_prices(g: _Graph, lam: np.ndarray) -> np.ndarray:
+    """Λ_i = Σ_{t ∈ interval(i)} λ_t over the compressed time points (0 for empty intervals)."""
+    P = np.concatenate([[0.0], np.cumsum(lam)])
+    return np.where(g.live_mask, P[g.hi] - P[g.lo], 0.0)
+
+
+def _repair_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float,
+                 max_rounds: int = 200) -> np.ndarray | None:
+    """Make a component plan fit the memory limit, or None.
+
+    Each round takes the most overloaded time point j, prices every component with a member live
+    at j by its local cost (true costs, neighbours fixed) and its usage at j, and moves the
+    components with the cheapest cost per byte saved at j until j fits. A move can raise usage at
+    other points (members live elsewhere); later rounds see that. Greedy, so it may fail."""
+    g = C.g
+    if g.cap is None:
+        return sc
+    sc = sc.copy()
+    nC = len(C.problem.node_costs)
+    for _ in range(max_rounds):
+        live = g.profile(C.expand(sc))
+        j = int(np.argmax(live))
+        excess = live[j] - g.cap
+        if excess <= 0:
+            return sc
+        if time.perf_counter() > deadline:
+            return None
+        nodes_live = g.live_mask & (g.lo <= j) & (g.hi > j)
+        rows = np.nonzero(nodes_live[g.node_of])[0]
+        uj = np.bincount(C.cflat[rows], weights=g.usage[C.oflat[rows]], minlength=nC)
+        touched = np.unique(C.cid[g.node_of[rows]])
+        L = gc.local_costs(sc, gc.cost)
+        cur_f = gc.offs[touched] + sc[touched]
+        f_comp = np.repeat(touched, gc.k[touched])
+        f = np.concatenate([np.arange(gc.offs[c], gc.offs[c + 1]) for c in touched.tolist()])
+        cur_of_f = np.repeat(cur_f, gc.k[touched])
+        du = uj[cur_of_f] - uj[f]
+        dc = L[f] - L[cur_of_f]
+        ok = du > 0
+        if not ok.any():
+            return None
+        ratio = np.where(ok, np.maximum(dc, 0.0) / np.where(ok, du, 1.0) + 1e-300 * dc, np.inf)
+        order = np.lexsort((-du, ratio))
+        moved = set()
+        for q in order.tolist():
+            if not np.isfinite(ratio[q]) or excess <= 0:
+                break
+            c = int(f_comp[q])
+            if c in moved:
+                continue
+            moved.add(c)
+            sc[c] = int(f[q] - gc.offs[c])
+            excess -= du[q]
+    return None
+
+
+def _polish_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float, passes: int = 5) -> np.ndarray:
+    """Best-improvement moves of whole components on the true cost that keep the memory profile
+    within the limit (checked exactly: each member's usage change over its interval)."""
+    g = C.g
+    sc = sc.copy()
+    members = np.split(np.argsort(C.cid, kind="stable"), np.cumsum(np.bincount(C.cid))[:-1])
+    live = g.profile(C.expand(sc)) if g.cap is not None else None
+    for _ in range(passes):
+        L = gc.local_costs(sc, gc.cost)
+        bestL = L[gc.offs[:-1] + gc.seg_argmin(L)]
+        gain = L[gc.offs[:-1] + sc] - bestL
+        cand = np.nonzero(gain > 1e-9 * np.maximum(1.0, np.abs(bestL)))[0]
+        cand = cand[np.argsort(-gain[cand])]
+        moved = 0
+        for c in cand.tolist():
+            if time.perf_counter() > deadline:
+                return sc
+            lc = _node_local(gc, sc, c)
+            for a in np.argsort(lc).tolist():
+                if lc[a] >= lc[sc[c]]:
+                    break
+                if live is not None:
+                    M = members[c]
+                    M = M[g.live_mask[M]]
+                    du = g.usage[g.offs[M] + C.MAP[g.offs[M] + a]] - g.usage[g.offs[M] + C.MAP[g.offs[M] + sc[c]]]
+                    nz = du != 0
+                    if nz.any():
+                        acc = np.zeros(len(live) + 1)
+                        np.add.at(acc, g.lo[M[nz]], du[nz])
+                        np.add.at(acc, g.hi[M[nz]], -du[nz])
+                        delta = np.cumsum(acc)[:-1]
+                        if (live + delta).max() > g.cap:
+                            continue
+                        live += delta
+                sc[c] = a
+                moved += 1
+                break
+        if not moved:
+            break
+    return sc
+
+
+def _lagrangian_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, until: float, rng, consider,
+                     say) -> np.ndarray:
+    """The memory limit relaxed into prices (the contest winner's method), on the component graph.
+
+    λ_t ≥ 0 per compressed time point; a member node i adds usage_i[s]·Σ_{t∈interval(i)} λ_t to its
+    component's strategy cost. Each round: one random induced-forest DP move plus a few ICM
+    sweeps on the priced costs; if the expanded plan is over the limit, λ rises at the overloaded
+    points (subgradient, relative overload, growing step) and the plan is repaired; if it fits,
+    it is a candidate and λ decays, so the prices settle near the smallest that keep it feasible."""
+    g = C.g
+    classes = gc.colour_classes()
+    pos = g.cost[np.abs(g.cost) < FORBIDDEN]
+    cost_scale = float(np.median(np.abs(pos)) + 1.0) if len(pos) else 1.0
+    use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
+    step = cost_scale / use_scale
+    lam = np.zeros(len(g.times))
+    it = 0
+    best_sc = sc
+    while time.perf_counter() < until:
+        pen = C.penalty(_node_prices(g, lam)) if lam.any() else gc.cost
+        sc = _forest_dp(gc, sc, pen, rng, until)
+        sc = _icm(gc, sc, pen, classes, until, sweeps=4)
+        live = g.profile(C.expand(sc)) if g.cap is not None else np.zeros(1)
+        over = np.maximum(live - (g.cap or 0.0), 0.0) / (g.cap or 1.0)
+        if g.cap is not None and over.max() > 0:
+            lam += step * over * 10
+            step *= 1.3
+            rep = _repair_tied(C, gc, sc, min(until, time.perf_counter() + 2.0))
+            if rep is not None and consider(C.expand(rep), f"tied dp+repair[{it}]"):
+                best_sc = rep
+        else:
+            if consider(C.expand(sc), f"tied dp[{it}]"):
+                best_sc = sc
+            lam *= 0.7
+            step *= 0.7
+        if it % 8 == 7:
+            sc = best_sc.copy()        # restart from the best plan now and then
+        it += 1
+    return best_sc
+
+
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
                 use_lns: bool = True) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
@@ -454,70 +741,42 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     best_cost = g.total(minu)
     say(f"anchor (lowest usage): {best_cost:.10g}")
 
-    def consider(s, tag):
+    def consider(s, tag) -> bool:
         nonlocal best, best_cost
         if s is None or not _feasible(g, s):
-            return
+            return False
         c = g.total(s)
         if c < best_cost:
             best, best_cost = s.copy(), c
             say(f"{tag}: {best_cost:.10g} ({time.perf_counter() - t0:.1f}s)")
+            return True
+        return False
 
     # a second anchor that avoids the 1e18 "impossible" strategies where possible
-    forb = (g.cost >= 1e15).astype(np.int64)
+    forb = (g.cost >= FORBIDDEN).astype(np.int64)
     order = np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))
     consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
-    consider(_polish(g, best, min(deadline, t0 + 0.3 * timeout_s)), "anchor polish")
-    classes = g.colour_classes()
-    # 2. descent from the cheapest / greedy plans
-    s0 = _icm(g, g.seg_argmin(g.cost), g.cost, classes, deadline)
-    s1 = _icm(g, _greedy(g, t0 + 0.2 * timeout_s), g.cost, classes, deadline)
-    if g.total(s1) < g.total(s0):
-        s0 = s1
-    consider(s0, "icm")
-    if not _feasible(g, s0):
-        consider(_repair(g, s0, min(deadline, time.perf_counter() + 0.1 * timeout_s)), "repair")
-    # 3. forest-DP block moves under Lagrangian memory penalties, until the main deadline
-    lam = np.zeros(len(g.times))
-    pos = g.cost[np.abs(g.cost) < 1e15]
-    cost_scale = float(np.median(np.abs(pos)) + 1.0) if len(pos) else 1.0
-    use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
-    step = cost_scale / use_scale
-    s = s0
-    it = stale = 0
-    main_deadline = t0 + (0.6 if use_lns else 0.92) * timeout_s
-    while time.perf_counter() < main_deadline:
-        if g.cap is not None and lam.any():
-            P = np.concatenate([[0.0], np.cumsum(lam)])
-            Lam = np.where(g.live_mask, P[g.hi] - P[g.lo], 0.0)
-            pen = g.cost + g.usage * Lam[g.node_of]
-        else:
-            pen = g.cost
-        start = s if stale < 3 else best
-        s = _forest_dp(g, start, pen, rng, deadline)
-        s = _icm(g, s, pen, classes, deadline, sweeps=3)
-        before = best_cost
-        if g.cap is not None:
-            live = g.profile(s)
-            over = np.maximum(live - g.cap, 0.0) / g.cap
-            if over.max() > 0:
-                lam += step * over * 10
-                step *= 1.2
-                consider(_repair(g, s, min(deadline, time.perf_counter() + 0.05 * timeout_s)), f"dp+repair[{it}]")
-            else:
-                lam *= 0.8
-                step *= 0.8
-                consider(s, f"dp[{it}]")
-        else:
-            consider(s, f"dp[{it}]")
-        stale = 0 if best_cost < before else stale + 1
-        it += 1
-    # 4. polish
-    s = _polish(g, best, deadline)
-    consider(s, "polish")
-    # 5. LNS
+    # 2. tie nodes joined by permutation edges; descent on the component graph
+    C = _Contraction(g)
+    gc = _Graph(C.problem)
+    say(f"tied: {g.n} nodes -> {gc.n} components ({int((gc.k > 1).sum())} with a choice), "
+        f"{len(gc.eu)} edges ({time.perf_counter() - t0:.1f}s)")
+    sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, gc.colour_classes(), deadline)
+    consider(C.expand(sc), "tied icm")
+    if g.cap is not None and not _feasible(g, C.expand(sc)):
+        rep = _repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s))
+        consider(None if rep is None else C.expand(rep), "tied repair")
+    # 3. Lagrangian forest-DP rounds on the component graph
+    use_lns = use_lns and g.n <= LNS_MAX_NODES
+    main_deadline = t0 + (0.75 if use_lns else 0.92) * timeout_s
+    sc = _lagrangian_tied(C, gc, sc, main_deadline, rng, consider, say)
+    # 4. polish: component moves, then single-node moves, that keep the plan feasible
+    bsc = C.contract(best)
+    if bsc is not None:
+        consider(C.expand(_polish_tied(C, gc, bsc, deadline)), "tied polish")
+    consider(_polish(g, best, deadline), "polish")
+    # 5. LNS with the exact MILP on neighbourhoods of the original graph
     if use_lns and time.perf_counter() + 3.0 < deadline:
         s, c = _lns(g, best.copy(), best_cost, deadline - 0.5, rng, say)
         consider(s, "lns")
-        consider(_polish(g, best, deadline), "polish")
     return [int(x) for x in best]

@@ -15,11 +15,12 @@ from ilp_helpers import brute_force, random_problem  # noqa: E402
 
 from costmodel.iopddl_cli import main_iopddl  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from costmodel.search import solve_large  # noqa: E402
+from costmodel.search import _Contraction, _Graph, solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
 B = os.path.join(SHARED, "asplos-2025-iopddl-B.json.gz")
+A = os.path.join(SHARED, "asplos-2025-iopddl-A.json.gz")
 
 
 def test_solve_large_small_random_is_feasible_and_often_optimal():
@@ -70,3 +71,91 @@ def test_main_iopddl_infeasible_prints_empty(tmp_path):
 def test_main_iopddl_bad_timeout():
     with pytest.raises(ValueError, match="TIMEOUT_S"):
         main_iopddl(EXAMPLE, 0, out=io.StringIO())
+
+
+# ---- permutation ties (contraction) ------------------------------------------------------------
+def _perm_problem():
+    """a -(identity)- b -(swap)- c, plus a free edge a-c and a forbidden entry on node c.
+    Ties: b = a, c = swap(b) = swap(a), so one component with a's 2 strategies."""
+    F = 1e18
+    costs = [[1, 5], [2, 2], [10, F]]
+    usages = [[1, 1], [1, 1], [1, 1]]
+    edges = [(0, 1), (1, 2), (0, 2)]
+    ecosts = [[0, F, F, 3],        # identity: (0,0) free, (1,1) costs 3
+              [F, 4, 7, F],        # swap: (0,1) costs 4, (1,0) costs 7
+              [1, 2, 3, 4]]        # an ordinary edge
+    return Problem.from_lists("ties", costs, usages, [(0, 1)] * 3, edges, ecosts)
+
+
+def test_contraction_merges_permutation_chain_by_hand():
+    p = _perm_problem()
+    C = _Contraction(_Graph(p))
+    assert C.problem.num_nodes == 1 and list(C.problem.num_strategies) == [2]
+    # component strategy 0: a=0, b=0, c=1 -> 1 + 2 + F + 0 + 4 + 2 ; strategy 1: a=1, b=1, c=0 -> 5+2+10+3+7+3
+    assert list(C.expand(np.array([0]))) == [0, 0, 1]
+    assert list(C.expand(np.array([1]))) == [1, 1, 0]
+    assert C.problem.node_costs[1] == 5 + 2 + 10 + 3 + 7 + 3 == evaluate(p, [1, 1, 0]).total
+    assert C.problem.node_costs[0] >= 1e18
+    assert list(C.contract(np.array([1, 1, 0]))) == [1]
+    assert C.contract(np.array([1, 0, 0])) is None        # breaks the a=b tie
+    assert solve_large(p, 2.0) == [1, 1, 0]
+
+
+def test_contraction_is_exact_on_random_tied_problems():
+    rng = np.random.default_rng(3)
+    for trial in range(5):
+        p = random_problem(rng, 12, kmax=3, edge_p=0.3, limit_q=None, forbid_p=0.2)
+        # turn some edges with k_u == k_v into random permutation ties
+        k = p.num_strategies
+        ec = p.edge_costs.copy()
+        for e, (u, v) in enumerate(p.edges):
+            if k[u] == k[v] > 1 and rng.random() < 0.6:
+                M = np.full((k[u], k[v]), 1e18)
+                M[np.arange(k[u]), rng.permutation(int(k[u]))] = rng.integers(0, 9, int(k[u]))
+                ec[p.edge_offsets[e]:p.edge_offsets[e + 1]] = M.ravel()
+        p = Problem(p.name, p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges,
+                    p.edge_offsets, ec)
+        C = _Contraction(_Graph(p))
+        assert C.problem.num_nodes <= p.num_nodes
+        for _ in range(20):
+            sc = rng.integers(0, C.problem.num_strategies)
+            s = C.expand(sc)
+            assert evaluate(p, s).total == pytest.approx(evaluate(C.problem, sc).total, rel=1e-12)
+            assert np.array_equal(C.contract(s), sc)
+        # every forbidden-free original plan follows the ties, so it is some component plan
+        best, bc = brute_force(p)
+        if bc.total < 1e17:
+            assert C.contract(np.asarray(best)) is not None
+
+
+def _head(p: Problem, n: int, limit_frac: float) -> Problem:
+    """The induced subproblem on nodes 0..n-1 (contest graphs list producers first), with the
+    usage limit set ``limit_frac`` of the way from the lowest-usage plan's peak to the peak of
+    the plan of cheapest strategies, so that memory binds."""
+    offs = p.strategy_offsets[:n + 1]
+    keep = np.nonzero((p.edges[:, 0] < n) & (p.edges[:, 1] < n))[0]
+    lo, hi = p.edge_offsets[keep], p.edge_offsets[keep + 1]
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+    eoffs = np.concatenate([[0], np.cumsum(hi - lo)])
+    sub = Problem(f"{p.name}[:{n}]", offs, p.node_costs[:offs[-1]], p.node_usages[:offs[-1]],
+                  p.intervals[:n], p.edges[keep], eoffs, p.edge_costs[idx])
+    g = _Graph(sub)
+    minu = g.local[np.lexsort((g.local, g.cost, g.usage, g.node_of))[g.offs[:-1]]]
+    cheap = g.seg_argmin(g.cost)
+    a, b = g.profile(minu).max(), g.profile(cheap).max()
+    return sub.with_usage_limit(float(a + limit_frac * (b - a)))
+
+
+@pytest.mark.slow
+def test_solve_large_on_head_of_A_is_feasible_forbidden_free_and_improves():
+    p = _head(Problem.from_iopddl(A), 6000, 0.3)
+    g = _Graph(p)
+    forb = (g.cost >= 1e15).astype(np.int64)
+    anchor = g.local[np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))[g.offs[:-1]]]
+    anchor_cost = evaluate(p, anchor).total
+    t0 = time.perf_counter()
+    plan = solve_large(p, 8.0, seed=1)
+    assert time.perf_counter() - t0 < 9.0
+    c = evaluate(p, plan)
+    assert c.feasible and c.peak_memory_bytes <= p.usage_limit
+    assert c.total < 1e15 <= anchor_cost          # the naive anchor hits forbidden entries; we do not
