@@ -96,13 +96,25 @@ class LocalCosts:
 
 def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | None = None,
            tree_moves: int = 8, seed: int = 0, max_fails: int = 3) -> list[int]:
-    """Local search: best response to a local optimum, then up to ``tree_moves`` random spanning-
-    forest DP moves (``tree_dp_move``), each kept only if it lowers the true cost and stays within
-    the memory cap, followed by best response again; stops early after 3 failed tree moves in a
+    """Local search: best response and edge pair moves (``pair_moves``) to a local optimum, then
+    up to ``tree_moves`` random spanning-forest DP moves (``tree_dp_move``), each followed by the
+    same local optimisation and kept only if it lowers the true cost within the memory cap; stops early after 3 failed tree moves in a
     row or when ``time_budget_s`` is spent. Never makes a plan worse or infeasible."""
     t0 = time.perf_counter()
     lc = lc or LocalCosts.of(problem)
-    cur = best_response(problem, plan, time_budget_s=time_budget_s, lc=lc)
+
+    def local_opt(x):
+        left = lambda: max(0.0, time_budget_s - (time.perf_counter() - t0))
+        x = best_response(problem, x, time_budget_s=left(), lc=lc)
+        for _ in range(5):
+            y = pair_moves(problem, x, lc, time_budget_s=left())
+            y = best_response(problem, y, time_budget_s=left(), lc=lc)
+            if np.array_equal(np.asarray(y), np.asarray(x)):
+                break
+            x = y
+        return x
+
+    cur = local_opt(plan)
     cost = evaluate(problem, cur).total
     rng = np.random.default_rng(seed)
     fails = 0
@@ -117,7 +129,7 @@ def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | 
                 fails += 1
                 continue
             cand = rep
-        cand = best_response(problem, cand, time_budget_s=max(0.0, time_budget_s - (time.perf_counter() - t0)), lc=lc)
+        cand = local_opt(cand)
         c = evaluate(problem, cand)
         if c.feasible and c.total < cost * (1 - 1e-12):
             cur, cost, fails = cand, c.total, 0
@@ -181,6 +193,70 @@ def best_response(problem: Problem, plan, time_budget_s: float = 1.0, max_rounds
             new[safe] = best[safe]
         plan = new
     return [int(x) for x in plan]
+
+
+def pair_moves(problem: Problem, plan, lc: LocalCosts, time_budget_s: float = 0.5) -> np.ndarray:
+    """Edge moves: for every edge (u, v) the joint best (s, t) given all other nodes,
+    J[s, t] = L_u(s) − E[s, t_now] + L_v(t) − E[s_now, t] + E[s, t] (L: local costs), computed
+    for all edges at once over the flat edge-cost array; moves with positive gain are applied
+    greedily, best first, skipping any whose nodes touch a node already moved this round (so
+    every applied gain is exact). Repeats until no edge improves or the time is spent."""
+    p = problem
+    plan = np.asarray(plan, dtype=np.int64).copy()
+    if p.num_edges == 0:
+        return plan
+    t0 = time.perf_counter()
+    k = p.num_strategies
+    off, eoff = p.strategy_offsets, p.edge_offsets
+    sizes = np.diff(eoff)
+    ent_e = np.repeat(np.arange(p.num_edges), sizes)
+    pos = np.arange(len(ent_e)) - eoff[ent_e]
+    kv = k[p.edges[ent_e, 1]]
+    ent_s, ent_t = pos // kv, pos % kv
+    u_of, v_of = p.edges[ent_e, 0], p.edges[ent_e, 1]
+    loop = p.edges[:, 0] == p.edges[:, 1]
+    nbrs = [[] for _ in range(p.num_nodes)]
+    for a, b in zip(lc.nbr_u.tolist(), lc.nbr_v.tolist()):
+        nbrs[a].append(b)
+        nbrs[b].append(a)
+    limit = p.usage_limit
+    while time.perf_counter() - t0 < time_budget_s:
+        tot = lc.local(plan)
+        su, sv = plan[u_of], plan[v_of]
+        J = (tot[off[u_of] + ent_s] - p.edge_costs[eoff[ent_e] + ent_s * kv + sv]
+             + tot[off[v_of] + ent_t] - p.edge_costs[eoff[ent_e] + su * kv + ent_t]
+             + p.edge_costs)
+        nz = sizes > 0
+        mins = np.full(p.num_edges, np.inf)
+        mins[nz] = np.minimum.reduceat(J, eoff[:-1][nz])
+        cur = J[eoff[:-1] + plan[p.edges[:, 0]] * k[p.edges[:, 1]] + plan[p.edges[:, 1]]]
+        gain = np.where(loop, 0.0, cur - mins)
+        scale = max(float(np.abs(tot).max()), 1e-30)
+        cand = np.nonzero(gain > 1e-12 * scale)[0]
+        if not len(cand):
+            break
+        first = np.where(J <= mins[ent_e], np.arange(len(J)), len(J))
+        arg = np.full(p.num_edges, 0)
+        arg[nz] = np.minimum.reduceat(first, eoff[:-1][nz]) - eoff[:-1][nz]
+        locked = np.zeros(p.num_nodes, bool)
+        new = plan.copy()
+        moved = 0
+        for e in cand[np.argsort(-gain[cand])]:
+            a, b = int(p.edges[e, 0]), int(p.edges[e, 1])
+            if locked[a] or locked[b]:
+                continue
+            new[a], new[b] = divmod(int(arg[e]), int(k[b]))
+            for x in (a, b):
+                locked[x] = True
+                for y in nbrs[x]:
+                    locked[y] = True
+            moved += 1
+        if limit is not None and not evaluate(p, new).feasible:
+            break
+        if evaluate(p, new).total >= evaluate(p, plan).total:
+            break
+        plan = new
+    return plan
 
 
 def tree_dp_move(problem: Problem, plan, lc: LocalCosts, rng: np.random.Generator) -> np.ndarray:

@@ -30,7 +30,6 @@ from agent.checkpoints import load_checkpoint, save_checkpoint
 from agent.gnn import ShardingGNN, model_input
 
 
-
 @dataclass(frozen=True)
 class PPOConfig:
     """Everything that determines a training run (recorded in checkpoints and wandb)."""
