@@ -28,8 +28,8 @@ import numpy as np
 
 from costmodel.cost import Mesh, collective, compute_time, local_bytes, public_spec, redundant_bytes, reshard_matrix
 from costmodel.graph import OpGraph
-from costmodel.problem import Problem, ProblemMeta
 from costmodel.primitives import REDUCTIONS, SCATTER_COMBINE, WINDOWED
+from costmodel.problem import Problem, ProblemMeta
 from costmodel.strategies import MAX_STRATEGIES, RESHAPES, SCANS, enumerate_strategies, node_key
 
 #: consumers XLA does not fuse their operands into: the operand is a materialised buffer.

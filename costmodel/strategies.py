@@ -36,6 +36,8 @@ one replicated strategy.
 
 Padding: a mesh axis that does not divide a dim is priced with padding (ceil(d / shards) per
 device, see costmodel.cost); specs where a dim is smaller than its shard count are excluded.
+Input nodes (storage layouts) are the exception: jit arguments must split evenly, so an input
+layout whose axes do not divide the dim is excluded.
 
 Cap: at most ``max_strategies`` per node (default 32). Rule: always keep the fully replicated
 strategy, then the others by (own time = compute + the node's collectives, per-device memory,
@@ -342,6 +344,10 @@ def _fits(shape, spec, mesh: Mesh) -> bool:
     return all(not e or d >= mesh.shards(e) for d, e in zip(shape, spec))
 
 
+def _divides(shape, spec, mesh: Mesh) -> bool:
+    return all(not e or d % mesh.shards(e) == 0 for d, e in zip(shape, spec))
+
+
 def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRATEGIES) -> list[Strategy]:
     """All candidate strategies of ``node`` on ``mesh`` (capped, see module docstring).
     The fully replicated strategy is always index 0."""
@@ -375,6 +381,8 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
                          for i, m in enumerate(space.operand_maps))
         if not all(_fits(s, sp, mesh) for s, sp in zip(outs, out_specs)):
             continue
+        if is_input and not all(_divides(s, sp, mesh) for s, sp in zip(outs, out_specs)):
+            continue  # jit arguments need even shards: no padded storage layouts
         if not all(_fits(s, sp, mesh) for s, sp in zip(ops, op_specs)):
             continue
         key = (out_specs, op_specs)
