@@ -412,8 +412,8 @@ class Plan:
         try:
             with open(path) as f:
                 doc = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: malformed plan file ({exc})") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: malformed plan file, not JSON ({exc})") from exc
         if not isinstance(doc, dict) or doc.get("format") != "shardgym.Plan/1":
             raise ValueError(f"{path}: not a shardgym plan file (missing format 'shardgym.Plan/1')")
         try:

@@ -35,7 +35,7 @@ def _bytes_arg(text):
 
 
 def _add_model_args(p, size_default="tiny"):
-    p.add_argument("--model", default="gpt", help="zoo model (see `shardgym plan --list`)")
+    p.add_argument("--model", default="gpt", help="zoo model (see `shardgym list`)")
     p.add_argument("--size", default=size_default, help="model size (zoo.sizes(model))")
     p.add_argument("--cluster", default="cpu-2x4", help="cluster preset (Cluster.presets())")
     p.add_argument("--cluster-file", default=None, help="TOML/JSON cluster description (overrides --cluster)")
@@ -111,8 +111,26 @@ def cmd_run(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from agent import ppo
-    return ppo.main(args.rest)
+    """`shardgym train ARGS` = `python experiments/pretrain.py ARGS` (run from a clone)."""
+    try:
+        from experiments import pretrain
+    except ImportError:
+        raise ValueError("`shardgym train` runs experiments/pretrain.py from a clone of the repository; "
+                         "run it from the repository root") from None
+    return pretrain.main(args.rest) or 0
+
+
+def cmd_list(args) -> int:
+    import zoo
+    from costmodel.cluster import Cluster
+    out, _ = _console()
+    for name in zoo.names():
+        out.print(f"model {name}: sizes {', '.join(zoo.sizes(name))}")
+    for name in Cluster.presets():
+        c = Cluster.preset(name)
+        mesh = " x ".join(f"{a}={n}" for a, n in zip(c.axis_names, c.mesh_shape))
+        out.print(f"cluster {name}: mesh {mesh}, {c.memory_limit_bytes / 2**30:.0f} GiB/device")
+    return 0
 
 
 def cmd_iopddl(args) -> int:
@@ -125,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     from shardgym.api import METHODS, OBJECTIVES
     ap = argparse.ArgumentParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
     sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("list", help="zoo models, their sizes, and cluster presets")
+    p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("plan", help="plan one model on one cluster and print the plan")
     _add_model_args(p)
@@ -147,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-4, help="fail (exit 1) above this max_rel_err")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("train", help="train the GNN policy with PPO (arguments go to experiments/pretrain)")
+    p = sub.add_parser("train", add_help=False,
+                       help="train the GNN policy with PPO (arguments go to experiments/pretrain.py; --help lists them)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_train)
 
