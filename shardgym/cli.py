@@ -182,7 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # everything after `train` belongs to experiments/pretrain.py
+        args = argparse.Namespace(func=cmd_train, rest=argv[1:])
+    else:
+        args = ap.parse_args(argv)
     try:
         return args.func(args) or 0
     except (ValueError, FileNotFoundError) as exc:
