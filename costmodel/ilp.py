@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate, usage_profile
+from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
 OBJECTIVES = ("time", "memory", "redundancy")
@@ -107,7 +107,7 @@ def _memory_rows(p: Problem):
 
 
 def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict, threads: int,
-           rel_gap: float, verbose: bool):
+           rel_gap: float, verbose: bool, row_times=None, m_lo: float = 0.0, col_mask=None):
     import highspy
 
     k = p.num_strategies
@@ -186,6 +186,9 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     m_lower = 0.0
     if cap is not None or need_m:
         pts, live = _memory_rows(p)
+        mem_scale = float(max(np.abs(p.node_usages).max() if S else 1.0, cap or 0.0, 1.0))
+        if row_times is not None and len(pts):
+            pts = pts[np.isin(pts, row_times)]   # the others can never bind (see _tighten)
         if len(pts):
             st, en = p.intervals[:, 0], p.intervals[:, 1]
             lo_i = np.searchsorted(pts, st, side="left")
@@ -198,7 +201,6 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
             np.add.at(const, hi_i[cnt > 0], -umin[cnt > 0])
             const = np.cumsum(const)[:-1]
             var_nodes = np.nonzero((cnt > 0) & (umax > umin))[0]
-            mem_scale = float(max(np.abs(p.node_usages).max() if S else 1.0, cap or 0.0, 1.0))
             # (node, point) pairs
             vc = cnt[var_nodes]
             pn = np.repeat(var_nodes, vc)
@@ -260,11 +262,13 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     col_lo = np.zeros(num_cols)
     col_hi = np.ones(num_cols)
     if need_m:
-        col_lo[m_col] = m_lower / mem_scale
+        col_lo[m_col] = max(m_lower, m_lo) / mem_scale
         col_hi[m_col] = np.inf if cap is None else cap / mem_scale
     fixed = np.repeat(k == 1, k)
     col_lo[:S][fixed] = 1.0
     col_hi[:S][node_forbidden & ~fixed] = 0.0   # 1e18 "impossible" strategies (folded costs too)
+    if col_mask is not None:
+        col_hi[:S][~np.asarray(col_mask, dtype=bool) & ~fixed] = 0.0   # strategies ruled out exactly
     lp.col_lower_ = col_lo
     lp.col_upper_ = col_hi
     lp.col_cost_ = np.zeros(num_cols)
@@ -399,14 +403,17 @@ def _peak_upper_bound(problem: Problem) -> float:
 def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, max_step_time_s=None,
               time_limit_s: float = 60, weights: dict | None = None, verbose: bool = False,
               reduce: bool = True, mip_rel_gap: float = 1e-6, threads: int = 2,
-              initial_plan=None, forbid: bool = True) -> tuple[list[int], SolveInfo]:
+              initial_plan=None, forbid: bool = True, initial_plans=None) -> tuple[list[int], SolveInfo]:
     """Plan ``problem`` exactly (see the module docstring). Returns (strategies, SolveInfo).
+
+    ``initial_plan`` / ``initial_plans``: candidate plans (strategy lists); the best one that meets
+    the cap and the step-time bound seeds the solver (e.g. baseline plans: with the memory
+    objective under ``max_step_time_s`` the answer's peak is never above the best such seed).
 
     Raises InfeasibleError when no plan meets the memory cap / step-time bound, and
     RuntimeError when HiGHS finds no feasible plan within ``time_limit_s``.
     """
     t0 = time.perf_counter()
-    deadline = t0 + float(time_limit_s)
     if not isinstance(problem, Problem):
         raise ValueError(f"solve_ilp needs a Problem, got {type(problem).__name__}")
     w, lexi = _weights_for(objective, weights)
@@ -417,33 +424,377 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
         cap = float(memory_cap_bytes) if cap is None else min(cap, float(memory_cap_bytes))
     if max_step_time_s is not None and not np.isfinite(max_step_time_s):
         raise ValueError(f"max_step_time_s must be finite, got {max_step_time_s}")
-    need_m = w["memory"] > 0
+    if time_limit_s is None or not time_limit_s > 0:
+        raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
+    seeds = _check_seeds(problem, ([] if initial_plan is None else [initial_plan]) + list(initial_plans or []))
     if cap is not None and _peak_upper_bound(problem) <= cap:
         cap = None  # no plan can reach the cap: dropping it is exact and unlocks the reductions
+    o = _Opts(t0=t0, deadline=t0 + float(time_limit_s), reduce=reduce, threads=threads,
+              rel_gap=mip_rel_gap, verbose=verbose, forbid=forbid, memory_cap_bytes=memory_cap_bytes)
+    if lexi and objective == "memory":
+        return _solve_memory(problem, o, cap, max_step_time_s, seeds)
+    if lexi:
+        return _solve_redundancy(problem, o, cap, max_step_time_s, seeds)
+    need_m = w["memory"] > 0
+    m_lo = _min_usage(problem)[1] if need_m else 0.0
+    key = (lambda c: w["time"] * c.total + w["memory"] * c.peak_memory_bytes
+           + w["redundancy"] * c.redundant_memory_bytes)
+    start = _best_seed(problem, seeds, cap, max_step_time_s, key)
+    out = _core(problem, o, w=w, objective=objective, cap=cap, need_m=need_m, max_time=max_step_time_s,
+                start=start, m_lo=m_lo)
+    if out is None:
+        _explain_infeasible(problem, cap, max_step_time_s, o)
+    return out
+
+
+# ---- helpers for the objectives -----------------------------------------------------------------
+@dataclass
+class _Opts:
+    t0: float
+    deadline: float
+    reduce: bool
+    threads: int
+    rel_gap: float
+    verbose: bool
+    forbid: bool
+    memory_cap_bytes: float | None = None
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def until(self, deadline: float) -> "_Opts":
+        return _Opts(self.t0, min(self.deadline, deadline), self.reduce, self.threads, self.rel_gap,
+                     self.verbose, self.forbid, self.memory_cap_bytes)
+
+
+def _check_seeds(problem: Problem, seeds) -> list[list[int]]:
+    out = []
+    for s in seeds:
+        s = getattr(s, "strategies", s)   # a Plan works too
+        try:
+            arr = as_strategy_array(problem, s)
+        except Exception as e:  # noqa: BLE001 - PlanError or a shape error
+            raise ValueError(f"initial_plan(s): not a plan of {problem.name!r}: {e}") from e
+        out.append([int(x) for x in arr])
+    return out
+
+
+def _minmax(problem: Problem, vals: np.ndarray, allowed: np.ndarray | None = None):
+    """Per-node min and max of ``vals`` (one entry per strategy) over the allowed strategies."""
+    offs = problem.strategy_offsets[:-1]
+    if allowed is None:
+        return np.minimum.reduceat(vals, offs), np.maximum.reduceat(vals, offs)
+    return (np.minimum.reduceat(np.where(allowed, vals, np.inf), offs),
+            np.maximum.reduceat(np.where(allowed, vals, -np.inf), offs))
+
+
+def _argmin_plan(problem: Problem, vals: np.ndarray) -> list[int]:
+    """Per node the strategy with the least ``vals`` (ties: least node cost, then index)."""
+    out = []
+    offs = problem.strategy_offsets
+    for i in range(problem.num_nodes):
+        v = vals[offs[i]:offs[i + 1]]
+        c = problem.node_costs[offs[i]:offs[i + 1]]
+        out.append(int(np.lexsort((np.arange(len(v)), c, v))[0]))
+    return out
+
+
+def _min_usage(problem: Problem):
+    """(the plan giving every node its least usage, its peak = the lowest peak of any plan).
+    Usage is per node and the live profile a sum over nodes, so this plan minimises the live
+    usage at every time point at once: its peak is the memory optimum (without a time bound)."""
+    plan = _argmin_plan(problem, problem.node_usages)
+    return plan, evaluate(problem, plan).peak_memory_bytes
+
+
+def _range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """min(a[lo[i]:hi[i]]) for every i (inf where the range is empty): a sparse table."""
+    out = np.full(len(lo), np.inf)
+    ok = hi > lo
+    if not len(a) or not ok.any():
+        return out
+    table = [np.asarray(a, dtype=np.float64)]
+    j = 1
+    while 2 * j <= len(a):
+        prev = table[-1]
+        table.append(np.minimum(prev[:-j], prev[j:]))
+        j *= 2
+    length = np.where(ok, hi - lo, 1)
+    lev = np.floor(np.log2(length)).astype(np.int64)
+    for lv in np.unique(lev[ok]):
+        idx = ok & (lev == lv)
+        t = table[lv]
+        out[idx] = np.minimum(t[lo[idx]], t[hi[idx] - (1 << int(lv))])
+    return out
+
+
+def _tighten(problem: Problem, allowed, prune_cap, row_level):
+    """Exact tightening of the memory part. Returns (allowed, memory_free, row_times).
+
+    * Strategy pruning (``prune_cap``): with every other node at its least usage, node i's
+      strategy s raises the live usage at each of i's time points t to lmin(t) + u_s - umin_i; if
+      that exceeds the cap at some t, no plan within the cap uses s.
+    * Rows (``row_level``): with every node at its largest remaining usage the live usage at t is
+      lmax(t); a row at t with lmax(t) <= row_level can never bind (for a cap row_level = cap; for
+      the peak variable M, row_level = a proven lower bound on M). Only the others are kept.
+    * Nodes with no kept row in their interval are memory-free: their usage cannot matter, so the
+      reductions may treat them like nodes without memory (dominance, leaf/chain elimination).
+    """
+    k = problem.num_strategies
+    n = problem.num_nodes
+    node_of = np.repeat(np.arange(n), k)
+    use = problem.node_usages
+    allowed = np.ones(len(use), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool).copy()
+    umin, _ = _minmax(problem, use, allowed)
+    ts, lmin = usage_profile(problem, umin)
+    st, en = problem.intervals[:, 0], problem.intervals[:, 1]
+    live = en > st
+    lo = np.where(live, np.searchsorted(ts, st, side="left"), 0)
+    hi = np.where(live, np.searchsorted(ts, en, side="left"), 0)
+    if prune_cap is not None:
+        ms = _range_min(prune_cap - lmin, lo, hi)
+        tol = 1e-9 * max(abs(float(prune_cap)), 1.0)
+        drop = allowed & ((use - umin[node_of]) > ms[node_of] + tol)
+        keep = allowed & ~drop
+        empty = np.add.reduceat(keep.astype(np.int64), problem.strategy_offsets[:-1]) == 0
+        keep |= allowed & np.repeat(empty, k)   # cap below this node's least usage: infeasible anyway
+        allowed = keep
+    _, umax = _minmax(problem, use, allowed)
+    _, lmax = usage_profile(problem, umax)
+    if row_level is None:
+        bind = np.ones(len(ts), dtype=bool)
+    else:
+        bind = lmax > row_level
+    cb = np.concatenate([[0], np.cumsum(bind)])
+    free = ((cb[hi] - cb[lo]) == 0) | (umax <= umin) | ~live
+    return allowed, free, ts[bind]
+
+
+def _best_seed(problem, seeds, cap, max_time, key):
+    best, best_key = None, None
+    for s in seeds:
+        c = evaluate(problem, s)
+        if (cap is not None and c.peak_memory_bytes > cap) or (max_time is not None and c.total > max_time):
+            continue
+        kk = key(c)
+        if best_key is None or kk < best_key:
+            best, best_key = s, kk
+    return best
+
+
+def _core(problem, o: _Opts, *, w=None, objective="time", lexi=False, cap=None, need_m=False,
+          max_time=None, start=None, allowed=None, m_lo=0.0, red_cap=None):
+    """One exact HiGHS solve (the model of the module docstring) after the exact tightenings and
+    reductions. Returns (plan, SolveInfo), or None when the model is infeasible. ``allowed``: a
+    strategy mask the caller proved safe; ``m_lo``: a proven lower bound on the peak M."""
+    if w is None:
+        w = {"time": 1.0, "memory": 0.0, "redundancy": 0.0}
     memory_matters = cap is not None or need_m
     red_matters = w["redundancy"] > 0
-
-    attempts = [True, False] if forbid else [False]
+    free, row_times = None, None
+    if memory_matters:
+        allowed, free, row_times = _tighten(problem, allowed, cap, m_lo if need_m else cap)
+    attempts = [True, False] if o.forbid else [False]
     for use_forbid in attempts:
-        red = (reduce_problem(problem, memory_matters=memory_matters, redundancy_matters=red_matters,
-                              forbidden=FORBIDDEN_COST if use_forbid else None)
-               if reduce else identity_reduction(problem))
-        out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_step_time_s, deadline, t0,
-                             use_forbid, threads, mip_rel_gap, verbose, initial_plan, objective)
+        if o.reduce:
+            red = reduce_problem(problem, memory_matters=memory_matters, redundancy_matters=red_matters,
+                                 forbidden=FORBIDDEN_COST if use_forbid else None,
+                                 allowed=allowed, memory_free=free)
+        else:
+            red = identity_reduction(problem)
+        out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_time, o.deadline, o.t0, use_forbid,
+                             o.threads, o.rel_gap, o.verbose, start, objective, row_times=row_times,
+                             m_lo=m_lo, col_mask=None if o.reduce else allowed)
         if out is not None:
             return out
-    # infeasible: explain why
-    _explain_infeasible(problem, cap, max_step_time_s, memory_cap_bytes, deadline, reduce)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return None
+
+
+def _with(info: SolveInfo, **kw) -> SolveInfo:
+    d = info.to_dict()
+    d.update(kw)
+    return SolveInfo(**d)
+
+
+def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
+    """Memory objective: min peak, then min time at that peak (lexicographic).
+
+    Phase 1 without a step-time bound is exact and free: M* = the peak of the min-usage plan
+    (``_min_usage``). Phase 2 is a time objective under the cap M*, seeded with that plan.
+    With a bound T: if the min-time plan among the peak-M* plans meets T, that is the answer.
+    Otherwise a bisection on the peak M between LB (no plan with peak <= LB meets T) and UB (the
+    lowest peak of a known plan within T): each step solves min time under the cap C, which
+    either yields a plan within T (UB = its peak) or proves none exists (LB = C). Peaks of
+    integral usages are integral, so UB <= floor(LB) + 1 proves UB optimal; otherwise the
+    min-M model closes the rest with the tight bounds. At the time limit the best plan is
+    returned with status "time_limit", bound LB and gap (UB - LB) / UB.
+    """
+    p0, mstar = _min_usage(problem)
+    if cap is not None and mstar > cap:
+        _raise_cap(problem, cap, o, mstar)
+    seeds = seeds + [p0]
+    time_key = (lambda c: c.total)
+    c0 = evaluate(problem, p0)
+    if max_time is None or c0.total <= max_time:
+        start = _best_seed(problem, seeds, mstar, None, time_key)
+        out = _core(problem, o, cap=mstar, start=start)
+        assert out is not None, "the min-usage plan fits its own peak"
+        plan, info = out
+        return plan, _with(info, objective=info.peak_memory_bytes, bound=mstar, gap=0.0,
+                           objective_name="memory")
+    # ---- with a step-time bound ----
+    integral = bool(np.all(problem.node_usages == np.round(problem.node_usages)))
+    best = _best_seed(problem, seeds, cap, max_time, lambda c: (c.peak_memory_bytes, c.total))
+    if best is None:   # no seed meets T: the min-time plan under the cap is the natural one
+        out = _core(problem, o, cap=cap, start=_best_seed(problem, seeds, cap, None, time_key))
+        if out is None:
+            _explain_infeasible(problem, cap, max_time, o)
+        plan_t, info_t = out
+        if evaluate(problem, plan_t).total > max_time:
+            if info_t.status == "optimal":
+                _raise_time(problem, cap, max_time, mstar, evaluate(problem, plan_t).total)
+            raise RuntimeError(f"HiGHS found no plan within max_step_time_s={max_time:.6g} for "
+                               f"{problem.name!r} within the time limit; raise time_limit_s")
+        best = plan_t
+    bc = evaluate(problem, best)
+    ub, lb, lb_strict = bc.peak_memory_bytes, mstar, False
+    lexi_done = False          # is ``best`` known to be the min-time plan under the cap ub?
+    steps = []
+
+    def closed():
+        if ub <= lb:
+            return True
+        return lb_strict and integral and ub <= np.floor(lb) + 1
+
+    c_next = mstar
+    while not closed() and o.left() > 0.5 and (ub - lb) > 1e-4 * ub:
+        c = c_next
+        budget = max(0.4 * o.left(), min(5.0, o.left()))
+        tstep = time.perf_counter()
+        try:
+            out = _core(problem, o.until(time.perf_counter() + budget),
+                        cap=c if cap is None else min(c, cap), start=p0)
+        except RuntimeError:
+            out = "timeout"
+        if out is None:   # only when the cap alone is infeasible: cannot happen for c >= M*
+            lb, lb_strict, res = c, True, "infeasible"
+        elif out == "timeout":
+            res = "timeout"
+        else:
+            plan, info = out
+            pc = evaluate(problem, plan)
+            if pc.total <= max_time:
+                res = "feasible"
+                if (pc.peak_memory_bytes, pc.total) < (ub, bc.total):
+                    best, bc, ub = plan, pc, pc.peak_memory_bytes
+                    lexi_done = info.status == "optimal"
+            elif info.status == "optimal" or info.bound > max_time:
+                lb, lb_strict, res = c, True, "none within T"
+            else:
+                res = "undecided"
+        steps.append((float(c), res, round(time.perf_counter() - tstep, 2)))
+        if res in ("timeout", "undecided"):
+            c_next = c + 0.5 * (ub - c)     # an easier cap next
+        else:
+            c_next = lb + 0.5 * (ub - lb)
+        if integral:
+            c_next = float(np.floor(c_next))
+            if lb_strict and c_next <= lb:
+                c_next = float(np.floor(lb) + 1)
+        if c_next >= ub:
+            break
+    status = "optimal" if closed() else "time_limit"
+    if status != "optimal" and o.left() > 1.0 and (ub - lb) <= 0.02 * ub:
+        # close the last bit with the min-peak model between the proven bounds
+        out = _core(problem, o, w={"time": 0.0, "memory": 1.0, "redundancy": 0.0}, objective="memory",
+                    lexi=True, cap=ub if cap is None else min(ub, cap), need_m=True, max_time=max_time,
+                    start=best, m_lo=lb)
+        if out is not None:
+            plan, info = out
+            pc = evaluate(problem, plan)
+            if pc.total <= max_time and (pc.peak_memory_bytes, pc.total) <= (ub, bc.total):
+                best, bc, ub = plan, pc, pc.peak_memory_bytes
+                lexi_done = info.status == "optimal"
+            if info.status == "optimal":
+                status, lb = "optimal", ub
+            elif np.isfinite(info.bound):
+                lb = max(lb, info.bound)
+    if not lexi_done and o.left() > 0.5:
+        out = _core(problem, o, cap=ub, start=best)
+        if out is not None:
+            plan, info = out
+            pc = evaluate(problem, plan)
+            if pc.peak_memory_bytes <= ub and pc.total <= bc.total:
+                best, bc = plan, pc
+            lexi_done = info.status == "optimal"
+    if not lexi_done:
+        status = "time_limit"
+    gap = 0.0 if status == "optimal" else (ub - lb) / max(ub, 1e-300)
+    red_stats = {"bisection": steps, "min_usage_peak": mstar}
+    return best, SolveInfo(
+        status=status, objective=bc.peak_memory_bytes, bound=float(lb if status != "optimal" else ub),
+        gap=float(gap), wall_s=time.perf_counter() - o.t0, num_vars=0, num_rows=0,
+        reduced_nodes=0, objective_name="memory", step_time_s=bc.total,
+        peak_memory_bytes=bc.peak_memory_bytes, redundant_memory_bytes=bc.redundant_memory_bytes,
+        reduction=red_stats)
+
+
+def _solve_redundancy(problem, o: _Opts, cap, max_time, seeds):
+    """Redundancy objective: min redundant bytes, then min time at that optimum.
+
+    Phase 1 is free: R* = Σ_i min_s redundant[i, s] (a sum over nodes); a plan reaches R* iff
+    every node uses one of its least-redundancy strategies, so phase 2 is the time objective on
+    those strategies alone (under the cap and T). Only when that restricted problem has no plan
+    (the cap or T rules all out) does the full two-phase model run, seeded with the best
+    feasible plan R_inc and with every strategy whose excess over its node's minimum is above
+    R_inc - R* dropped (such a strategy alone makes a plan worse than the seed).
+    """
+    rd = problem.node_redundant
+    rmin, _ = _minmax(problem, rd)
+    node_of = np.repeat(np.arange(problem.num_nodes), problem.num_strategies)
+    at_min = rd <= rmin[node_of]
+    p0 = _argmin_plan(problem, rd)
+    rstar = evaluate(problem, p0).redundant_memory_bytes
+    time_key = (lambda c: c.total)
+    sub_seeds = [s for s in seeds + [p0] if at_min[problem.strategy_offsets[:-1] + np.asarray(s)].all()]
+    out = _core(problem, o, cap=cap, max_time=max_time, allowed=at_min,
+                start=_best_seed(problem, sub_seeds, cap, max_time, time_key))
+    if out is not None:
+        plan, info = out
+        return plan, _with(info, objective=info.redundant_memory_bytes, bound=rstar, gap=0.0,
+                           objective_name="redundancy")
+    # the least-redundancy strategies cannot meet the cap / T: the full model
+    best = _best_seed(problem, seeds, cap, max_time, lambda c: (c.redundant_memory_bytes, c.total))
+    if best is None:
+        out = _core(problem, o, cap=cap, start=_best_seed(problem, seeds, cap, None, time_key))
+        if out is None:
+            _explain_infeasible(problem, cap, max_time, o)
+        plan_t, info_t = out
+        if max_time is not None and evaluate(problem, plan_t).total > max_time:
+            if info_t.status == "optimal":
+                _raise_time(problem, cap, max_time, None, evaluate(problem, plan_t).total)
+            raise RuntimeError(f"HiGHS found no plan within max_step_time_s={max_time:.6g} for "
+                               f"{problem.name!r} within the time limit; raise time_limit_s")
+        best = plan_t
+    rinc = evaluate(problem, best).redundant_memory_bytes
+    tol = 1e-9 * max(abs(rinc), 1.0)
+    allowed = (rd - rmin[node_of]) <= (rinc - rstar) + tol
+    out = _core(problem, o, w={"time": 0.0, "memory": 0.0, "redundancy": 1.0}, objective="redundancy",
+                lexi=True, cap=cap, max_time=max_time, start=best, allowed=allowed)
+    if out is None:  # pragma: no cover - the seed is feasible
+        _explain_infeasible(problem, cap, max_time, o)
+    return out
 
 
 def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, deadline, t0, use_forbid,
-                   threads, rel_gap, verbose, initial_plan, objective):
+                   threads, rel_gap, verbose, initial_plan, objective, row_times=None, m_lo=0.0,
+                   col_mask=None):
     p = red.problem
     w2 = dict(w)
     if lexi and w["redundancy"] > 0:
         w2["_lex_red"] = True
-    model, mem_scale = _build(p, cap, need_m, max_time, use_forbid, w2, threads, rel_gap, verbose)
+    model, mem_scale = _build(p, cap, need_m, max_time, use_forbid, w2, threads, rel_gap, verbose,
+                              row_times=row_times, m_lo=m_lo, col_mask=col_mask)
     num_cols = len(model.time_cols)
     ts = model.time_scale
     primary = np.zeros(num_cols)
@@ -528,33 +879,53 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
 
 
 def min_peak_memory(problem: Problem, max_step_time_s=None, time_limit_s: float = 60) -> float:
-    """The lowest peak per-device memory any plan reaches (ignoring the problem's usage_limit)."""
+    """The lowest peak per-device memory any plan reaches (ignoring the problem's usage_limit).
+    Without a step-time bound this is the peak of the min-usage plan (no solve)."""
     free = problem.with_usage_limit(None)
+    if max_step_time_s is None:
+        return _min_usage(free)[1]
     plan, _ = solve_ilp(free, objective="memory", max_step_time_s=max_step_time_s, time_limit_s=time_limit_s)
     return evaluate(free, plan).peak_memory_bytes
 
 
-def _explain_infeasible(problem, cap, max_time, memory_cap_bytes, deadline, reduce):
-    remaining = max(deadline - time.perf_counter(), 5.0)
-    free = problem.with_usage_limit(None)
-    plan, _ = solve_ilp(free, objective="memory", time_limit_s=remaining, reduce=reduce)
-    peak = evaluate(free, plan).peak_memory_bytes
+def _asked(problem, o):
     asked = []
-    if memory_cap_bytes is not None:
-        asked.append(f"memory_cap_bytes={memory_cap_bytes:.6g}")
+    if o.memory_cap_bytes is not None:
+        asked.append(f"memory_cap_bytes={o.memory_cap_bytes:.6g}")
     if problem.usage_limit is not None:
         asked.append(f"the problem's usage_limit={problem.usage_limit:.6g}")
-    if cap is not None and peak > cap * (1 + 1e-9):
-        raise InfeasibleError(
-            f"no plan fits the memory cap of {cap:.6g} bytes ({' and '.join(asked)}): the lowest peak "
-            f"memory any plan reaches is {peak:.6g} bytes; raise the cap to at least that",
-            min_peak_bytes=peak)
-    # memory alone is feasible: the step-time bound fails
-    capped = problem if cap is None else problem.with_usage_limit(cap)
-    plan, _ = solve_ilp(capped, objective="time", time_limit_s=remaining, reduce=reduce)
-    fastest = evaluate(capped, plan).total
+    return " and ".join(asked)
+
+
+def _raise_cap(problem, cap, o, peak):
+    raise InfeasibleError(
+        f"no plan fits the memory cap of {cap:.6g} bytes ({_asked(problem, o)}): the lowest peak "
+        f"memory any plan reaches is {peak:.6g} bytes; raise the cap to at least that",
+        min_peak_bytes=peak)
+
+
+def _raise_time(problem, cap, max_time, peak, fastest):
+    if peak is None:
+        peak = _min_usage(problem)[1]
     where = "" if cap is None else f" within the memory cap of {cap:.6g} bytes"
     raise InfeasibleError(
         f"no plan meets max_step_time_s={max_time:.6g}{where}: the fastest step time any plan "
         f"reaches is {fastest:.6g}; raise max_step_time_s to at least that",
         min_peak_bytes=peak, min_step_time_s=fastest)
+
+
+def _explain_infeasible(problem, cap, max_time, o):
+    """Raise the InfeasibleError that says what fails: the cap (with the lowest peak any plan
+    reaches, ignoring the step-time bound) or the step-time bound (with the fastest step time
+    any plan reaches under the cap)."""
+    _, peak = _min_usage(problem)
+    if cap is not None and peak > cap * (1 + 1e-9):
+        _raise_cap(problem, cap, o, peak)
+    # memory alone is feasible: the step-time bound fails
+    o2 = o.until(max(o.deadline, time.perf_counter() + 5.0))
+    o2.deadline = max(o.deadline, time.perf_counter() + 5.0)
+    out = _core(problem, o2, cap=cap, start=_min_usage(problem)[0])
+    if out is None:  # pragma: no cover - the min-usage plan fits the cap
+        raise AssertionError("the min-usage plan fits the cap")
+    fastest = evaluate(problem, out[0]).total
+    _raise_time(problem, cap, max_time, peak, fastest)

@@ -88,9 +88,18 @@ def identity_reduction(problem: Problem) -> Reduction:
 
 def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_matters: bool = False,
                    forbidden: float | None = None, eliminate: bool = True,
-                   max_dominance_work: float = 2e7, max_chain_work: float = 4e6) -> Reduction:
+                   max_dominance_work: float = 2e7, max_chain_work: float = 4e6,
+                   allowed: np.ndarray | None = None, memory_free: np.ndarray | None = None) -> Reduction:
     """Apply the reductions in the module docstring. ``memory_matters``: a memory cap or a memory
-    objective is in play; ``redundancy_matters``: redundant bytes enter the objective."""
+    objective is in play; ``redundancy_matters``: redundant bytes enter the objective.
+
+    ``allowed``: optional boolean mask over all strategies (``problem.node_costs``'s layout); the
+    others are dropped first (a node keeps at least one). The caller vouches that no optimal plan
+    needs a dropped strategy (e.g. ``costmodel.ilp`` drops strategies that break a memory cap on
+    their own). ``memory_free``: optional boolean mask over nodes whose usage the caller proved
+    cannot matter (every memory row they sit in is slack for any choice); they are treated like
+    nodes with constant usage (dominance ignores their usage and they may be eliminated), and the
+    caller must not put memory rows over their intervals."""
     n = problem.num_nodes
     k0 = problem.num_strategies
     offs = problem.strategy_offsets
@@ -155,11 +164,27 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
             edges[eid][2] = M[mask, :] if a == i else M[:, mask]
         return True
 
+    free_mask = np.zeros(n, dtype=bool) if memory_free is None else np.asarray(memory_free, dtype=bool)
+    if free_mask.shape != (n,):
+        raise ValueError(f"memory_free must be a boolean mask of {n} nodes, got shape {free_mask.shape}")
+
     def mem_free(i):
-        return (not memory_matters) or (not live[i]) or np.ptp(usage[i]) == 0
+        return (not memory_matters) or (not live[i]) or free_mask[i] or np.ptp(usage[i]) == 0
 
     def red_free(i):
         return (not redundancy_matters) or np.ptp(red[i]) == 0
+
+    # ---- 0. strategies the caller ruled out ------------------------------------------------
+    dropped_disallowed = 0
+    if allowed is not None:
+        allowed = np.asarray(allowed, dtype=bool)
+        if allowed.shape != (int(k0.sum()),):
+            raise ValueError(f"allowed must be a boolean mask of {int(k0.sum())} strategies, got shape {allowed.shape}")
+        for i in range(n):
+            m = allowed[offs[i]:offs[i + 1]]
+            if m.any() and not m.all():
+                dropped_disallowed += int((~m).sum())
+                prune(i, m)
 
     # ---- 1. forbidden ----------------------------------------------------------------------
     dropped_forbidden = 0
@@ -181,7 +206,7 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
         if k <= 1:
             return False
         feats = [cost[i][:, None]]
-        if memory_matters and live[i]:
+        if not mem_free(i):
             feats.append(usage[i][:, None])
         if redundancy_matters:
             feats.append(red[i][:, None])
@@ -333,6 +358,8 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
         "free_nodes_after": int((k > 1).sum()),
         "eliminated_nodes": eliminated,
         "dropped_forbidden": dropped_forbidden,
+        "dropped_disallowed": dropped_disallowed,
+        "memory_free_nodes": int(free_mask.sum()),
         "edge_entries_before": int(len(problem.edge_costs)),
         "edge_entries_after": int(ek.sum()),
     })
