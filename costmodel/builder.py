@@ -347,8 +347,10 @@ def operand_copies(graph: OpGraph, strats, mesh: Mesh) -> list[list[tuple]]:
     (under-count where a plan gathers activations). Only head operands of
     ``NON_FUSIBLE`` consumers (dot, conv, fft, gather/scatter, ...) are charged: their operands are
     buffers; element-wise consumers are fused with the slice/gather producing their operands.
-    Measured (results/fidelity.json): moves FSDP rows from 0.3-0.6x to 0.6-0.9x of XLA and DP /
-    replicated rows up by 0-20%.
+    On the CPU backend the charge also stands in for the copies XLA makes of weights in the layout
+    its dot kernels want (``copy.N`` of parameters, live from the forward to the backward matmul).
+    Measured (results/fidelity.json): moves FSDP rows from 0.3-0.6x to 0.6-0.9x of XLA and
+    replicated / DP rows by -5% to +20%.
     """
     nodes = graph.nodes
     bmin_cache: dict = {}

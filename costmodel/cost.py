@@ -190,7 +190,11 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
       removed and not added elsewhere  -> all-gather over that axis (slowest axis first, each on
                                           B = the local bytes after that gather);
       removed and re-added to the same dim in another order -> all-gather (then a free slice).
-    The changes are summed; sizes are padded shards of the running layout."""
+    The changes are summed; sizes are padded shards of the running layout. Exception (XLA's "involuntary
+    full rematerialization"): an axis move together with any other move or all-gather is priced as
+    XLA runs it — all-gather of src to fully replicated (as ``reshard(src -> replicated)``), then a free
+    slice; e.g. S01R -> RS1 and S0S1 -> S1S0 (the SPMD partitioner has no one-step all-to-all for a
+    transposed device order and falls back to replicating; seen in its warnings on cpu-2x4)."""
     src = tuple(src)
     dst = tuple(dst)
     if src == dst:
@@ -209,6 +213,12 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
             removed[a] = d
         for a in t[k:]:
             added[a] = d
+    moves = sum(1 for a, d in removed.items() if a in added and added[a] != d)
+    gathers = sum(1 for a in removed if a not in added)
+    if moves and moves + gathers >= 2:
+        # XLA's SPMD partitioner cannot chain these ("involuntary full rematerialization"): it
+        # all-gathers the tensor to replicated over every axis of src, then slices (free).
+        return reshard(shape, itemsize, src, ((),) * nd, mesh)
     cur = [list(e) for e in src]
     # 1. free slices: axes only in dst
     for a, d in added.items():

@@ -150,6 +150,11 @@ def test_resharding_by_hand(mesh):
     t, s = reshard(shape, item, S01R, RR, mesh)
     assert t == pytest.approx(0.5 * 256 / 5e9 + 20e-6 + 0.75 * 1024 / 10e9 + 3 * 10e-6)
     assert s == pytest.approx(128 + 768)
+    # y moves dim 0 -> dim 1 while x is gathered: XLA replicates, then slices -> same as S01R -> RR
+    assert reshard(shape, item, S01R, ((), ("y",)), mesh) == pytest.approx((t, s))
+    # two axes swap dims (S0S1 -> S1S0): replicate (gather x on 256 B: 128 sent; y on 1024 B: 768), slice
+    t2, s2 = reshard(shape, item, (("x",), ("y",)), (("y",), ("x",)), mesh)
+    assert s2 == pytest.approx(128 + 768) and t2 == pytest.approx(t)
 
 
 def test_input_layouts_and_unsupported(mesh):
