@@ -50,7 +50,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -312,6 +312,21 @@ def ppo_config(cfg: AblationConfig):
                      learning_rate=cfg.learning_rate, random_start=cfg.random_start, wandb=False)
 
 
+def init_params_jit(pcfg, env):
+    """Initial parameters from the key and first observation ``PPOTrainer`` uses, but with
+    ``model.init`` under jax.jit (the trainer's un-jitted init compiles op by op: ~30 s on 2 busy
+    cores). Same distribution; values may differ from the eager init in the last float bits."""
+    import jax
+    import jax.numpy as jnp
+
+    from agent.gnn import model_input
+    from agent.ppo import make_model, pad_inputs
+    _, init_key = jax.random.split(jax.random.PRNGKey(pcfg.seed))
+    obs, _ = env.reset(seed=pcfg.seed)
+    x = {k: jnp.asarray(v[0]) for k, v in pad_inputs([model_input(obs)]).items()}
+    return jax.jit(make_model(pcfg).init)(init_key, x)
+
+
 def _teacher(problem, cfg: AblationConfig):
     from agent.ppo import heuristic_for
     from costmodel.problem import evaluate
@@ -334,7 +349,9 @@ def train_policy(cfg: AblationConfig, log=None, progress=None) -> tuple[object, 
     from agent.ppo import PPOTrainer
     t0 = time.perf_counter()
     problems = train_problems(cfg)
-    trainer = PPOTrainer(ppo_config(cfg), env_fn=lambda: make_env(problems, cfg))
+    pcfg = ppo_config(cfg)
+    env_fn = lambda: make_env(problems, cfg)  # noqa: E731
+    trainer = PPOTrainer(pcfg, env_fn=env_fn, params=init_params_jit(pcfg, env_fn()))
     info: dict = {"train_problems": len(problems)}
     if cfg.imitation:
         demos = []

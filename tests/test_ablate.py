@@ -138,6 +138,7 @@ def test_feature_mask_wrapper():
     assert np.array_equal(o_off["action_mask"], o_full["action_mask"])   # masking never changes the env
 
 
+@pytest.mark.slow
 def test_minimal_ablation_run(tmp_path, monkeypatch):
     """One PPO ablation run with a 1-update budget on one training problem, evaluated on one small
     random problem against its ILP optimum, then the CLI's resume path and the outputs."""
