@@ -12,7 +12,7 @@ export JAX_PLATFORMS := cpu
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
