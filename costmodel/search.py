@@ -87,7 +87,10 @@ class _Graph:
 
     def profile(self, s: np.ndarray) -> np.ndarray:
         """Live usage at each compressed time point."""
-        u = np.where(self.live_mask, self.usage[self.offs[:-1] + s], 0.0)
+        return self.profile_of(np.where(self.live_mask, self.usage[self.offs[:-1] + s], 0.0))
+
+    def profile_of(self, u: np.ndarray) -> np.ndarray:
+        """Live usage at each compressed time point when node i holds u[i] bytes."""
         acc = np.zeros(len(self.times) + 1)
         np.add.at(acc, self.lo, u)
         np.add.at(acc, self.hi, -u)
@@ -460,9 +463,9 @@ class _Contraction:
     component's flat index and ``oflat[r]`` the original flat index.
     """
 
-    def __init__(self, g: _Graph):
+    def __init__(self, g: _Graph, tie: bool = True):
         n, k = g.n, g.k
-        m = len(g.eu)
+        m = len(g.eu) if tie else 0          # tie=False: the identity (one component per node)
         ku, kv = k[g.eu], k[g.ev]
         root = np.arange(n)
         pos = np.zeros(n, dtype=np.int64)
@@ -583,6 +586,114 @@ class _Contraction:
         return self.problem.node_costs + np.bincount(self.cflat, weights=w, minlength=len(self.problem.node_costs))
 
 
+class _Pruning:
+    """Drop strategies no forbidden-free, memory-feasible plan can use; ``problem`` keeps the rest.
+
+    Repeated until nothing changes (each step vectorised over all strategies / edge entries):
+
+    * forbidden: node cost ≥ ``FORBIDDEN``;
+    * no support: on some incident edge, every entry of the strategy's row (column) is forbidden or
+      meets a pruned partner (arc consistency);
+    * memory: with every other node at its lowest remaining usage, the live usage somewhere in the
+      node's interval would exceed the limit: usage_i[a] − min usage_i > cap − max_{t∈interval(i)}
+      minlive_t (a range-max query on the lowest-usage profile, by sparse table).
+
+    A node that would lose every strategy keeps the ones it had (the instance then has no
+    forbidden-free plan through it, and the solver prices the forbidden entries as costs). Exact for
+    the question "the best forbidden-free feasible plan"; the lowest-usage anchor of the original
+    problem still proves infeasibility on its own."""
+
+    def __init__(self, g: _Graph, rounds: int = 30):
+        self.g = g
+        n, k = g.n, g.k
+        m = len(g.eu)
+        ku, kv = k[g.eu], k[g.ev]
+        ent_edge = np.repeat(np.arange(m), ku * kv)
+        loc = np.arange(len(g.ec)) - g.eoff[ent_edge]
+        row, col = loc // kv[ent_edge], loc % kv[ent_edge]
+        rflat = g.offs[g.eu[ent_edge]] + row
+        cflat = g.offs[g.ev[ent_edge]] + col
+        rkey = _starts(ku)[ent_edge] + row               # (edge, row) pair id
+        ckey = _starts(kv)[ent_edge] + col
+        rk_flat = np.repeat(g.offs[g.eu], ku) + (np.arange(int(ku.sum())) - np.repeat(_starts(ku), ku))
+        ck_flat = np.repeat(g.offs[g.ev], kv) + (np.arange(int(kv.sum())) - np.repeat(_starts(kv), kv))
+        okE = g.ec < FORBIDDEN
+        keep = g.cost < FORBIDDEN
+        keep = self._guard(g, keep, np.ones_like(keep))
+        for _ in range(rounds):
+            old = keep
+            live_e = okE & keep[rflat] & keep[cflat]
+            unsup = np.zeros(len(keep), dtype=bool)
+            unsup[rk_flat[np.bincount(rkey, weights=live_e, minlength=len(rk_flat)) == 0]] = True
+            unsup[ck_flat[np.bincount(ckey, weights=live_e, minlength=len(ck_flat)) == 0]] = True
+            keep = self._guard(g, keep & ~unsup, keep)
+            if g.cap is not None:
+                keep = self._guard(g, keep & ~self._memory_excess(g, keep), keep)
+            if np.array_equal(keep, old):
+                break
+        self.keep = keep
+        nk = np.bincount(g.node_of, weights=keep, minlength=n).astype(np.int64)
+        offs = np.concatenate([[0], np.cumsum(nk)])
+        ent_keep = keep[rflat] & keep[cflat]
+        esz = np.bincount(ent_edge, weights=ent_keep, minlength=m).astype(np.int64)
+        p = g.p
+        self.orig_local = g.local[keep]
+        self.problem = Problem(name=f"{p.name}[pruned]", strategy_offsets=offs, node_costs=g.cost[keep],
+                               node_usages=g.usage[keep], intervals=p.intervals, edges=p.edges,
+                               edge_offsets=np.concatenate([[0], np.cumsum(esz)]),
+                               edge_costs=g.ec[ent_keep], usage_limit=p.usage_limit)
+        # original flat index -> pruned local index (-1 when pruned)
+        self.new_local = np.full(len(keep), -1, dtype=np.int64)
+        self.new_local[keep] = np.arange(int(keep.sum())) - np.repeat(offs[:-1], nk)
+
+    @staticmethod
+    def _guard(g: _Graph, new: np.ndarray, old: np.ndarray) -> np.ndarray:
+        """Nodes left with no strategy in ``new`` keep ``old``."""
+        empty = np.bincount(g.node_of, weights=new, minlength=g.n) == 0
+        return np.where(empty[g.node_of], old, new)
+
+    @staticmethod
+    def _memory_excess(g: _Graph, keep: np.ndarray) -> np.ndarray:
+        u = np.where(keep, g.usage, np.inf)
+        mu = np.minimum.reduceat(u, g.offs[:-1])
+        minlive = g.profile_of(np.where(g.live_mask, mu, 0.0))
+        room = g.cap - _range_max(minlive, g.lo, g.hi)
+        return g.live_mask[g.node_of] & (g.usage - mu[g.node_of] > room[g.node_of])
+
+    def to_orig(self, s2: np.ndarray) -> np.ndarray:
+        return self.orig_local[self.problem.strategy_offsets[:-1] + s2]
+
+    def from_orig(self, s: np.ndarray) -> np.ndarray | None:
+        s2 = self.new_local[self.g.offs[:-1] + np.asarray(s, dtype=np.int64)]
+        return None if (s2 < 0).any() else s2
+
+
+def _range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(a[lo_i:hi_i]) for every i (−inf where hi_i <= lo_i), by a sparse table."""
+    n = len(a)
+    out = np.full(len(lo), -np.inf)
+    ok = hi > lo
+    if not n or not ok.any():
+        return out
+    table = [a]
+    j = 1
+    while (1 << j) <= n:
+        prev = table[-1]
+        half = 1 << (j - 1)
+        table.append(np.maximum(prev[:len(prev) - half], prev[half:]))
+        j += 1
+    L = (hi - lo)[ok]
+    lv = np.floor(np.log2(L)).astype(np.int64)
+    lo_ok, hi_ok = lo[ok], hi[ok]
+    res = np.empty(len(L))
+    for j in np.unique(lv).tolist():
+        sel = lv == j
+        t = table[j]
+        res[sel] = np.maximum(t[lo_ok[sel]], t[hi_ok[sel] - (1 << j)])
+    out[ok] = res
+    return out
+
+
 def _node_prices(g: _Graph, lam: np.ndarray) -> np.ndarray:
     """Λ_i = Σ_{t ∈ interval(i)} λ_t over the compressed time points (0 for empty intervals)."""
     P = np.concatenate([[0.0], np.cumsum(lam)])
@@ -682,48 +793,79 @@ def _polish_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float, p
 
 
 def _lagrangian_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, until: float, rng, consider,
-                     say) -> np.ndarray:
+                     say, up: float = 2.5, down: float = 0.9, repair_below: float = 1.05,
+                     from_above: bool = False, polish_every_s: float = 10.0, tag: str = "tied") -> np.ndarray:
     """The memory limit relaxed into prices (the contest winner's method), on the component graph.
 
     λ_t ≥ 0 per compressed time point; a member node i adds usage_i[s]·Σ_{t∈interval(i)} λ_t to its
     component's strategy cost. Each round: one random induced-forest DP move plus a few ICM
-    sweeps on the priced costs; if the expanded plan is over the limit, λ rises at the overloaded
-    points (subgradient, relative overload, growing step) and the plan is repaired; if it fits,
-    it is a candidate and λ decays, so the prices settle near the smallest that keep it feasible."""
+    sweeps on the priced costs (continuing from the last plan). If the expanded plan is over the
+    limit, λ grows multiplicatively at the overloaded points only (λ_t ← max(up·λ_t,
+    base·10·overload_t), base = median cost / median usage), and a plan at most ``repair_below`` ×
+    the limit is also repaired; if it fits, it is a candidate and every λ decays by ``down``. So the
+    prices hover near the smallest that keep the plan feasible. A new best plan is also polished
+    (feasible whole-component moves on the true cost, at most every ``polish_every_s``) and the
+    rounds continue from it. (A fixed subgradient step that
+    doubled per infeasible round overshot by 100x after a few stubborn points and left the plan
+    stuck at 0.91 of the limit.)
+
+    ``from_above``: start instead with a uniform price c on every "hot" point (where the
+    lowest-usage profile is above 80 % of the limit), ×4 each round until the plan fits,
+    then the same updates. Pressing from above lands in a different basin: on instance M it found
+    plans half the cost of those reached by raising prices from zero."""
     g = C.g
     classes = gc.colour_classes()
     pos = g.cost[np.abs(g.cost) < FORBIDDEN]
     cost_scale = float(np.median(np.abs(pos)) + 1.0) if len(pos) else 1.0
     use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
-    step = cost_scale / use_scale
+    base = cost_scale / use_scale
     lam = np.zeros(len(g.times))
+    calibrating = from_above and g.cap is not None
+    if calibrating:
+        minu = np.minimum.reduceat(g.usage, g.offs[:-1])
+        hot = g.profile_of(np.where(g.live_mask, minu, 0.0)) >= 0.8 * g.cap
+        c = base
     it = 0
     best_sc = sc
+    last_polish = -np.inf
     while time.perf_counter() < until:
+        if calibrating:
+            lam = c * hot
+            c *= 4.0
         pen = C.penalty(_node_prices(g, lam)) if lam.any() else gc.cost
         sc = _forest_dp(gc, sc, pen, rng, until)
         sc = _icm(gc, sc, pen, classes, until, sweeps=4)
-        live = g.profile(C.expand(sc)) if g.cap is not None else np.zeros(1)
-        over = np.maximum(live - (g.cap or 0.0), 0.0) / (g.cap or 1.0)
-        if g.cap is not None and over.max() > 0:
-            lam += step * over * 10
-            step *= 1.3
-            rep = _repair_tied(C, gc, sc, min(until, time.perf_counter() + 2.0))
-            if rep is not None and consider(C.expand(rep), f"tied dp+repair[{it}]"):
-                best_sc = rep
-        else:
-            if consider(C.expand(sc), f"tied dp[{it}]"):
+        if g.cap is None:
+            if consider(sc, f"{tag} dp[{it}]"):
                 best_sc = sc
-            lam *= 0.7
-            step *= 0.7
-        if it % 8 == 7:
-            sc = best_sc.copy()        # restart from the best plan now and then
+            it += 1
+            continue
+        r = g.profile(C.expand(sc)) / g.cap
+        over = r > 1.0
+        calibrating = calibrating and over.any()
+        if calibrating:
+            continue
+        if over.any():
+            lam[over] = np.maximum(lam[over] * up, base * 10.0 * (r[over] - 1.0))
+            if r.max() <= repair_below:
+                rep = _repair_tied(C, gc, sc, min(until, time.perf_counter() + 2.0))
+                if consider(rep, f"{tag} dp+repair[{it}]"):
+                    best_sc = rep
+        else:
+            if consider(sc, f"{tag} dp[{it}]"):
+                best_sc = sc
+                if time.perf_counter() > last_polish + polish_every_s:
+                    sp = _polish_tied(C, gc, sc, min(until, time.perf_counter() + polish_every_s / 2))
+                    last_polish = time.perf_counter()
+                    if consider(sp, f"{tag} dp+polish[{it}]"):
+                        best_sc = sc = sp
+            lam *= down
         it += 1
     return best_sc
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True, from_above: bool = False) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
     limit (proved by the lowest-usage plan being over it)."""
     t0 = time.perf_counter()
@@ -756,24 +898,51 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     forb = (g.cost >= FORBIDDEN).astype(np.int64)
     order = np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))
     consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
-    # 2. tie nodes joined by permutation edges; descent on the component graph
-    C = _Contraction(g)
+    # 2. prune strategies no forbidden-free feasible plan uses; tie nodes joined by permutations
+    pr = _Pruning(g)
+    g2 = _Graph(pr.problem)
+    C = _Contraction(g2, tie)
     gc = _Graph(C.problem)
-    say(f"tied: {g.n} nodes -> {gc.n} components ({int((gc.k > 1).sum())} with a choice), "
-        f"{len(gc.eu)} edges ({time.perf_counter() - t0:.1f}s)")
+    say(f"pruned {len(g.cost)} -> {len(g2.cost)} strategies; tied {g.n} nodes -> {gc.n} components "
+        f"({int((gc.k > 1).sum())} with a choice), {len(gc.eu)} edges ({time.perf_counter() - t0:.1f}s)")
+
+    def consider_tied(sc, tag) -> bool:
+        return sc is not None and consider(pr.to_orig(C.expand(sc)), tag)
+
     sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, gc.colour_classes(), deadline)
-    consider(C.expand(sc), "tied icm")
-    if g.cap is not None and not _feasible(g, C.expand(sc)):
-        rep = _repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s))
-        consider(None if rep is None else C.expand(rep), "tied repair")
+    consider_tied(sc, "tied icm")
+    if g.cap is not None and not _feasible(g2, C.expand(sc)):
+        consider_tied(_repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s)),
+                      "tied repair")
     # 3. Lagrangian forest-DP rounds on the component graph
     use_lns = use_lns and g.n <= LNS_MAX_NODES
     main_deadline = t0 + (0.75 if use_lns else 0.92) * timeout_s
-    sc = _lagrangian_tied(C, gc, sc, main_deadline, rng, consider, say)
+    split = time.perf_counter() + 0.5 * max(main_deadline - time.perf_counter(), 0.0)
+    _lagrangian_tied(C, gc, sc, split if tie else main_deadline, rng, consider_tied, say,
+                     from_above=from_above)
+    # 3b. the same on the untied (pruned) graph, from ICM of the cheapest / greedy plans: single
+    #     nodes cannot break ties there, so ICM stalls in plans that keep tied groups at cheap,
+    #     low-usage strategies -- on instance M a far better basin than the tied descent reaches
+    if tie and time.perf_counter() + 1.0 < main_deadline:
+        C1 = _Contraction(g2, tie=False)
+        g1 = _Graph(C1.problem)
+        cls1 = g1.colour_classes()
+        s0 = _icm(g1, g1.seg_argmin(g1.cost), g1.cost, cls1, main_deadline)
+        s1 = _icm(g1, _greedy(g1, min(main_deadline, time.perf_counter() + 0.05 * timeout_s)), g1.cost,
+                  cls1, main_deadline)
+        if g1.total(s1) < g1.total(s0):
+            s0 = s1
+
+        def consider_untied(s, tag) -> bool:
+            return s is not None and consider(pr.to_orig(s), tag)
+
+        consider_untied(s0, "untied icm")
+        _lagrangian_tied(C1, g1, s0, main_deadline, rng, consider_untied, say, tag="untied")
     # 4. polish: component moves, then single-node moves, that keep the plan feasible
-    bsc = C.contract(best)
+    b2 = pr.from_orig(best)
+    bsc = None if b2 is None else C.contract(b2)
     if bsc is not None:
-        consider(C.expand(_polish_tied(C, gc, bsc, deadline)), "tied polish")
+        consider_tied(_polish_tied(C, gc, bsc, deadline), "tied polish")
     consider(_polish(g, best, deadline), "polish")
     # 5. LNS with the exact MILP on neighbourhoods of the original graph
     if use_lns and time.perf_counter() + 3.0 < deadline:
