@@ -466,7 +466,14 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                     else:
                         raise ValueError(f"runtime: operand {k} of {payload!r} is a constant the tracer did not "
                                          "recover; this program cannot be re-evaluated with per-node constraints")
+                fft_sh = None
+                if kind == "eqn" and payload.primitive.name == "fft" and ins and ins[0] is not None:
+                    fft_sh = op_sharding.get((nid, ins[0])) or sharding_of.get(ins[0])
+                    if fft_sh is not None:
+                        ops = [_row_major(ops[0], fft_sh), *ops[1:]]
                 res = _eval_step(kind, payload, ops)
+                if fft_sh is not None:
+                    res = [_row_major(r, fft_sh) for r in res]
             for o, x in zip(outs, res):
                 sh = sharding_of.get(o)
                 env[o] = jax.lax.with_sharding_constraint(x, sh) if sh is not None else x
@@ -474,6 +481,24 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
         return jax.tree.unflatten(out_treedef, out)
 
     return run, len(sharding_of) + len(op_sharding)
+
+
+def _row_major(x, sharding):
+    """``x`` itself, computed by an identity matmul over its last dim so that XLA gives it the
+    default (row-major) layout, when ``sharding`` shards it at all (else ``x`` untouched).
+
+    XLA all-gathers an FFT's operand whenever it is sharded (even on batch dims only), and layout
+    assignment may hand the FFT a gathered operand with permuted dims (e.g. ``{1,3,2,0}``); XLA's CPU
+    FFT thunk rejects it (fft_thunk.cc:168 RET_CHECK IsMonotonicWithDim0Major: CPU layout assignment
+    pins dot / conv operands and results to row-major but not FFT's; it gives the FFT operand the
+    layout its consumers want of the result). A dot's operands and result are pinned, so feeding the
+    FFT from ``x @ I`` and reading its result through ``y @ I`` keeps both row-major. Exact (each element is x·1 plus
+    zeros); costs n² MACs per row of n elements, negligible beside the FFT; not in the cost model."""
+    import jax.numpy as jnp
+    if all(e is None for e in sharding.spec) or x.ndim == 0:
+        return x
+    n = x.shape[-1]
+    return jnp.matmul(x, jnp.eye(n, dtype=x.dtype), precision="highest")
 
 
 def _is_missing(x) -> bool:
