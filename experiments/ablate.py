@@ -581,7 +581,7 @@ def plot(records: list[dict], path) -> None:
     for gi, (g, rs) in enumerate(groups.items()):
         for r in rs:
             m = r["metrics"]
-            labels.append(f"{r['config']['value']}" + (f" s{r['seed']}" if r["seed"] else ""))
+            labels.append(f"{g}: {r['config']['value']}" + (f" (seed {r['seed']})" if r["seed"] else ""))
             med.append(m["median_cost_ratio"])
             mx.append(m["max_cost_ratio"])
             colors.append(cmap(gi % 10))
@@ -597,6 +597,9 @@ def plot(records: list[dict], path) -> None:
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, rotation=45, ha="right")
     ax.set_yscale("log")
+    ax.set_ylim(bottom=min(0.9, 0.9 * float(med.min())), top=max(2.0, 3.0 * float(mx.max())))
+    for xi, m in zip(xs, med):
+        ax.annotate(f"{m:.3g}", (xi, m), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
     ax.set_ylabel("plan cost / ILP cost (median; whisker = max)")
     ax.set_xlabel("ablation value (bars grouped and coloured by ablation)")
     from matplotlib.patches import Patch
@@ -605,7 +608,7 @@ def plot(records: list[dict], path) -> None:
     ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=2)
     n_problems = recs[0]["metrics"]["problems"]
     ax.set_title(f"shardgym ablations: held-out cost vs ILP optimum ({n_problems} problems)")
-    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -758,7 +761,7 @@ def main(argv=None) -> int:
         print_table(rows, COLUMNS, title="ablations on held-out problems (cost relative to the ILP optimum)")
         png = os.path.splitext(path)[0] + ".png"
         plot(records, png)
-        print(f"wrote {path} and {png}")
+        print(f"wrote {png}" if args.report else f"wrote {path} and {png}")
         if args.markdown or args.all or args.report:
             print()
             print(markdown_table(rows))
