@@ -38,6 +38,7 @@ from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profil
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
 OBJECTIVES = ("time", "memory", "redundancy")
+HIGHS_OPTIONS: dict = {}   # extra HiGHS options for every model (benchmarks set them; empty = defaults)
 
 
 class InfeasibleError(ValueError):
@@ -290,12 +291,14 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     h.setOptionValue("mip_rel_gap", float(rel_gap))
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    for key, val in HIGHS_OPTIONS.items():
+        h.setOptionValue(key, val)
     h.passModel(lp)
     return _Model(h, S, m_col, red_row, time_cols, red_cols, time_scale, r), mem_scale
 
 
 def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | None,
-         abs_gap: float = 0.0):
+         abs_gap: float = 0.0, cutoff: float | None = None):
     """Set the objective (column costs), optionally a start, solve. -> (status, x, obj, bound).
     ``abs_gap``: HiGHS's mip_abs_gap in objective units (just under 1 unit for integer data,
     where a gap below 1 proves the optimum; 0 otherwise, leaving mip_rel_gap in charge)."""
@@ -305,6 +308,15 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
     n = len(cost)
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost.astype(np.float64))
     h.setOptionValue("time_limit", float(max(time_limit_s, 0.05)))
+    h.clearCallbacks()
+    if cutoff is not None:
+        # a yes/no question: stop at the first plan with objective <= cutoff, or once the dual
+        # bound proves there is none
+        def stop(kind, message, out, inp, data):
+            if out.mip_primal_bound <= cutoff or out.mip_dual_bound > cutoff * (1 + 1e-9) + 1e-12:
+                inp.user_interrupt = True
+        h.setCallback(stop, None)
+        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
     if start is not None:
         sol = highspy.HighsSolution()
         sol.col_value = list(start)
@@ -322,6 +334,9 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
         highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
         highspy.HighsModelStatus.kInterrupt: "interrupted",
     }.get(st, h.modelStatusToString(st))
+    if cutoff is not None:
+        h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+        h.clearCallbacks()
     return name, x, float(info.objective_function_value), float(info.mip_dual_bound)
 
 
@@ -583,7 +598,7 @@ def _best_seed(problem, seeds, cap, max_time, key):
 
 
 def _core(problem, o: _Opts, *, w=None, objective="time", lexi=False, cap=None, need_m=False,
-          max_time=None, start=None, allowed=None, m_lo=0.0, red_cap=None):
+          max_time=None, start=None, allowed=None, m_lo=0.0, cutoff_time=None):
     """One exact HiGHS solve (the model of the module docstring) after the exact tightenings and
     reductions. Returns (plan, SolveInfo), or None when the model is infeasible. ``allowed``: a
     strategy mask the caller proved safe; ``m_lo``: a proven lower bound on the peak M."""
@@ -604,7 +619,7 @@ def _core(problem, o: _Opts, *, w=None, objective="time", lexi=False, cap=None, 
             red = identity_reduction(problem)
         out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_time, o.deadline, o.t0, use_forbid,
                              o.threads, o.rel_gap, o.verbose, start, objective, row_times=row_times,
-                             m_lo=m_lo, col_mask=None if o.reduce else allowed)
+                             m_lo=m_lo, col_mask=None if o.reduce else allowed, cutoff_time=cutoff_time)
         if out is not None:
             return out
     return None
@@ -636,7 +651,8 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
     time_key = (lambda c: c.total)
     c0 = evaluate(problem, p0)
     if max_time is None or c0.total <= max_time:
-        start = _best_seed(problem, seeds, mstar, None, time_key)
+        polished = _PeakShaver(problem).shave(p0, mstar, time.perf_counter() + 0.1 * o.left())
+        start = _best_seed(problem, seeds + ([polished] if polished else []), mstar, None, time_key)
         out = _core(problem, o, cap=mstar, start=start)
         assert out is not None, "the min-usage plan fits its own peak"
         plan, info = out
@@ -666,6 +682,33 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
             return True
         return lb_strict and integral and ub <= np.floor(lb) + 1
 
+    # heuristic bisection for a low UB fast (seconds), from every seed and the min-usage plan
+    shaver = _PeakShaver(problem)
+    h_until = time.perf_counter() + max(0.25 * o.left(), min(2.0, o.left()))
+    h_lo = mstar
+    starts = seeds   # the seeds (caller's plans first) and p0
+    while time.perf_counter() < h_until and (ub - h_lo) > 1e-3 * ub:
+        c = h_lo + 0.5 * (ub - h_lo)
+        if integral:
+            c = float(np.floor(c))
+        if not h_lo < c < ub:
+            break
+        got = None
+        for st in [best] + starts:
+            r = shaver.shave(st, c, h_until)
+            if r is None:
+                continue
+            rc = evaluate(problem, r)
+            if rc.total <= max_time and (cap is None or rc.peak_memory_bytes <= cap) and \
+                    (got is None or (rc.peak_memory_bytes, rc.total) < (got[1].peak_memory_bytes, got[1].total)):
+                got = (r, rc)
+        steps.append((float(c), "heuristic " + ("found" if got else "none"), None))
+        if got is not None and (got[1].peak_memory_bytes, got[1].total) < (ub, bc.total):
+            best, bc, ub = got[0], got[1], got[1].peak_memory_bytes
+            lexi_done = False
+        else:
+            h_lo = c       # not a proof: only steers the heuristic
+
     c_next = mstar
     while not closed() and o.left() > 0.5 and (ub - lb) > 1e-4 * ub:
         c = c_next
@@ -673,7 +716,7 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
         tstep = time.perf_counter()
         try:
             out = _core(problem, o.until(time.perf_counter() + budget),
-                        cap=c if cap is None else min(c, cap), start=p0)
+                        cap=c if cap is None else min(c, cap), start=p0, cutoff_time=max_time)
         except RuntimeError:
             out = "timeout"
         if out is None:   # only when the cap alone is infeasible: cannot happen for c >= M*
@@ -739,6 +782,104 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
         reduction=red_stats)
 
 
+class _PeakShaver:
+    """Fast heuristic plans for "lowest peak within a step-time bound" (no proof; the exact
+    bisection in ``_solve_memory`` supplies the bounds). From a start plan, ``shave(s, cap)``
+    repeatedly takes the time point with the highest live usage and moves one node live there to
+    a lower-usage strategy, the one adding the least time per byte saved (neighbours fixed),
+    until the peak is within ``cap``; then a feasible polish (each node takes its fastest strategy
+    that keeps the live usage within ``cap``) wins back time."""
+
+    def __init__(self, problem: Problem):
+        self.p = problem
+        self.offs = problem.strategy_offsets
+        n = problem.num_nodes
+        self.adj = [[] for _ in range(n)]
+        for e in range(problem.num_edges):
+            u, v = int(problem.edges[e, 0]), int(problem.edges[e, 1])
+            M = problem.edge_matrix(e)
+            self.adj[u].append((v, M, True))
+            self.adj[v].append((u, M, False))
+        ts, _ = usage_profile(problem, np.zeros(int(self.offs[-1]))[self.offs[:-1]])
+        st, en = problem.intervals[:, 0], problem.intervals[:, 1]
+        self.live = en > st
+        self.lo = np.where(self.live, np.searchsorted(ts, st, side="left"), 0)
+        self.hi = np.where(self.live, np.searchsorted(ts, en, side="left"), 0)
+        self.npts = len(ts)
+
+    def _local(self, s, i):
+        o = self.offs
+        c = self.p.node_costs[o[i]:o[i + 1]].copy()
+        for j, M, is_u in self.adj[i]:
+            c += M[:, s[j]] if is_u else M[s[j], :]
+        return c
+
+    def _usage(self, i):
+        return self.p.node_usages[self.offs[i]:self.offs[i + 1]]
+
+    def _profile(self, s):
+        prof = np.zeros(self.npts + 1)
+        u = self.p.node_usages[self.offs[:-1] + s]
+        np.add.at(prof, self.lo[self.live], u[self.live])
+        np.add.at(prof, self.hi[self.live], -u[self.live])
+        return np.cumsum(prof)[:-1]
+
+    def shave(self, start, cap, deadline):
+        s = np.array(start, dtype=np.int64)
+        prof = self._profile(s)
+        cache = {}
+
+        def local(i):
+            if i not in cache:
+                cache[i] = self._local(s, i)
+            return cache[i]
+
+        def move(i, b):
+            d = self._usage(i)[b] - self._usage(i)[s[i]]
+            if self.live[i]:
+                prof[self.lo[i]:self.hi[i]] += d
+            s[i] = b
+            cache.pop(i, None)
+            for j, _, _ in self.adj[i]:
+                cache.pop(j, None)
+
+        while prof.size and prof.max() > cap:
+            if time.perf_counter() > deadline:
+                return None
+            t = int(np.argmax(prof))
+            best = None
+            for i in np.nonzero((self.lo <= t) & (self.hi > t) & self.live)[0]:
+                u = self._usage(i)
+                du = u[s[i]] - u
+                if not (du > 0).any():
+                    continue
+                c = local(i)
+                score = np.where(du > 0, (c - c[s[i]]) / np.where(du > 0, du, 1.0), np.inf)
+                b = int(np.argmin(score))
+                if best is None or score[b] < best[0]:
+                    best = (score[b], i, b)
+            if best is None:
+                return None
+            move(best[1], best[2])
+        for _ in range(20):          # feasible polish
+            changed = False
+            for i in range(self.p.num_nodes):
+                if time.perf_counter() > deadline:
+                    break
+                c = local(i)
+                u = self._usage(i)
+                room = cap - (prof[self.lo[i]:self.hi[i]].max() if self.live[i] and self.hi[i] > self.lo[i] else -np.inf)
+                ok = (u - u[s[i]]) <= room
+                cand = np.where(ok, c, np.inf)
+                b = int(np.argmin(cand))
+                if cand[b] < c[s[i]] - 1e-15 * max(1.0, abs(c[s[i]])):
+                    move(i, b)
+                    changed = True
+            if not changed:
+                break
+        return [int(x) for x in s]
+
+
 def _solve_redundancy(problem, o: _Opts, cap, max_time, seeds):
     """Redundancy objective: min redundant bytes, then min time at that optimum.
 
@@ -788,7 +929,7 @@ def _solve_redundancy(problem, o: _Opts, cap, max_time, seeds):
 
 def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, deadline, t0, use_forbid,
                    threads, rel_gap, verbose, initial_plan, objective, row_times=None, m_lo=0.0,
-                   col_mask=None):
+                   col_mask=None, cutoff_time=None):
     p = red.problem
     w2 = dict(w)
     if lexi and w["redundancy"] > 0:
@@ -825,7 +966,8 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
         agap = tgap / w["time"]
     else:
         agap = 0.0
-    status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap)
+    cutoff = None if cutoff_time is None else cutoff_time / ts   # only with the time objective
+    status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap, cutoff)
     if x is None:
         if status in ("infeasible",):
             return None
@@ -866,6 +1008,8 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
         bnd = bound * ts / w["time"]
     else:
         bnd = float("nan")  # mixed objective: HiGHS's bound is in normalised units
+    if status == "optimal" and agap > 0 and np.isfinite(bnd) and bnd < objval:
+        bnd = float(objval)   # integral objective: a gap below one unit proves the optimum
     gap = abs(objval - bnd) / max(abs(objval), 1e-300) if np.isfinite(bnd) else float("nan")
     if first_status == "optimal":
         gap = min(gap, 0.0) if np.isfinite(gap) and gap < 1e-6 else gap

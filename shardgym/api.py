@@ -39,6 +39,8 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     info: dict = {}
     if method == "ilp":
         from costmodel.ilp import solve_ilp
+        if objective != "time" and max_step_time_s is not None and "initial_plans" not in kw:
+            kw["initial_plans"] = _baseline_seeds(problem)
         strategies, solve_info = solve_ilp(problem, objective=objective, memory_cap_bytes=memory_cap_bytes,
                                            max_step_time_s=max_step_time_s, time_limit_s=time_limit_s, **kw)
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
@@ -53,6 +55,23 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     plan = Plan.for_problem(problem, strategies, method=method, objective=objective, info=info)
     plan.solve_time_s = time.perf_counter() - t0
     return plan
+
+
+def _baseline_seeds(problem: Problem) -> list:
+    """The baseline plans of a traced problem, as seeds for the memory / redundancy objectives under
+    a step-time bound (the ILP then never answers worse than the best baseline within the bound).
+    Empty for problems without roles (IOPDDL). Costs about a second or two per baseline."""
+    if problem.meta is None or not getattr(problem.meta, "roles", None):
+        return []
+    from costmodel.baselines import METHODS as BASELINES
+    from costmodel.baselines import baseline_plan
+    seeds = []
+    for m in BASELINES:
+        try:
+            seeds.append(baseline_plan(problem, m, ilp_time_limit_s=10.0))
+        except (ValueError, RuntimeError):   # a rule that does not apply: skip that seed
+            continue
+    return seeds
 
 
 def execute(fn, args, graph: OpGraph, plan: Plan, **kw):

@@ -165,3 +165,112 @@ def test_bad_input():
         solve_ilp(p, weights={"speed": 1.0})
     with pytest.raises(ValueError, match="memory_cap_bytes"):
         solve_ilp(p, memory_cap_bytes=-1)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 7), objective=st.sampled_from(["memory", "redundancy"]),
+       bound=st.sampled_from(["time", "both"]), nseeds=st.integers(0, 3))
+def test_seeded_memory_and_redundancy_match_brute_force(seed, n, objective, bound, nseeds):
+    """The two-phase objectives under a step-time bound, with caller seeds (the bisection, the
+    heuristic and the pruning relative to the seed all run) equal brute force."""
+    rng = np.random.default_rng(seed)
+    p = random_problem(rng, n, kmax=4, limit_q=None)
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(6)]
+    costs = [evaluate(p, s) for s in plans]
+    max_time = float(sorted(c.total for c in costs)[3])
+    cap = float(sorted(c.peak_memory_bytes for c in costs)[4]) if bound == "both" else None
+    seeds = plans[:nseeds]
+    best, bc = brute_force(p, objective, cap=cap, max_time=max_time)
+    if best is None:
+        _check(p, objective, cap=cap, max_time=max_time)
+        return
+    plan, info = solve_ilp(p, objective=objective, memory_cap_bytes=cap, max_step_time_s=max_time,
+                           time_limit_s=20, initial_plans=seeds)
+    c = evaluate(p, plan)
+    assert info.status == "optimal" and info.gap == 0.0
+    assert c.total <= max_time + 1e-9 and (cap is None or c.peak_memory_bytes <= cap)
+    key = "peak_memory_bytes" if objective == "memory" else "redundant_memory_bytes"
+    assert getattr(c, key) == pytest.approx(getattr(bc, key))
+    assert info.objective == pytest.approx(getattr(bc, key))
+    assert c.total == pytest.approx(bc.total)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 6), q=st.floats(0.0, 1.0))
+def test_tighten_is_exact(seed, n, q):
+    """_tighten's pruning keeps every strategy some plan within the cap uses, and the rows it
+    drops never bind for a plan of kept strategies (checked on all plans)."""
+    from ilp_helpers import all_plans
+
+    from costmodel.ilp import _tighten
+    from costmodel.problem import usage_profile
+    rng = np.random.default_rng(seed)
+    p = random_problem(rng, n, kmax=4, limit_q=None)
+    peaks = sorted(evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p))
+    cap = float(np.quantile(peaks, q))
+    allowed, free, rows = _tighten(p, None, cap, cap)
+    offs = p.strategy_offsets[:-1]
+    for s in all_plans(p):
+        s = np.asarray(s)
+        flat = offs + s
+        times, live = usage_profile(p, p.node_usages[flat])
+        if live.max(initial=0.0) <= cap:
+            assert allowed[flat].all()             # no feasible plan loses a strategy
+        if allowed[flat].all():
+            over = times[live > cap]
+            assert np.isin(over, rows).all()       # a point over the cap always keeps its row
+    # a memory-free node sits at no kept row, or its kept strategies all use the same bytes
+    st_, en_ = p.intervals[:, 0], p.intervals[:, 1]
+    for i in np.nonzero(free)[0]:
+        sl = p.node_slice(i)
+        if ((rows >= st_[i]) & (rows < en_[i])).any():
+            assert np.ptp(p.node_usages[sl][allowed[sl]]) == 0
+
+
+def test_tighten_by_hand():
+    # two nodes live over [0, 2) with usages (1, 5) and (2, 3); cap 5: node 0's 5 needs node 1 at
+    # >= 2 -> 7 > 5, dropped; then max live = 1 + 3 = 4 <= 5: no row binds, both nodes are free
+    p = Problem.from_lists("hand", [np.array([3.0, 1.0]), np.array([1.0, 2.0])],
+                           [np.array([1.0, 5.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
+    from costmodel.ilp import _tighten
+    allowed, free, rows = _tighten(p, None, 5.0, 5.0)
+    assert allowed.tolist() == [True, False, True, True]
+    assert free.tolist() == [True, True] and len(rows) == 0
+    # cap 3.5: lmin = 1 + 2 = 3, slack 0.5 prunes both nodes' larger usage: no row left either
+    allowed, free, rows = _tighten(p, None, 3.5, 3.5)
+    assert allowed.tolist() == [True, False, True, False] and len(rows) == 0
+    # usages (1, 2) and (2, 3) under cap 4: both excesses (1) fit the slack (1), but together
+    # 2 + 3 = 5 > 4: the row at t = 0 stays and both nodes keep memory
+    q = Problem.from_lists("hand2", [np.array([3.0, 1.0]), np.array([3.0, 1.5])],
+                           [np.array([1.0, 2.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
+    allowed, free, rows = _tighten(q, None, 4.0, 4.0)
+    assert allowed.all() and rows.tolist() == [0] and free.tolist() == [False, False]
+    plan, info = solve_ilp(q, memory_cap_bytes=4.0)
+    assert plan == [1, 0] and info.objective == 4.0          # 1 + 3 beats 3 + 1.5 (both peak 4)
+    plan, info = solve_ilp(p, objective="memory")
+    assert info.objective == 3.0 and plan == [0, 0] and info.status == "optimal"
+
+
+def test_min_usage_phase_one_and_seed_errors():
+    p = Problem.from_iopddl(EXAMPLE).with_usage_limit(None)
+    from costmodel.ilp import min_peak_memory
+    assert min_peak_memory(p) == 50.0                        # by hand, see the cap test above
+    with pytest.raises(ValueError, match="initial_plan"):
+        solve_ilp(p, objective="memory", initial_plans=[[0, 0]])
+    with pytest.raises(ValueError, match="time_limit_s"):
+        solve_ilp(p, time_limit_s=0)
+
+
+@pytest.mark.slow
+def test_memory_objective_never_above_seeded_baselines():
+    """shardgym.solve seeds the memory objective under a step-time bound with the baseline plans:
+    with T = Megatron's step time the answer's peak is at most Megatron's (mlp tiny, cpu-2x4)."""
+    import shardgym as sg
+    from shardgym import workflow
+    _, _, _, p = workflow.model_problem("mlp", "tiny", sg.Cluster.preset("cpu-2x4"))
+    meg = sg.evaluate(p, sg.solve(p, method="megatron"))
+    plan = sg.solve(p, method="ilp", objective="memory", max_step_time_s=meg.step_time_s, time_limit_s=10)
+    c = sg.evaluate(p, plan)
+    assert c.step_time_s <= meg.step_time_s * (1 + 1e-12)
+    assert c.peak_memory_bytes <= meg.peak_memory_bytes
+    assert plan.info["objective_name"] == "memory" and plan.info["peak_memory_bytes"] == c.peak_memory_bytes
