@@ -20,7 +20,8 @@ output(s) and operands follow from the maps. Kinds:
 Per node kind (``space_of``): dot_general (batch / lhs-free / rhs-free ``par``, contracting
 ``sum``), conv_general_dilated (batch, out-feature ``par``, in-feature ``sum`` when
 feature_group_count = batch_group_count = 1; spatial ``fixed``), reductions (reduced dims ``sum``),
-cumulative ops / sort (scan dim ``fixed``), fft (transformed dims ``whole``), gather (index batch
+cumulative ops / sort (scan dim ``fixed``), fft (replicated only, as XLA runs it; see
+``XLA_FFT_REPLICATED``; else transformed dims ``whole``), gather (index batch
 dims and full-slice window dims ``par``, point-indexed operand dims ``sum``: masked lookup +
 all-reduce, Megatron's vocab-parallel embedding), scatter-add (window dims and scattered-into
 operand dims ``par``: each device applies the updates that land in its rows; update/index dims
@@ -55,6 +56,11 @@ from costmodel.cost import Mesh, collective, compute_time, local_bytes, spec_nam
 from costmodel.graph import Node
 
 MAX_STRATEGIES = 32
+#: XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10) all-gathers an FFT's operand whenever it is
+#: sharded — even on batch dims only — and runs the FFT replicated (then slices its result): so fft
+#: nodes get the replicated strategy only, and the gather is priced on the edge from the producer.
+#: False restores the issue's strategies (batch dims ``par``, transformed dims ``whole``).
+XLA_FFT_REPLICATED = True
 
 REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
               "reduce_xor", "argmax", "argmin"}
@@ -225,7 +231,9 @@ def space_of(node: Node) -> Space | None:
     elif prim == "fft":
         n = len(p.get("fft_lengths", ()))
         x = ops[0]
-        om = tuple(new(min(x[d], out0[d]), "whole" if d >= len(x) - n else "par") for d in range(len(x)))
+        om = tuple(new(min(x[d], out0[d]), "fixed" if XLA_FFT_REPLICATED else ("whole" if d >= len(x) - n else "par"))
+                   for d in range(len(x)))
+
         out_map = om
         head_maps = [om]
         nh = 1

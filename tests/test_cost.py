@@ -170,7 +170,21 @@ def test_input_layouts_and_unsupported(mesh):
     assert only.out_specs == (((), ()),) and only.flops == 10.0
 
 
-def test_fft_whole_dims_cost_all_to_all(mesh):
+def test_fft_runs_replicated_as_xla_does(mesh):
+    """XLA all-gathers a sharded FFT operand (even batch-sharded): one replicated strategy, and the
+    gather is the edge from a batch-sharded producer: S01R -> RR of the 4096-B tensor = gather over x
+    on 1024 B (sends 512) then over y on 4096 B (sends 3/4 of it: 3072)."""
+    x = Node(1, "fft", ((0, 0),), (Tensor((8, 64), "complex64"),), (Tensor((8, 64), "complex64"),),
+             params={"fft_type": "FFT", "fft_lengths": [64]}, flops=5.0 * 64 * 6 * 8, order=1)
+    st = enumerate_strategies(x, mesh)
+    assert [s.name for s in st] == ["RR = RR"] and st[0].flops == x.flops
+    _, sent = reshard((8, 64), 8, (("x", "y"), ()), ((), ()), mesh)
+    assert sent == pytest.approx(512 + 3072)
+
+
+def test_fft_whole_dims_cost_all_to_all(mesh, monkeypatch):
+    import costmodel.strategies as S
+    monkeypatch.setattr(S, "XLA_FFT_REPLICATED", False)  # the issue's all-to-all strategies
     x = Node(1, "fft", ((0, 0),), (Tensor((8, 64), "complex64"),), (Tensor((8, 64), "complex64"),),
              params={"fft_type": "FFT", "fft_lengths": [64]}, flops=5.0 * 64 * 6 * 8, order=1)
     st = by_name(enumerate_strategies(x, mesh))
