@@ -59,6 +59,7 @@ from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, redu
 
 OBJECTIVES = ("time", "memory", "redundancy")
 HIGHS_OPTIONS: dict = {}   # extra HiGHS options for every model (benchmarks set them; empty = defaults)
+HEURISTIC_SHARE = 0.5   # memory objective under a bound: share of the time limit for _PeakShaver
 
 
 class InfeasibleError(ValueError):
@@ -704,7 +705,7 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
 
     # heuristic bisection for a low UB fast (seconds), from every seed and the min-usage plan
     shaver = _PeakShaver(problem)
-    h_until = time.perf_counter() + max(0.25 * o.left(), min(2.0, o.left()))
+    h_until = time.perf_counter() + max(HEURISTIC_SHARE * o.left(), min(2.0, o.left()))
     h_lo = mstar
     starts = seeds   # the seeds (caller's plans first) and p0
     while time.perf_counter() < h_until and (ub - h_lo) > 1e-3 * ub:
