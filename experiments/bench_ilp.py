@@ -3,10 +3,16 @@
 (a) random 1,000-node problems (8 strategies per node, sparse DAG of ~1.5 edges per node, random
     intervals, a memory limit that binds): wall time to the proven optimum with and without the
     reductions of costmodel/reduce.py;
-(b) every shared IOPDDL instance (../shared/iopddl): ``main_iopddl`` in a subprocess with the
-    contest timeout times ``--timeout-scale``: cost, feasibility, score = best_known / cost, wall;
+(b) every shared IOPDDL instance (../shared/iopddl): ``shardgym iopddl FILE TIMEOUT`` in a
+    subprocess with the contest timeout times ``--timeout-scale``: cost, feasibility, score =
+    best_known / cost, wall, and the machine's load average around each run;
 (c) zoo models (gpt tiny, ... on cpu-2x4 and h100-2x8): time to the proven optimum, when
-    ``costmodel.builder.build_problem`` is available.
+    ``costmodel.builder.build_problem`` is available;
+(m) "memory objective" (``--sections m``): per zoo model (tiny, cpu-2x4) the memory objective
+    without a bound (its peak is proven optimal at once; the wall time includes the time
+    tie-break), the memory objective with max_step_time_s = 1.05 x Megatron's step time through
+    ``shardgym.solve`` (seeded with the baseline plans: peak, gap, savings against Megatron and
+    FSDP) and the redundancy objective. Stored under "memory_objective".
 
 Writes results/bench_ilp.json. Usage:
     python experiments/bench_ilp.py [--sections a,b,c] [--timeout-scale 1.0] [--instances A,B,G,M,S]
@@ -44,6 +50,9 @@ class Config:
     zoo: str = "gpt:tiny,mlp_mixer:tiny,vit:tiny"
     clusters: str = "cpu-2x4,h100-2x8"
     zoo_time_limit_s: float = 60.0
+    memory_models: str = "gpt,vit,fno,unet,meshgraphnet,mlp"
+    memory_cluster: str = "cpu-2x4"
+    memory_time_limit_s: float = 30.0
 
 
 def random_problem(n: int, k: int, seed: int) -> Problem:
@@ -84,22 +93,32 @@ def section_a(cfg: Config) -> list[dict]:
     return rows
 
 
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def section_b(cfg: Config) -> list[dict]:
+    """Run ``shardgym iopddl FILE TIMEOUT`` exactly as a user would (the console script of the
+    venv, one subprocess per instance), time it, parse the last line and price the plan."""
     with open(os.path.join(SHARED, "best_known.json")) as f:
         bk = json.load(f)
+    exe = os.path.join(os.path.dirname(sys.executable), "shardgym")
+    cmd0 = [exe, "iopddl"] if os.path.exists(exe) else [sys.executable, "-m", "shardgym.cli", "iopddl"]
     rows = []
     for name in cfg.instances.split(","):
         path = os.path.join(SHARED, f"asplos-2025-iopddl-{name}.json.gz")
         timeout = bk["timeout_s"][name] * cfg.timeout_scale
+        load_before = _load_average()
         t0 = time.perf_counter()
-        code = ("import sys; from costmodel.iopddl_cli import main_iopddl; "
-                f"main_iopddl({path!r}, {timeout!r})")
         try:
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+            proc = subprocess.run(cmd0 + [path, f"{timeout:g}"], capture_output=True, text=True,
                                   timeout=timeout + 5, cwd=REPO)
             out = proc.stdout.strip().splitlines()
             plan = json.loads(out[-1]) if out else []
-            log = proc.stderr.strip().splitlines()[-3:]
+            log = proc.stderr.strip().splitlines()[-4:]
         except subprocess.TimeoutExpired:
             plan, log = [], ["killed: ran past the timeout"]
         wall = time.perf_counter() - t0
@@ -111,11 +130,12 @@ def section_b(cfg: Config) -> list[dict]:
             cost, feas = float("inf"), False
         best = bk["best_known_cost"][name]
         rows.append({"instance": name, "timeout_s": timeout, "wall_s": round(wall, 1), "cost": cost,
-                     "feasible": feas, "best_known": best,
-                     "score": (best / cost) if feas and cost > 0 else 0.0, "log_tail": log})
+                     "feasible": feas, "forbidden_free": bool(cost < 1e17), "best_known": best,
+                     "score": (best / cost) if feas and cost > 0 else 0.0,
+                     "load_avg_before": load_before, "load_avg_after": _load_average(), "log_tail": log})
         print({k: v for k, v in rows[-1].items() if k != "log_tail"}, flush=True)
-    print_table([{k: v for k, v in r.items() if k != "log_tail"} for r in rows],
-                title="(b) IOPDDL instances")
+    print_table([{k: v for k, v in r.items() if k not in ("log_tail", "load_avg_before", "load_avg_after")}
+                 for r in rows], title="(b) IOPDDL instances")
     return rows
 
 
@@ -153,6 +173,64 @@ def section_c(cfg: Config) -> list[dict]:
     return rows
 
 
+def section_m(cfg: Config) -> list[dict]:
+    """The memory and redundancy objectives on the zoo models (see the module docstring)."""
+    import shardgym as sg
+    from shardgym import workflow
+    rows = []
+    lim = cfg.memory_time_limit_s
+    for model in cfg.memory_models.split(","):
+        try:
+            _, _, _, p = workflow.model_problem(model, "tiny", sg.Cluster.preset(cfg.memory_cluster))
+        except Exception as exc:  # a zoo entry that is missing or broken: report and go on
+            rows.append({"model": model, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        row = {"model": model, "cluster": cfg.memory_cluster, "nodes": p.num_nodes,
+               "strategies": int(p.num_strategies.sum()), "load_avg_before": _load_average()}
+        meg, fsdp = (sg.evaluate(p, sg.solve(p, method=m)) for m in ("megatron", "fsdp"))
+        bound = 1.05 * meg.step_time_s
+        runs = {"memory": dict(objective="memory"),
+                "memory_1.05meg": dict(objective="memory", max_step_time_s=bound),
+                "redundancy": dict(objective="redundancy")}
+        for key, kw in runs.items():
+            t0 = time.perf_counter()
+            try:
+                plan = sg.solve(p, method="ilp", time_limit_s=lim, **kw)
+            except Exception as exc:
+                row[key] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            c = sg.evaluate(p, plan)
+            info = plan.info
+            row[key] = {"wall_s": round(time.perf_counter() - t0, 2), "status": info.get("status"),
+                        "gap": info.get("gap"), "bound": info.get("bound"),
+                        "peak_memory_bytes": c.peak_memory_bytes, "step_time_s": c.step_time_s,
+                        "redundant_memory_bytes": c.redundant_memory_bytes}
+        row["megatron"] = {"peak_memory_bytes": meg.peak_memory_bytes, "step_time_s": meg.step_time_s}
+        row["fsdp"] = {"peak_memory_bytes": fsdp.peak_memory_bytes, "step_time_s": fsdp.step_time_s}
+        mt = row.get("memory_1.05meg", {})
+        if "peak_memory_bytes" in mt:
+            mt["max_step_time_s"] = bound
+            mt["saving_vs_megatron"] = 1 - mt["peak_memory_bytes"] / meg.peak_memory_bytes
+            mt["saving_vs_fsdp"] = 1 - mt["peak_memory_bytes"] / fsdp.peak_memory_bytes
+        row["load_avg_after"] = _load_average()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    flat = []
+    for r in rows:
+        if "error" in r:
+            flat.append(r)
+            continue
+        f = {"model": r["model"], "nodes": r["nodes"]}
+        for key in ("memory", "memory_1.05meg", "redundancy"):
+            d = r.get(key, {})
+            f[key + " s"] = d.get("wall_s", str(d.get("error", ""))[:20])
+            f[key + " status"] = d.get("status")
+        f["saving vs meg"] = r.get("memory_1.05meg", {}).get("saving_vs_megatron")
+        flat.append(f)
+    print_table(flat, title=f"(m) memory objective (tiny, {cfg.memory_cluster}, limit {lim:g} s)")
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f, v in asdict(Config()).items():
@@ -166,7 +244,20 @@ def main(argv=None):
         out["iopddl"] = section_b(cfg)
     if "c" in secs:
         out["zoo"] = section_c(cfg)
-    path = write_results("bench_ilp", out, config=asdict(cfg), seed=cfg.seed)
+    if "m" in secs:
+        out["memory_objective"] = section_m(cfg)
+    prev = os.path.join(REPO, "results", "bench_ilp.json")
+    if os.path.exists(prev):        # keep the sections this run did not redo
+        with open(prev) as f:
+            old = json.load(f)
+        for key in ("random", "iopddl", "zoo", "memory_objective"):
+            if key not in out and key in old:
+                out[key] = old[key]
+    import tempfile
+    os.makedirs(os.path.join(REPO, "results"), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=os.path.join(REPO, "results")) as tmp:   # write, then rename
+        path = os.path.join(REPO, "results", "bench_ilp.json")
+        os.replace(write_results("bench_ilp", out, config=asdict(cfg), seed=cfg.seed, results_dir=tmp), path)
     print(f"wrote {path}")
 
 
