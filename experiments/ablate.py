@@ -588,7 +588,7 @@ def plot(records: list[dict], path) -> None:
             xs.append(x)
             x += 1
         x += 0.8
-    fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(xs) + 2), 5))
+    fig, ax = plt.subplots(figsize=(max(9, 0.6 * len(xs) + 4), 5.5))
     med, mx = np.array(med), np.array(mx)
     ax.bar(xs, med, color=colors, width=0.8)
     ax.errorbar(xs, med, yerr=[np.zeros_like(med), mx - med], fmt="none", ecolor="black", capsize=3, lw=1,
@@ -599,13 +599,14 @@ def plot(records: list[dict], path) -> None:
     ax.set_yscale("log")
     ax.set_ylim(bottom=min(0.9, 0.9 * float(med.min())), top=max(2.0, 3.0 * float(mx.max())))
     for xi, m in zip(xs, med):
-        ax.annotate(f"{m:.3g}", (xi, m), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+        ax.annotate(f"{m:,.0f}" if m >= 100 else f"{m:.3g}", (xi, m), textcoords="offset points", xytext=(0, 3),
+                    ha="center", fontsize=7)
     ax.set_ylabel("plan cost / ILP cost (median; whisker = max)")
     ax.set_xlabel("ablation value (bars grouped and coloured by ablation)")
     from matplotlib.patches import Patch
     handles = [Patch(color=cmap(i % 10), label=g) for i, g in enumerate(groups)]
     handles += ax.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=2)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     n_problems = recs[0]["metrics"]["problems"]
     ax.set_title(f"shardgym ablations: held-out cost vs ILP optimum ({n_problems} problems)")
     ax.grid(axis="y", alpha=0.3)
