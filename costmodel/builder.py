@@ -126,9 +126,9 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     lb = local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.operand_specs[k], mesh)
                     if lb > bmin:
                         mem += lb
-                for o in counted:
-                    ten = nd.outputs[o]
-                    mem += local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.out_specs[o], mesh)
+                for o in counted:  # o = -1: the head's own result, of output 0's shape and spec
+                    ten = nd.outputs[max(o, 0)]
+                    mem += local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.out_specs[max(o, 0)], mesh)
                 for o in every:
                     red += redundant_bytes(nd.outputs[o].nbytes, st.out_specs[o], mesh)
                 rows.append((t, mem, red, cb, imb))
@@ -259,9 +259,13 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     of non-fusible ops and reductions (``MATERIALISING``), the operands of non-fusible ops
     (``NON_FUSIBLE``: dot, conv, fft, gather/scatter, sort, scans, control flow — the fusion feeding
     them writes its result out), and the program outputs. Per node:
-      * a group whose head is in ``MATERIALISING`` keeps output 0 (the head value, or a value of the
-        head's shape standing for it: XLA recomputes the folded chain from it) plus every output
-        that is *materialised*;
+      * a group whose head is in ``MATERIALISING`` keeps the head's own result (XLA's dot / conv /
+        reduce writes it out; the folded chain's values are recomputed from it; for a group with
+        folded ops it is counted as one extra buffer of output 0's shape and spec, since the head's
+        value is usually not among the exposed outputs) plus every output that is *materialised*,
+        plus — when the chain holds an ``EXPENSIVE`` op (exp, tanh, div, ...) whose value is read
+        more than once — one more exposed output: XLA does not duplicate expensive ops into
+        several consumers, it writes them out (GELU's tanh, softmax's exp);
       * any other node (element-wise, broadcast, slice, pad, concatenate, ...) keeps only its
         materialised outputs — none, when all its consumers fuse it;
       * an unfolded reshape / squeeze / expand_dims / transpose with one operand is ``transparent``:
@@ -270,13 +274,13 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     An output is *materialised* when it is a program output that aliases no input, or when one of
     its consumers takes it as a head operand of a ``NON_FUSIBLE`` op — looking through transparent
     nodes (``reshape(x) @ w`` materialises x's producer's output).
-    Residual error (results/fidelity.json): XLA does not recompute an expensive element-wise value
-    (exp, tanh, ...) used by several consumers — it materialises it (softmax probabilities kept for
-    the backward pass): under-count; a dot operand that is a transpose of a buffer may be copied
+    Residual error (results/fidelity.json): which exposed output holds the expensive value is not
+    recorded in the graph (any one of the head's shape is taken); a dot operand that is a transpose of a buffer may be copied
     (layout change) instead of folded into the dot: under-count; transient buffers of a group (the
     dot result before a bias add) overlap only briefly and are not counted: under-count near a peak;
     buffers XLA's scheduler reuses in place (element-wise outputs written over a dead operand) are
-    counted separately: over-count.
+    counted separately: over-count; XLA's figure includes the temp allocation's fragmentation
+    (its live-range peak is 10-30% below ``temp`` on small models): under-count.
     """
     nodes = graph.nodes
     consumers: dict = {}
@@ -318,7 +322,9 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
             kept.append([o for o in range(len(nd.outputs)) if (i, o) in plain_out])
             continue
         head_buffer = (nd.primitive in MATERIALISING or nd.params.get("replicate_only") or not nd.supported)
-        ko = [o for o in range(len(nd.outputs)) if (o == 0 and head_buffer) or feeds_buffer(i, o)]
+        ko = [o for o in range(len(nd.outputs)) if (o == 0 and head_buffer and not nd.folded) or feeds_buffer(i, o)]
+        if head_buffer and nd.folded:
+            ko.append(-1)  # the head's own result, which the folded chain reads (see docstring)
         if (nd.primitive in EXPENSIVE or any(f in EXPENSIVE for f in nd.folded)):
             rest = [o for o in range(len(nd.outputs)) if o not in ko
                     and len(consumers.get((i, o), ())) + sum(len(consumers.get((i, q), ())) for q in ko) >= 2]

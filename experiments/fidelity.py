@@ -12,6 +12,7 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python experiments/fidelity.py
     ... --models gpt,mlp --plans dp,ilp-time
+    ... --models fno --update      # re-run some rows, keep the others of results/fidelity.json
 
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
 """
@@ -100,6 +101,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--ilp-time-limit-s", type=float, default=20.0)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--out", default="fidelity", help="results/<out>.json")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the rows of results/<out>.json for other (model, plan) pairs; replace these")
     a = ap.parse_args(argv)
     cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(zoo.names()),
                  plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
@@ -109,6 +112,15 @@ def main(argv=None) -> list[dict]:
             raise ValueError(f"unknown plan {p!r}; choose from {', '.join(PLANS)}")
     cluster = sg.Cluster.preset(cfg.cluster)
     rows = []
+    kept = []
+    if a.update:
+        import json
+
+        from experiments.common import RESULTS_DIR
+        old = Path(RESULTS_DIR) / f"{a.out}.json"
+        if old.exists():
+            mine = {(m, p) for m in cfg.models for p in cfg.plans}
+            kept = [r for r in json.loads(old.read_text())["rows"] if (r["model"], r["plan"]) not in mine]
     for name in cfg.models:
         size = zoo.sizes(name)[0]
         fn, args = zoo.build(name, size, seed=cfg.seed)
@@ -123,8 +135,10 @@ def main(argv=None) -> list[dict]:
             rows.append(row)
             print(f"{name:13s} {plan_name:11s} mem {row.get('mem_ratio')}, comm {row.get('comm_ratio')} "
                   f"{row.get('ok', '')} {row.get('error', '')}", flush=True)
-            write_results(a.out, {"summary": {"partial": True, "rows": len(rows)}, "rows": rows},
+            write_results(a.out, {"summary": {"partial": True, "rows": len(kept) + len(rows)}, "rows": kept + rows},
                           config=cfg, seed=cfg.seed)  # a partial file survives an interrupted run
+    order = {m: i for i, m in enumerate(zoo.names())}
+    rows = sorted(kept + rows, key=lambda r: (order.get(r["model"], 99), PLANS.index(r["plan"])))
     cols = ["model", "plan", "pred_mem_MiB", "xla_mem_MiB", "mem_ratio", "pred_comm_MiB", "xla_comm_MiB",
             "comm_ratio", "loss_rel_err", "max_rel_err", "compile_s", "ok"]
     print_table(rows, cols, title=f"cost model vs XLA on {cfg.cluster} (ratio = predicted / XLA; "
