@@ -753,6 +753,8 @@ def main(argv=None) -> int:
                 bar.update(overall, advance=1)
         except KeyboardInterrupt:
             interrupted = True
+            if data["ilp"] or data["runs"]:   # keep the finished runs and the ILP references solved so far
+                save_results(data, path, cli)
     if interrupted:
         print(f"interrupted: {len(done_keys)} of {len(configs)} runs done and saved to {path}; "
               "rerun the same command to resume")
