@@ -15,6 +15,27 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
     ... --models fno --update      # re-run some rows, keep the others of results/fidelity.json
 
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
+
+Known outliers and their causes (the terms' docstrings say more):
+  * memory, ILP-memory plans (0.2-0.6x): the memory-objective ILP seeks the plans the model
+    under-counts most — activations gathered for a replicated consumer (one interval per node
+    cannot carry a one-step copy; builder.operand_copies charges parameters only) and the unreduced
+    partial-sum buffer a contraction holds before its all-reduce / reduce-scatter;
+  * memory, FSDP plans (0.45-0.9x): the all-gathered parameter and the full-size weight gradient
+    before its reduce-scatter are transient buffers XLA holds at the peak; charged only in part;
+  * memory, small models (mlp): XLA's temp figure includes allocator fragmentation (its own live-range
+    peak is 10-30% lower), and XLA CPU copies weights into its dot kernels' layout;
+  * memory, fno: XLA runs every FFT replicated (it all-gathers a sharded operand) and keeps the
+    complex spectra; the runtime's row-major identity matmuls around sharded FFTs (runtime._row_major,
+    a workaround for XLA CPU's FFT layout RET_CHECK) add buffers the cost model does not have;
+  * collective bytes, FSDP (1.1-1.2x): XLA gathers a parameter once for all its consumers, the
+    model pays per edge (builder docstring);
+  * collective bytes, megatron / ILP plans (0.8-0.9x): XLA chooses other collectives than the plan
+    in places (e.g. all-gathers both activations of a weight gradient instead of all-reducing the
+    gradient, or replicates a tensor and re-partitions it where cost.reshard found a cheaper path);
+  * the CPU backend never forms reduce-scatter: it all-reduces and slices (2x the wire bytes of a
+    reduce-scatter). Kept as a named outlier rather than a CPU-only cost (the Cluster has no
+    backend field); on GPU/TPU XLA forms reduce-scatter.
 """
 from __future__ import annotations
 
