@@ -41,6 +41,8 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         from costmodel.ilp import solve_ilp
         if objective != "time" and max_step_time_s is not None and "initial_plans" not in kw:
             kw["initial_plans"] = _baseline_seeds(problem)
+            # the seeds' time counts against the limit (at least 1 s is left to the solver)
+            time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
         strategies, solve_info = solve_ilp(problem, objective=objective, memory_cap_bytes=memory_cap_bytes,
                                            max_step_time_s=max_step_time_s, time_limit_s=time_limit_s, **kw)
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
