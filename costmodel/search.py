@@ -4,22 +4,28 @@
 
 1. **Feasibility anchor**: the plan that takes each node's lowest-usage strategy minimises the live
    usage at every time point at once, so it is feasible iff any plan is (None is returned if not).
-2. **Unconstrained descent**: start from each node's cheapest strategy and run iterated
-   conditional modes (ICM: each node takes its best strategy given its neighbours) by graph
-   colour classes, so a whole class moves at once, vectorised over the CSR arrays.
-3. **Lagrangian relaxation of the memory limit** (the contest winners' idea): a multiplier λ_t ≥ 0
-   per time point turns usage into cost, c'_i[s] = c_i[s] + usage_i[s]·Σ_{t∈interval(i)} λ_t;
-   ICM on c', then λ_t += step·max(0, live_t − cap)/cap (and decays where under the cap). Each
-   Lagrangian plan is repaired (the overloaded points' nodes move to lower-usage strategies, the
-   cheapest per byte saved first) and the best feasible plan under the true cost is kept.
-4. **Feasible polish**: sequential ICM that only takes moves keeping the live usage within the cap.
-5. **Large-neighbourhood search** with the exact MILP (``costmodel.ilp``) while time remains: a
-   breadth-first neighbourhood of a few hundred nodes is re-optimised with everything else fixed
-   (their edges fold into node costs, their usage becomes background load).
+2. **Pruning** (``_Pruning``): strategies no forbidden-free, memory-feasible plan can use are dropped
+   (node cost ≥ 1e17; no allowed partner on some edge, i.e. arc consistency; or over the limit even
+   with every other node at its lowest usage), repeated to a fixed point.
+3. **Ties** (``_Contraction``): an edge whose allowed entries form a permutation forces one end's
+   strategy from the other's; union-find merges such nodes into components (IOPDDL instance A:
+   34,932 nodes -> ~300 components with a choice). Exact; memory stays on the member nodes.
+   Single-node moves cannot escape a forbidden entry inside a tied group, whole-component moves can.
+4. **Lagrangian relaxation of the memory limit** (the contest winner's idea), on the component
+   graph: prices λ_t per time point turn usage into cost; each round is a random induced-forest
+   dynamic programme (exact on the forest, the rest fixed) plus colour-class ICM on the priced
+   costs; λ grows multiplicatively where the plan is over the limit and decays when it fits;
+   near-feasible plans are repaired (cheapest cost per byte saved at the worst point), new best
+   plans are polished (feasible whole-component moves on the true cost).
+5. The same rounds on the **untied** graph from ICM of the cheapest / greedy plan: a different
+   basin (better on instance M, where tied descent stalls). Steps 4 and 5 get 30 % of the main
+   phase each; the one that found the best plan gets the rest.
+6. **Feasible polish** (components, then single nodes); on graphs of at most ``LNS_MAX_NODES``,
+   **large-neighbourhood search** with the exact MILP (``costmodel.ilp``) on BFS neighbourhoods.
 
-Always keeps the best feasible plan and checks the clock between steps; it returns by
-``timeout_s`` (minus a small margin the caller chooses) — an approximation: one MILP call may run
-a little past its own time limit when HiGHS is inside presolve.
+Always keeps the best feasible plan (priced on the original problem) and checks the clock between
+steps; it returns by ``timeout_s`` (the caller keeps a margin) -- an approximation: one forest DP
+or ICM sweep (about a second on contest graphs) or one MILP call may run a little past it.
 """
 from __future__ import annotations
 
@@ -792,10 +798,14 @@ def _polish_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float, p
     return sc
 
 
-def _lagrangian_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, until: float, rng, consider,
-                     say, up: float = 2.5, down: float = 0.9, repair_below: float = 1.05,
-                     from_above: bool = False, polish_every_s: float = 10.0, tag: str = "tied") -> np.ndarray:
+def _lagrangian_rounds(C: _Contraction, gc: _Graph, sc: np.ndarray, rng, consider, up: float = 2.5,
+                       down: float = 0.9, repair_below: float = 1.05, polish_every_s: float = 10.0,
+                       tag: str = "tied"):
     """The memory limit relaxed into prices (the contest winner's method), on the component graph.
+
+    A generator, so that two runs can share the clock: prime it with ``next``, then
+    ``gen.send(deadline)`` runs rounds until that deadline and returns; state (plan, prices) is
+    kept for the next ``send``.
 
     λ_t ≥ 0 per compressed time point; a member node i adds usage_i[s]·Σ_{t∈interval(i)} λ_t to its
     component's strategy cost. Each round: one random induced-forest DP move plus a few ICM
@@ -805,14 +815,8 @@ def _lagrangian_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, until: float, 
     the limit is also repaired; if it fits, it is a candidate and every λ decays by ``down``. So the
     prices hover near the smallest that keep the plan feasible. A new best plan is also polished
     (feasible whole-component moves on the true cost, at most every ``polish_every_s``) and the
-    rounds continue from it. (A fixed subgradient step that
-    doubled per infeasible round overshot by 100x after a few stubborn points and left the plan
-    stuck at 0.91 of the limit.)
-
-    ``from_above``: start instead with a uniform price c on every "hot" point (where the
-    lowest-usage profile is above 80 % of the limit), ×4 each round until the plan fits,
-    then the same updates. Pressing from above lands in a different basin: on instance M it found
-    plans half the cost of those reached by raising prices from zero."""
+    rounds continue from it. (A fixed subgradient step that doubled per infeasible round overshot
+    by 100x after a few stubborn points and left the plan stuck at 0.91 of the limit.)"""
     g = C.g
     classes = gc.colour_classes()
     pos = g.cost[np.abs(g.cost) < FORBIDDEN]
@@ -820,52 +824,37 @@ def _lagrangian_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, until: float, 
     use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
     base = cost_scale / use_scale
     lam = np.zeros(len(g.times))
-    calibrating = from_above and g.cap is not None
-    if calibrating:
-        minu = np.minimum.reduceat(g.usage, g.offs[:-1])
-        hot = g.profile_of(np.where(g.live_mask, minu, 0.0)) >= 0.8 * g.cap
-        c = base
     it = 0
-    best_sc = sc
     last_polish = -np.inf
-    while time.perf_counter() < until:
-        if calibrating:
-            lam = c * hot
-            c *= 4.0
+    until = yield
+    while True:
+        if time.perf_counter() >= until:
+            until = yield
+            continue
         pen = C.penalty(_node_prices(g, lam)) if lam.any() else gc.cost
         sc = _forest_dp(gc, sc, pen, rng, until)
         sc = _icm(gc, sc, pen, classes, until, sweeps=4)
+        it += 1
         if g.cap is None:
-            if consider(sc, f"{tag} dp[{it}]"):
-                best_sc = sc
-            it += 1
+            consider(sc, f"{tag} dp[{it}]")
             continue
         r = g.profile(C.expand(sc)) / g.cap
         over = r > 1.0
-        calibrating = calibrating and over.any()
-        if calibrating:
-            continue
         if over.any():
             lam[over] = np.maximum(lam[over] * up, base * 10.0 * (r[over] - 1.0))
             if r.max() <= repair_below:
-                rep = _repair_tied(C, gc, sc, min(until, time.perf_counter() + 2.0))
-                if consider(rep, f"{tag} dp+repair[{it}]"):
-                    best_sc = rep
+                consider(_repair_tied(C, gc, sc, min(until, time.perf_counter() + 2.0)), f"{tag} dp+repair[{it}]")
         else:
-            if consider(sc, f"{tag} dp[{it}]"):
-                best_sc = sc
-                if time.perf_counter() > last_polish + polish_every_s:
-                    sp = _polish_tied(C, gc, sc, min(until, time.perf_counter() + polish_every_s / 2))
-                    last_polish = time.perf_counter()
-                    if consider(sp, f"{tag} dp+polish[{it}]"):
-                        best_sc = sc = sp
+            if consider(sc, f"{tag} dp[{it}]") and time.perf_counter() > last_polish + polish_every_s:
+                sp = _polish_tied(C, gc, sc, min(until, time.perf_counter() + polish_every_s / 2))
+                last_polish = time.perf_counter()
+                if consider(sp, f"{tag} dp+polish[{it}]"):
+                    sc = sp
             lam *= down
-        it += 1
-    return best_sc
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True, tie: bool = True, from_above: bool = False) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
     limit (proved by the lowest-usage plan being over it)."""
     t0 = time.perf_counter()
@@ -914,15 +903,27 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     if g.cap is not None and not _feasible(g2, C.expand(sc)):
         consider_tied(_repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s)),
                       "tied repair")
-    # 3. Lagrangian forest-DP rounds on the component graph
+    # 3. Lagrangian rounds on the component graph (30 % of the main phase), then (5.) on the untied
+    #    graph from ICM of the cheapest / greedy plans (to 60 %): single nodes cannot break ties
+    #    there, so ICM stalls in plans that keep tied groups at cheap, low-usage strategies -- on
+    #    instance M a far better basin. The run that found the best plan gets the rest.
     use_lns = use_lns and g.n <= LNS_MAX_NODES
     main_deadline = t0 + (0.75 if use_lns else 0.92) * timeout_s
-    split = time.perf_counter() + 0.5 * max(main_deadline - time.perf_counter(), 0.0)
-    _lagrangian_tied(C, gc, sc, split if tie else main_deadline, rng, consider_tied, say,
-                     from_above=from_above)
-    # 3b. the same on the untied (pruned) graph, from ICM of the cheapest / greedy plans: single
-    #     nodes cannot break ties there, so ICM stalls in plans that keep tied groups at cheap,
-    #     low-usage strategies -- on instance M a far better basin than the tied descent reaches
+    t_main = max(main_deadline - time.perf_counter(), 0.0)
+    start = time.perf_counter()
+    winner = ["tied"]
+
+    def credit(name, check):
+        def f(sc, tag):
+            ok = check(sc, tag)
+            if ok:
+                winner[0] = name
+            return ok
+        return f
+
+    runs = {"tied": _lagrangian_rounds(C, gc, sc, rng, credit("tied", consider_tied))}
+    next(runs["tied"])
+    runs["tied"].send(start + (0.3 if tie else 1.0) * t_main)
     if tie and time.perf_counter() + 1.0 < main_deadline:
         C1 = _Contraction(g2, tie=False)
         g1 = _Graph(C1.problem)
@@ -936,8 +937,13 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
         def consider_untied(s, tag) -> bool:
             return s is not None and consider(pr.to_orig(s), tag)
 
-        consider_untied(s0, "untied icm")
-        _lagrangian_tied(C1, g1, s0, main_deadline, rng, consider_untied, say, tag="untied")
+        credit("untied", consider_untied)(s0, "untied icm")
+        runs["untied"] = _lagrangian_rounds(C1, g1, s0, rng, credit("untied", consider_untied), tag="untied")
+        next(runs["untied"])
+        runs["untied"].send(start + 0.6 * t_main)
+    if time.perf_counter() < main_deadline:
+        say(f"continuing the {winner[0]} run")
+        runs[winner[0]].send(main_deadline)
     # 4. polish: component moves, then single-node moves, that keep the plan feasible
     b2 = pr.from_orig(best)
     bsc = None if b2 is None else C.contract(b2)

@@ -15,7 +15,7 @@ from ilp_helpers import brute_force, random_problem  # noqa: E402
 
 from costmodel.iopddl_cli import main_iopddl  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from costmodel.search import _Contraction, _Graph, solve_large  # noqa: E402
+from costmodel.search import _Contraction, _Graph, _Pruning, _range_max, solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
@@ -159,3 +159,51 @@ def test_solve_large_on_head_of_A_is_feasible_forbidden_free_and_improves():
     c = evaluate(p, plan)
     assert c.feasible and c.peak_memory_bytes <= p.usage_limit
     assert c.total < 1e15 <= anchor_cost          # the naive anchor hits forbidden entries; we do not
+
+
+# ---- pruning -------------------------------------------------------------------------------------
+def test_range_max_matches_slices():
+    rng = np.random.default_rng(0)
+    a = rng.random(37)
+    lo = rng.integers(0, 37, 200)
+    hi = lo + rng.integers(0, 12, 200)
+    hi = np.minimum(hi, 37)
+    got = _range_max(a, lo, hi)
+    want = [a[x:y].max() if y > x else -np.inf for x, y in zip(lo, hi)]
+    assert np.array_equal(got, want)
+
+
+def test_pruning_by_hand():
+    """Node 0: strategy 1 uses 9 bytes; node 1 (live at the same time) needs >= 2; cap 10, so
+    0/1 can never fit. Edge 1-2: column 2 of node 2 is all forbidden, so node 2 loses strategy 2.
+    Node 2's strategy 0 is forbidden itself."""
+    F = 1e18
+    costs = [[5, 1], [1, 1], [F, 2, 0]]
+    usages = [[1, 9], [2, 3], [0, 0, 0]]
+    intervals = [(0, 2), (1, 3), (0, 0)]
+    edges = [(1, 2)]
+    ecosts = [[1, 2, F, 3, 4, F]]
+    p = Problem.from_lists("prune", costs, usages, intervals, edges, ecosts, usage_limit=10)
+    pr = _Pruning(_Graph(p))
+    assert pr.keep.tolist() == [True, False, True, True, False, True, False]
+    assert list(pr.problem.num_strategies) == [1, 2, 1]
+    assert list(pr.problem.edge_costs) == [2, 4]             # column 1 of the 2x3 matrix
+    assert list(pr.to_orig(np.array([0, 1, 0]))) == [0, 1, 1]
+    assert pr.from_orig(np.array([1, 0, 1])) is None
+    assert solve_large(p, 2.0) == [0, 0, 1]                   # 5 + 1 + 2 + 2 = 10
+
+
+def test_pruning_keeps_the_best_forbidden_free_plan():
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(30):
+        p = random_problem(rng, 7, kmax=3, edge_p=0.4, limit_q=0.3, forbid_p=0.15)
+        best, bc = brute_force(p)
+        if bc is None or bc.total >= 1e17:
+            continue
+        pr = _Pruning(_Graph(p))
+        s2 = pr.from_orig(np.asarray(best))
+        assert s2 is not None                                  # the optimum survives pruning
+        assert evaluate(pr.problem, s2).total == pytest.approx(bc.total)
+        checked += 1
+    assert checked >= 8
