@@ -25,9 +25,12 @@ Known outliers and their causes (the terms' docstrings say more):
     before its reduce-scatter are transient buffers XLA holds at the peak; charged only in part;
   * memory, small models (mlp): XLA's temp figure includes allocator fragmentation (its own live-range
     peak is 10-30% lower), and XLA CPU copies weights into its dot kernels' layout;
-  * memory, fno: XLA runs every FFT replicated (it all-gathers a sharded operand) and keeps the
-    complex spectra; the runtime's row-major identity matmuls around sharded FFTs (runtime._row_major,
-    a workaround for XLA CPU's FFT layout RET_CHECK) add buffers the cost model does not have;
+  * memory, fno: dp / fsdp / ILP-memory under-counted (0.3-0.8x): XLA all-gathers every sharded FFT
+    operand (the model runs fft replicated, strategies.XLA_FFT_REPLICATED) and the gathered
+    activation copies are not charged (builder.operand_copies); replicated / ILP-time over-counted
+    (1.4-1.5x): not isolated — likely complex element-wise values of the spectral layers that XLA
+    fuses but the rule keeps because they feed an fft; the runtime's identity matmuls around sharded
+    FFTs (runtime._row_major, the XLA CPU FFT-layout workaround) add small buffers the model lacks;
   * collective bytes, FSDP (1.1-1.2x): XLA gathers a parameter once for all its consumers, the
     model pays per edge (builder docstring);
   * collective bytes, megatron / ILP plans (0.8-0.9x): XLA chooses other collectives than the plan
