@@ -25,6 +25,8 @@ def _mem_unit(x: float) -> tuple[float, str]:
 
 
 def _label(plan: Plan) -> str:
+    if plan.meta.get("label"):
+        return plan.meta["label"]
     return plan.method + (f" ({plan.objective})" if plan.method in ("ilp", "policy") else "")
 
 
@@ -60,13 +62,15 @@ def memory_timeline(problem: Problem, plans: list[Plan], path: str) -> str:
     return _save(fig, path)
 
 
-def pareto_front(problem: Problem, rows, path: str, points: int = 6, time_limit_s: float = 30) -> str:
+def pareto_front(problem: Problem, rows, path: str, points: int = 5, time_limit_s: float = 10) -> str:
     """Step time against peak memory: the ILP's min-memory plan for a sweep of step-time bounds
-    between the time-optimal and the memory-optimal plans, with the other methods as points."""
+    between the time-optimal and the memory-optimal plans, with the other methods as points.
+    The ILP rows already in ``rows`` are reused; each sweep point is a time-limited solve
+    (``time_limit_s``), so a point may sit slightly above the true front."""
     from costmodel.ilp import solve_ilp
-    fast, _ = solve_ilp(problem, objective="time", time_limit_s=time_limit_s)
-    small, _ = solve_ilp(problem, objective="memory", time_limit_s=time_limit_s)
-    c_fast, c_small = evaluate(problem, fast), evaluate(problem, small)
+    known = {(m, o): c for m, o, _, c in rows if c is not None and m == "ilp"}
+    c_fast = known.get(("ilp", "time")) or evaluate(problem, solve_ilp(problem, objective="time", time_limit_s=time_limit_s)[0])
+    c_small = known.get(("ilp", "memory")) or evaluate(problem, solve_ilp(problem, objective="memory", time_limit_s=time_limit_s)[0])
     front = [(c_fast.step_time_s, c_fast.peak_memory_bytes), (c_small.step_time_s, c_small.peak_memory_bytes)]
     if c_small.step_time_s > c_fast.step_time_s * (1 + 1e-9):
         for bound in np.linspace(c_fast.step_time_s, c_small.step_time_s, points + 2)[1:-1]:
