@@ -342,6 +342,41 @@ def _fold_target(rec, in_groups, source, pinned, n_in):
     return None
 
 
+def _live_records(recs, out_refs, n_in: int) -> list[int]:
+    """Dead-code elimination: the record indices whose outputs reach a program output (inputs
+    are always kept), in program order."""
+    live = [ri < n_in for ri in range(len(recs))]
+    used = set(r for r in out_refs if r is not None)
+    for ri in range(len(recs) - 1, n_in - 1, -1):
+        if any(o in used for o in recs[ri].outs):
+            live[ri] = True
+            used.update(r for r in recs[ri].ins if r is not None)
+    return [ri for ri in range(len(recs)) if live[ri]]
+
+
+def _group_records(recs, val_src, kept: list[int], n_in: int, fold: bool):
+    """Alpa-style folding: (group, members) where group[record] = its group's head record and
+    members[head] = the group's records in program order (see _fold_target for the rule)."""
+    group = {ri: ri for ri in range(n_in)}   # record index -> head record index
+    source: dict[int, bool] = {}             # op group without op-group predecessors
+    pinned: dict[int, bool] = {}             # source group that must stay one (see _fold_target)
+    for ri in kept[n_in:]:
+        rec = recs[ri]
+        in_groups = [group[val_src[r][0]] if r is not None else None for r in rec.ins]
+        if fold and rec.prim in P.FOLDABLE and len(rec.outs) == 1:
+            target = _fold_target(rec, in_groups, source, pinned, n_in)
+            if target is not None:
+                group[ri] = target
+                continue
+        group[ri] = ri
+        source[ri] = all(g is None or g < n_in for g in in_groups)
+        pinned[ri] = False
+    members: dict[int, list[int]] = {}
+    for ri in kept:
+        members.setdefault(group[ri], []).append(ri)
+    return group, members
+
+
 def _toposort(preds: dict[int, set[int]]) -> list[int]:
     """Kahn's algorithm over group heads; ties broken by program position of the head."""
     import heapq
@@ -401,36 +436,8 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
     out_refs = tr.flatten(closed, in_refs, ())
 
     recs, val_src = tr.recs, tr.val_src
-    # ---- dead-code elimination -----------------------------------------------------------
-    live = [False] * len(recs)
-    used = set(r for r in out_refs if r is not None)
-    for ri in range(len(recs) - 1, n_in - 1, -1):
-        if any(o in used for o in recs[ri].outs):
-            live[ri] = True
-            used.update(r for r in recs[ri].ins if r is not None)
-    for ri in range(n_in):
-        live[ri] = True
-    kept = [ri for ri in range(len(recs)) if live[ri]]
-
-    # ---- grouping --------------------------------------------------------------------------
-    group = {ri: ri for ri in range(n_in)}   # record index -> head record index
-    source: dict[int, bool] = {}             # op group without op-group predecessors
-    pinned: dict[int, bool] = {}             # source group that must stay one (see _fold_target)
-    for ri in kept[n_in:]:
-        rec = recs[ri]
-        in_groups = [group[val_src[r][0]] if r is not None else None for r in rec.ins]
-        if fold and rec.prim in P.FOLDABLE and len(rec.outs) == 1:
-            target = _fold_target(rec, in_groups, source, pinned, n_in)
-            if target is not None:
-                group[ri] = target
-                continue
-        group[ri] = ri
-        source[ri] = all(g is None or g < n_in for g in in_groups)
-        pinned[ri] = False
-
-    members: dict[int, list[int]] = {}
-    for ri in kept:
-        members.setdefault(group[ri], []).append(ri)
+    kept = _live_records(recs, out_refs, n_in)
+    group, members = _group_records(recs, val_src, kept, n_in, fold)
     # values that leave their group, and the group graph
     exported: set[int] = set(r for r in out_refs if r is not None)
     preds: dict[int, set[int]] = {h: set() for h in members}
@@ -616,29 +623,8 @@ def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
     out_refs = tr.flatten(closed, in_refs, ())
     out_consts = list(tr._last_out_consts)
     recs, val_src = tr.recs, tr.val_src
-    live = [ri < n_in for ri in range(len(recs))]
-    used = set(r for r in out_refs if r is not None)
-    for ri in range(len(recs) - 1, n_in - 1, -1):
-        if any(o in used for o in recs[ri].outs):
-            live[ri] = True
-            used.update(r for r in recs[ri].ins if r is not None)
-    kept = [ri for ri in range(len(recs)) if live[ri]]
-    group = {ri: ri for ri in range(n_in)}
-    source, pinned = {}, {}
-    for ri in kept[n_in:]:
-        rec = recs[ri]
-        in_groups = [group[val_src[r][0]] if r is not None else None for r in rec.ins]
-        if fold and rec.prim in P.FOLDABLE and len(rec.outs) == 1:
-            target = _fold_target(rec, in_groups, source, pinned, n_in)
-            if target is not None:
-                group[ri] = target
-                continue
-        group[ri] = ri
-        source[ri] = all(g is None or g < n_in for g in in_groups)
-        pinned[ri] = False
-    members: dict[int, list[int]] = {}
-    for ri in kept:
-        members.setdefault(group[ri], []).append(ri)
+    kept = _live_records(recs, out_refs, n_in)
+    group, members = _group_records(recs, val_src, kept, n_in, fold)
     exported = set(r for r in out_refs if r is not None)
     preds: dict[int, set[int]] = {h: set() for h in members}
     for ri in kept:
