@@ -17,7 +17,7 @@ import numpy as np
 import optax
 
 from agent.gnn import model_input
-from agent.ppo import PPOTrainer, _batched_apply, pad_inputs, reward_scale
+from agent.ppo import PPOTrainer, _batched_apply, jitted_step, pad_inputs, reward_scale
 
 
 def demonstrations(env, plan, seed: int = 0, keep: int | None = None, scale_rewards: bool = True) -> list[dict]:
@@ -58,12 +58,7 @@ def make_bc_update(model, optimizer, vf_coef: float = 0.5):
         acc = jnp.mean(jnp.argmax(logits, -1) == mb["actions"])
         return nll + vf_coef * vloss, {"bc/nll": nll, "bc/value": vloss, "bc/accuracy": acc}
 
-    @jax.jit
-    def update(params, opt_state, mb):
-        (_, st), g = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-        upd, opt_state = optimizer.update(g, opt_state, params)
-        return optax.apply_updates(params, upd), opt_state, st
-    return update
+    return jitted_step(loss_fn, optimizer)
 
 
 def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 10, batch_size: int = 128,

@@ -181,6 +181,12 @@ def make_update_fn(model, optimizer, config: PPOConfig):
                       "losses/approx_kl": approx_kl,
                       "losses/clipfrac": jnp.mean(jnp.abs(ratio - 1) > config.clip_eps)}
 
+    return jitted_step(loss_fn, optimizer)
+
+
+def jitted_step(loss_fn, optimizer):
+    """One jitted optimiser step on ``loss_fn(params, mb) -> (loss, stats)``:
+    (params, opt_state, mb) -> (new params, new opt_state, stats)."""
     @jax.jit
     def update(params, opt_state, mb):
         (_, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
