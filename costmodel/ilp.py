@@ -992,8 +992,20 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
     if x is None:
         if status in ("infeasible",):
             return None
-        raise RuntimeError(f"HiGHS found no feasible plan for {problem.name!r} within the time limit "
-                           f"(status {status}); raise time_limit_s")
+        if initial_plan is None:
+            raise RuntimeError(f"HiGHS found no feasible plan for {problem.name!r} within the time limit "
+                               f"(status {status}); raise time_limit_s")
+        # HiGHS has no incumbent of its own yet (big models spend the limit in presolve / the root
+        # LP): the feasible seed it was started from is the answer, reported with no bound.
+        plan = [int(v) for v in initial_plan]
+        cost = evaluate(problem, plan)
+        objval = _objective_value(cost, objective, lexi, w)
+        return plan, SolveInfo(
+            status="time_limit", objective=float(objval), bound=float("nan"), gap=float("nan"),
+            wall_s=time.perf_counter() - t0, num_vars=num_cols, num_rows=model.num_rows,
+            reduced_nodes=int((p.num_strategies > 1).sum()), objective_name=objective,
+            step_time_s=cost.total, peak_memory_bytes=cost.peak_memory_bytes,
+            redundant_memory_bytes=cost.redundant_memory_bytes, reduction=dict(red.stats))
     first_status = status
     if lexi:
         # fix the primary objective at its optimum, then minimise time
@@ -1013,13 +1025,7 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
                     first_status = "time_limit" if first_status == "optimal" else first_status
     plan = red.expand(_decode(p, x))
     cost = evaluate(problem, plan)
-    if objective == "memory" and lexi:
-        objval = cost.peak_memory_bytes
-    elif objective == "redundancy" and lexi:
-        objval = cost.redundant_memory_bytes
-    else:
-        objval = (w["time"] * cost.total + w["memory"] * cost.peak_memory_bytes
-                  + w["redundancy"] * cost.redundant_memory_bytes)
+    objval = _objective_value(cost, objective, lexi, w)
     # bound back to original units
     if lexi and objective == "memory":
         bnd = bound * mem_scale
@@ -1041,6 +1047,17 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
         step_time_s=cost.total, peak_memory_bytes=cost.peak_memory_bytes,
         redundant_memory_bytes=cost.redundant_memory_bytes, reduction=dict(red.stats))
     return plan, info
+
+
+def _objective_value(cost, objective, lexi, w) -> float:
+    """The reported objective of a plan's Cost: the peak or the redundant bytes for the
+    lexicographic objectives, else the weighted sum."""
+    if objective == "memory" and lexi:
+        return cost.peak_memory_bytes
+    if objective == "redundancy" and lexi:
+        return cost.redundant_memory_bytes
+    return (w["time"] * cost.total + w["memory"] * cost.peak_memory_bytes
+            + w["redundancy"] * cost.redundant_memory_bytes)
 
 
 def min_peak_memory(problem: Problem, max_step_time_s=None, time_limit_s: float = 60) -> float:
