@@ -366,18 +366,23 @@ class Plan:
         by_index = self.input_partition_specs()
         return jax.tree.unflatten(treedef, [by_index.get(i, P()) for i in range(len(leaves))])
 
+    def param_entries(self) -> list[tuple[list[str], tuple | None]]:
+        """(dict keys below args[0], spec) for every parameter input (path starting with ``[0]``),
+        in input order; ``"[0]['Dense_0']['kernel']"`` gives ``['Dense_0', 'kernel']``."""
+        import re
+        out = []
+        for _, path, spec in self.input_specs:
+            if path and path.startswith("[0]"):
+                keys = [a or b for a, b in re.findall(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)", path[3:])]
+                out.append((keys, spec))
+        return out
+
     def param_specs(self) -> dict:
         """PartitionSpec pytree for the parameters (the inputs whose path starts with ``[0]``),
         as nested dicts keyed like the Flax params."""
-        import re
-
         from jax.sharding import PartitionSpec as P
         tree: dict = {}
-        for _, path, spec in self.input_specs:
-            if not path or not path.startswith("[0]"):
-                continue
-            keys = re.findall(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)", path[3:])
-            keys = [a or b for a, b in keys]
+        for keys, spec in self.param_entries():
             if not keys:
                 continue
             d = tree
@@ -402,6 +407,7 @@ class Plan:
             "node_specs": [[i, _spec_to_json(s)] for i, s in self.node_specs],
             "meta": self.meta,
         }
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=1, default=float)

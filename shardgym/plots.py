@@ -122,7 +122,7 @@ def sharding_map(plans: list[Plan], path: str, max_rows: int = 48) -> str:
     from shardgym.workflow import _spec_str, param_rows
 
     names = [n for n, _ in param_rows(plans[0])][:max_rows]
-    cols = [[spec for _, pth, spec in plan.input_specs if pth and pth.startswith("[0]")][:max_rows] for plan in plans]
+    cols = [[spec for _, spec in plan.param_entries()][:max_rows] for plan in plans]
     codes = sorted({_layout_code(s) for col in cols for s in col})
     cmap = plt.get_cmap("tab10")
     color_of = {c: ((0.93, 0.93, 0.93, 1.0) if c == "R" else cmap(i % 10)) for i, c in enumerate(codes)}

@@ -117,14 +117,11 @@ def _spec_str(spec) -> str:
 
 def param_rows(plan: Plan) -> list[tuple[str, str]]:
     """(Flax module path/param name, PartitionSpec string) for every parameter of the plan."""
-    import re
     rows = []
-    for _, path, spec in plan.input_specs:
-        if path and path.startswith("[0]"):
-            keys = [a or b for a, b in re.findall(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)", path[3:])]
-            if keys and keys[0] == "params":
-                keys = keys[1:]
-            rows.append(("/".join(keys), _spec_str(spec)))
+    for keys, spec in plan.param_entries():
+        if keys and keys[0] == "params":
+            keys = keys[1:]
+        rows.append(("/".join(keys), _spec_str(spec)))
     return rows
 
 
