@@ -62,7 +62,7 @@ def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
     if left > 2.0:
         from costmodel.ilp import solve_ilp
         try:
-            ilp_plan, info = solve_ilp(problem, time_limit_s=left - 1.0, initial_plan=best,
+            ilp_plan, info = solve_ilp(problem, time_limit_s=left - 1.0, initial_plan=best, relax_cap=False,
                                        threads=min(os.cpu_count() or 2, 8))
             c = evaluate(problem, ilp_plan)
             _say(f"milp: {c.total:.10g} status={info.status} bound={info.bound:.10g} "

@@ -202,29 +202,33 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
 
     # ---- 2. dominance ----------------------------------------------------------------------
     def dominance(i):
+        """Dead-end elimination (Goldstein's criterion): drop a when some surviving b gives
+        D[a, b] = c[a] - c[b] + sum_e min_t (E_e[a, t] - E_e[b, t]) >= 0, i.e. switching i from a
+        to b never costs more whatever the neighbours pick (and b uses no more memory / redundant
+        bytes where those matter). Survivors are scanned in order, so every dropped strategy
+        points at one that was alive when it was dropped and some optimal plan avoids them all."""
         k = len(strats[i])
         if k <= 1:
             return False
-        feats = [cost[i][:, None]]
+        mats = [oriented(eid, i)[1] for eid in adj[i]]
+        if k * k * sum(M.shape[1] for M in mats) > max_dominance_work:
+            return False
+        D = cost[i][:, None] - cost[i][None, :]
+        for M in mats:
+            D = D + (M[:, None, :] - M[None, :, :]).min(axis=2)
+        ok = D >= 0
         if not mem_free(i):
-            feats.append(usage[i][:, None])
+            ok &= usage[i][None, :] <= usage[i][:, None]
         if redundancy_matters:
-            feats.append(red[i][:, None])
-        for eid in adj[i]:
-            feats.append(oriented(eid, i)[1])
-        F = np.hstack(feats)
-        if k * k * F.shape[1] > max_dominance_work:
+            ok &= red[i][None, :] <= red[i][:, None]
+        np.fill_diagonal(ok, False)
+        if not ok.any():
             return False
-        le = (F[None, :, :] <= F[:, None, :]).all(axis=2)   # le[a, b]: b no worse than a
-        eq = (F[None, :, :] == F[:, None, :]).all(axis=2)
-        idx = np.arange(k)
-        # a is dominated if some b != a is no worse and (strictly better somewhere or b < a)
-        dom = le & (~eq | (idx[None, :] < idx[:, None]))
-        np.fill_diagonal(dom, False)
-        dominated = dom.any(axis=1)
-        if not dominated.any():
-            return False
-        return prune(i, ~dominated)
+        alive = np.ones(k, dtype=bool)
+        for a in np.nonzero(ok.any(axis=1))[0]:
+            if (ok[a] & alive).any():
+                alive[a] = False
+        return prune(i, alive)
 
     records: list = []
 

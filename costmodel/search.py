@@ -357,7 +357,8 @@ def _lns(g: _Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progr
             break
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
-            plan, _ = solve_ilp(sub, time_limit_s=budget, initial_plan=cur, reduce=True)
+            plan, _ = solve_ilp(sub, time_limit_s=budget, initial_plan=cur, reduce=True,
+                                relax_cap=False)
         except Exception:  # infeasible or timed out without a plan: keep the current one
             continue
         t = s.copy()

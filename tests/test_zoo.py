@@ -139,7 +139,7 @@ def test_unknown_names_raise():
         zoo.build("resnet", "tiny")
     with pytest.raises(ValueError, match="valid names"):
         zoo.sizes("resnet")
-    with pytest.raises(ValueError, match="valid sizes: tiny, 125m, 1.3b, 7b"):
+    with pytest.raises(ValueError, match="valid sizes: tiny, 125m, 350m, 1.3b, 7b"):
         zoo.config("gpt", "huge")
     assert zoo.sizes("gpt")[0] == "tiny"
 

@@ -32,6 +32,8 @@ class GPTConfig:
 SIZES = {
     "tiny": GPTConfig(n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=256, seq_len=32, batch=8),
     "125m": GPTConfig(n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab=50304, seq_len=1024, batch=8),
+    # GPT-2 medium: the "GPT-2-medium-sized graph" of the ILP benchmark (same 24 layers as 1.3b)
+    "350m": GPTConfig(n_layers=24, d_model=1024, n_heads=16, d_ff=4096, vocab=50304, seq_len=1024, batch=8),
     "1.3b": GPTConfig(n_layers=24, d_model=2048, n_heads=16, d_ff=8192, vocab=50304, seq_len=2048, batch=8),
     "7b": GPTConfig(n_layers=32, d_model=4096, n_heads=32, d_ff=16384, vocab=50304, seq_len=2048, batch=8),
 }
