@@ -47,7 +47,8 @@ class Config:
     random_time_limit_s: float = 120.0
     timeout_scale: float = 1.0
     instances: str = "A,B,G,M,S"
-    zoo: str = "gpt:tiny,mlp_mixer:tiny,vit:tiny"
+    zoo: str = ("gpt:tiny,gpt:125m,gpt:350m,gpt:1.3b,gpt:7b,vit:tiny,vit:base,fno:tiny,fno:large,"
+                "unet:tiny,unet:large,meshgraphnet:tiny,meshgraphnet:large,mlp:tiny,mlp:large")
     clusters: str = "cpu-2x4,h100-2x8"
     zoo_time_limit_s: float = 60.0
     memory_models: str = "gpt,vit,fno,unet,meshgraphnet,mlp"
@@ -147,7 +148,7 @@ def section_c(cfg: Config) -> list[dict]:
     except ImportError as exc:
         print(f"(c) skipped: build_problem is unavailable ({exc})")
         return [{"skipped": str(exc)}]
-    from costmodel.ilp import solve_ilp
+    from costmodel.ilp import InfeasibleError, solve_ilp
     rows = []
     for spec in cfg.zoo.split(","):
         model, size = spec.split(":")
@@ -159,17 +160,28 @@ def section_c(cfg: Config) -> list[dict]:
             continue
         for cluster in cfg.clusters.split(","):
             try:
+                tb = time.perf_counter()
                 p = build_problem(graph, cluster)
                 t0 = time.perf_counter()
                 plan, info = solve_ilp(p, time_limit_s=cfg.zoo_time_limit_s)
                 rows.append({"model": spec, "cluster": cluster, "nodes": p.num_nodes,
                              "strategies": int(p.num_strategies.sum()), "status": info.status,
-                             "step_time_s": info.step_time_s, "wall_s": round(time.perf_counter() - t0, 2),
-                             "free_nodes": info.reduced_nodes})
+                             "gap": info.gap, "step_time_s": info.step_time_s,
+                             "peak_gib": round(info.peak_memory_bytes / 2**30, 2),
+                             "build_s": round(t0 - tb, 2), "wall_s": round(time.perf_counter() - t0, 2),
+                             "free_nodes": info.reduced_nodes, "lp_columns": info.num_vars,
+                             "cap_relaxed": bool(info.reduction.get("memory_cap_relaxed", False))})
+            except InfeasibleError as exc:   # the model does not fit the cluster's memory at all
+                rows.append({"model": spec, "cluster": cluster, "status": "infeasible",
+                             "peak_gib": round(exc.min_peak_bytes / 2**30, 2), "error": str(exc)})
             except Exception as exc:
                 rows.append({"model": spec, "cluster": cluster, "error": f"{type(exc).__name__}: {exc}"})
             print(rows[-1], flush=True)
     print_table(rows, title="(c) zoo models: time to proven optimum")
+    goal = [r for r in rows if r.get("model") == "gpt:350m" and "wall_s" in r]
+    for r in goal:
+        print(f"goal: GPT-2 medium (gpt 350m, {r['nodes']} nodes) on {r['cluster']}: {r['status']} in "
+              f"{r['wall_s']} s (+{r['build_s']} s to build the problem); goal < 60 s")
     return rows
 
 

@@ -10,9 +10,11 @@ from costmodel.problem import Problem, evaluate
 
 def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: float = 0.4,
                    limit_q: float | None = 0.6, forbid_p: float = 0.0, integer: bool = True,
-                   tmax: int = 8, dup_p: float = 0.0) -> Problem:
+                   tmax: int = 8, dup_p: float = 0.0, blocks: bool = False) -> Problem:
     """A random DAG problem: n nodes with 1..kmax strategies, edges i<j with probability edge_p,
-    intervals in [0, tmax), usage_limit at quantile limit_q of the plans' peaks (None: no limit)."""
+    intervals in [0, tmax), usage_limit at quantile limit_q of the plans' peaks (None: no limit).
+    ``blocks``: edge matrices built like traced ones, E[s, t] = B[layout_u(s), layout_v(t)] with
+    two layouts a side, so rows and columns repeat (the ILP's block compression is exercised)."""
     ks = rng.integers(1, kmax + 1, size=n)
     rnd = (lambda size, hi: rng.integers(0, hi, size=size).astype(float)) if integer else \
           (lambda size, hi: rng.random(size) * hi)
@@ -27,6 +29,9 @@ def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: floa
             if rng.random() < edge_p:
                 edges.append((i, j))
                 m = rnd(int(ks[i] * ks[j]), 30)
+                if blocks:
+                    B = rnd(4, 30).reshape(2, 2)
+                    m = B[rng.integers(0, 2, ks[i])][:, rng.integers(0, 2, ks[j])].ravel()
                 if forbid_p:
                     m[rng.random(len(m)) < forbid_p] = 1e18
                 ecosts.append(m)

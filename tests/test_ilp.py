@@ -274,3 +274,67 @@ def test_memory_objective_never_above_seeded_baselines():
     assert c.step_time_s <= meg.step_time_s * (1 + 1e-12)
     assert c.peak_memory_bytes <= meg.peak_memory_bytes
     assert plan.info["objective_name"] == "memory" and plan.info["peak_memory_bytes"] == c.peak_memory_bytes
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 7), objective=st.sampled_from(["time", "memory"]),
+       limit=st.sampled_from([None, 0.5]), reduce=st.booleans())
+def test_block_edges_match_brute_force(seed, n, objective, limit, reduce):
+    """Edge matrices with repeated rows and columns (one y per block in the model) and the
+    running-sum memory columns: still the brute-force optimum."""
+    p = random_problem(np.random.default_rng(seed), n, kmax=4, limit_q=limit, blocks=True)
+    _check(p, objective, reduce=reduce)
+
+
+def test_block_compression_shrinks_the_model():
+    p = Problem.from_lists("blocks", [[1.0, 2.0, 3.0], [1.0, 1.0, 1.0, 1.0]], [[0, 0, 0], [0, 0, 0, 0]],
+                           [[0, 1], [0, 1]], [(0, 1)],
+                           [np.array([[0, 5, 0, 5], [0, 5, 0, 5], [7, 0, 7, 0]], float).ravel()])
+    plan, info = solve_ilp(p, reduce=False)
+    # 3 + 4 strategy columns and 2 x 2 blocks instead of 12 edge entries
+    assert info.num_vars == 7 + 4
+    assert evaluate(p, plan).total == 2.0 and info.status == "optimal"   # node costs 1 + 1, edge 0
+
+
+def test_lp_first_agrees_with_the_mip(monkeypatch):
+    """The LP relaxation tried first (integral vertex = proven optimum) gives the optimum the
+    branch-and-bound gives without it; on gpt tiny the LP alone proves it."""
+    import costmodel.ilp as ilp
+    from shardgym.workflow import model_problem
+    _, _, _, p = model_problem("gpt", "tiny", "cpu-2x4")
+    calls = []
+    real = ilp._try_lp
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ilp, "_try_lp", spy)
+    plan, info = solve_ilp(p, time_limit_s=60)
+    assert info.status == "optimal" and calls and all(calls)
+    monkeypatch.setattr(ilp, "_try_lp", lambda *a, **k: None)
+    plan2, info2 = solve_ilp(p, time_limit_s=60)
+    assert info2.status == "optimal"
+    assert evaluate(p, plan).total == pytest.approx(evaluate(p, plan2).total, rel=1e-6)
+    for seed in range(6):
+        q = random_problem(np.random.default_rng(seed), 7, kmax=4, limit_q=0.4, blocks=seed % 2 == 0)
+        monkeypatch.setattr(ilp, "_try_lp", real)
+        a = evaluate(q, solve_ilp(q)[0]).total
+        monkeypatch.setattr(ilp, "_try_lp", lambda *a, **k: None)
+        assert evaluate(q, solve_ilp(q)[0]).total == pytest.approx(a)
+
+
+def test_cap_relaxation_only_when_the_cap_does_not_bind():
+    # node 0: strategy 0 is fast and big (usage 10), 1 slow and small (4), 2 slow and huge (20,
+    # so that the caps below can bind and are not dropped up front)
+    p = Problem.from_lists("relax", [[1.0, 5.0, 9.0], [1.0]], [[10.0, 4.0, 20.0], [3.0]], [[0, 2], [1, 3]],
+                           [], [])
+    plan, info = solve_ilp(p.with_usage_limit(13.0))      # the fast plan peaks at 13: fits
+    assert plan == [0, 0] and info.status == "optimal"
+    assert info.reduction.get("memory_cap_relaxed") is True
+    plan, info = solve_ilp(p.with_usage_limit(12.0))      # it does not fit: the capped model decides
+    assert plan == [1, 0] and info.status == "optimal" and info.objective == 6.0
+    assert not info.reduction.get("memory_cap_relaxed")
+    plan, info = solve_ilp(p.with_usage_limit(13.0), relax_cap=False)
+    assert plan == [0, 0] and not info.reduction.get("memory_cap_relaxed")
