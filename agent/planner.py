@@ -480,21 +480,7 @@ def _np_mlp(layers: dict, x: np.ndarray) -> np.ndarray:
     return x
 
 
-_EMBED_FNS: dict = {}
 _LOADED: dict = {}
-
-
-def _embed_fn(hidden: int, rounds: int):
-    """One jitted embedding function per architecture, shared by every Planner (so loading a
-    planner again, e.g. per ``shardgym.solve`` call, reuses jit's compiled shapes)."""
-    key = (int(hidden), int(rounds))
-    if key not in _EMBED_FNS:
-        import jax
-
-        from agent.gnn import ShardingGNN
-        model = ShardingGNN(hidden=key[0], rounds=key[1])
-        _EMBED_FNS[key] = jax.jit(lambda p, x: model.apply(p, x, method=ShardingGNN.embed_graph))
-    return _EMBED_FNS[key]
 
 
 class Planner:
@@ -508,8 +494,8 @@ class Planner:
         self.update = int(update)
         self.extra = dict(extra or {})
         self.model = make_model(self.config)
-        self._embed = _embed_fn(self.config.hidden, self.config.rounds)
         self._head = None
+        self._np_params = None
 
     # ---- loading ----
     @classmethod
@@ -556,25 +542,14 @@ class Planner:
         return ShardingEnv(workloads=problem, copy_obs=False)
 
     def _embed_obs(self, obs):
-        from agent.gnn import node_inputs
-        from agent.ppo import bucket
+        from agent.gnn import node_inputs, np_encode
         n = int(obs["node_mask"].sum())
         e = int(obs["edge_mask"].sum())
-        n_pad, e_pad = bucket(n), bucket(e)
-        nodes = np.zeros((n_pad, 0), np.float32)
-        ni = node_inputs(obs["node_features"][:n], obs["action_features"][:n])
-        nodes = np.zeros((n_pad, ni.shape[1]), np.float32)
-        nodes[:n] = ni
-        ei = np.zeros((e_pad, 2), np.int32)
-        ei[:e] = obs["edge_index"][:e]
-        ef = np.zeros((e_pad, obs["edge_features"].shape[1]), np.float32)
-        ef[:e] = obs["edge_features"][:e]
-        nm = np.zeros(n_pad, np.int8)
-        nm[:n] = 1
-        em = np.zeros(e_pad, np.int8)
-        em[:e] = 1
-        h, g = self._embed(self.params, {"nodes": nodes, "edge_index": ei, "edge_features": ef,
-                                         "node_mask": nm, "edge_mask": em})
+        if self._np_params is None:
+            import jax
+            self._np_params = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(self.params))
+        h, g = np_encode(self._np_params, node_inputs(obs["node_features"][:n], obs["action_features"][:n]),
+                         obs["edge_index"][:e], obs["edge_features"][:e], self.config.rounds)
         return np.asarray(h, np.float64), np.asarray(g, np.float64)
 
     def decode(self, env, greedy: bool = True, rng: np.random.Generator | None = None,
@@ -665,6 +640,7 @@ class Planner:
         stats = tr.train(seconds=seconds, progress=progress, log_wandb=False)
         self.params = tr.params
         self._head = None
+        self._np_params = None
         return stats
 
 

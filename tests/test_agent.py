@@ -142,3 +142,22 @@ def test_planner_feasible_under_memory_cap(small_problem, tmp_path):
     (tmp_path / "bad.msgpack").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="bad.msgpack"):
         Planner.load(str(tmp_path / "bad.msgpack"))
+
+
+def test_numpy_encoder_matches_flax():
+    """The planner embeds graphs with agent.gnn.np_encode (no jit); it must be the Flax network."""
+    from agent.gnn import ShardingGNN, np_encode
+    from agent.planner import Planner
+    from env.sharding_env import ShardingEnv
+    pl = Planner.load("pretrained")
+    model = ShardingGNN(hidden=pl.config.hidden, rounds=pl.config.rounds)
+    env = ShardingEnv(workloads=random_problem(np.random.default_rng(3), num_nodes=60), copy_obs=False)
+    obs, _ = env.reset(seed=0)
+    for _ in range(10):                      # some decisions made: action features are not all fresh
+        obs, *_ = env.step(int(np.argmax(obs["action_mask"])))
+    x = model_input(obs)
+    h_ref, g_ref = model.apply(pl.params, x, method=ShardingGNN.embed_graph)
+    params = jax.tree.map(np.asarray, jax.device_get(pl.params))
+    h, g = np_encode(params, x["nodes"], x["edge_index"], x["edge_features"], pl.config.rounds)
+    np.testing.assert_allclose(h, np.asarray(h_ref), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(g, np.asarray(g_ref), rtol=1e-4, atol=1e-4)
