@@ -95,13 +95,17 @@ class LocalCosts:
 
 
 def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | None = None,
-           tree_moves: int = 8, seed: int = 0, max_fails: int = 3) -> list[int]:
+           tree_moves: int = 64, seed: int = 0, max_fails: int = 10) -> list[int]:
     """Local search: best response and edge pair moves (``pair_moves``) to a local optimum, then
-    up to ``tree_moves`` random spanning-forest DP moves (``tree_dp_move``), each followed by the
-    same local optimisation and kept only if it lowers the true cost within the memory cap; stops early after 3 failed tree moves in a
-    row or when ``time_budget_s`` is spent. Never makes a plan worse or infeasible."""
+    up to ``tree_moves`` forest moves (``costmodel.search.forest_dp``: a random induced forest
+    re-optimised exactly by tree DP, every other node held), each memory-repaired if needed,
+    followed by the same local optimisation and kept only if it lowers the true cost within the
+    memory cap; stops after ``max_fails`` failed forest moves in a row or when ``time_budget_s``
+    is spent. Never makes a plan worse or infeasible."""
+    from costmodel.search import Graph, forest_dp
     t0 = time.perf_counter()
     lc = lc or LocalCosts.of(problem)
+    graph = Graph(problem) if tree_moves and problem.num_edges else None
 
     def local_opt(x):
         left = lambda: max(0.0, time_budget_s - (time.perf_counter() - t0))
@@ -121,7 +125,7 @@ def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | 
     for _ in range(tree_moves):
         if fails >= max_fails or time.perf_counter() - t0 > time_budget_s or problem.num_edges == 0:
             break
-        cand = tree_dp_move(problem, cur, lc, rng)
+        cand = forest_dp(graph, np.asarray(cur, dtype=np.int64), graph.cost, rng, np.inf)
         c = evaluate(problem, cand)
         if not c.feasible:
             rep = repair_memory(problem, cand, lc=lc)
@@ -257,94 +261,6 @@ def pair_moves(problem: Problem, plan, lc: LocalCosts, time_budget_s: float = 0.
             break
         plan = new
     return plan
-
-
-def tree_dp_move(problem: Problem, plan, lc: LocalCosts, rng: np.random.Generator) -> np.ndarray:
-    """One large-neighbourhood move: re-optimise every node at once, exactly over a random spanning
-    forest of the graph (dynamic programming, leaves to roots), with each non-tree edge (u, v)
-    priced as E[s_u, plan[v]] (the consumer held at its current strategy). The caller keeps the
-    result only if the true cost falls; this is what lets whole chains switch together (e.g. a
-    layer going from sharded to replicated), which single-node best response cannot do."""
-    p = problem
-    n = p.num_nodes
-    k = p.num_strategies
-    off = p.strategy_offsets
-    plan = np.asarray(plan, dtype=np.int64)
-    es = np.nonzero(p.edges[:, 0] != p.edges[:, 1])[0] if p.num_edges else np.zeros(0, np.int64)
-    parent = np.arange(n)
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    tree = []
-    in_tree = np.zeros(p.num_edges, bool)
-    for e in es[rng.permutation(len(es))]:
-        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
-        ru, rv = find(u), find(v)
-        if ru != rv:
-            parent[ru] = rv
-            tree.append(int(e))
-            in_tree[e] = True
-    unary = lc.static.copy()
-    nt = es[~in_tree[es]]
-    if len(nt):
-        u, v = p.edges[nt, 0], p.edges[nt, 1]
-        ku = k[u]
-        rows = np.repeat(nt, ku)
-        s_of = np.arange(len(rows)) - np.repeat(np.cumsum(ku) - ku, ku)
-        tgt = off[p.edges[rows, 0]] + s_of
-        val = p.edge_costs[p.edge_offsets[rows] + s_of * k[p.edges[rows, 1]] + plan[p.edges[rows, 1]]]
-        unary += np.bincount(tgt, val, minlength=len(unary))
-    adj: list[list[int]] = [[] for _ in range(n)]
-    for e in tree:
-        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
-        adj[u].append(e)
-        adj[v].append(e)
-    seen = np.zeros(n, bool)
-    order, par_edge = [], np.full(n, -1, np.int64)
-    for r in range(n):
-        if seen[r]:
-            continue
-        seen[r] = True
-        stack = [r]
-        while stack:
-            i = stack.pop()
-            order.append(i)
-            for e in adj[i]:
-                j = int(p.edges[e, 0]) if int(p.edges[e, 1]) == i else int(p.edges[e, 1])
-                if not seen[j]:
-                    seen[j] = True
-                    par_edge[j] = e
-                    stack.append(j)
-    msg = [unary[off[i]:off[i + 1]].copy() for i in range(n)]
-    choice: dict[int, np.ndarray] = {}
-    for i in reversed(order):
-        e = int(par_edge[i])
-        if e < 0:
-            continue
-        u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
-        m = p.edge_matrix(e)
-        if i == v:   # parent is u: table over (s_u, s_v)
-            tab = m + msg[i][None, :]
-            choice[i] = np.argmin(tab, axis=1)
-            msg[u] += tab.min(axis=1)
-        else:        # i is the producer, parent v: table over (s_v, s_u)
-            tab = m.T + msg[i][None, :]
-            choice[i] = np.argmin(tab, axis=1)
-            msg[v] += tab.min(axis=1)
-    out = np.empty(n, np.int64)
-    for i in order:
-        e = int(par_edge[i])
-        if e < 0:
-            out[i] = int(np.argmin(msg[i]))
-        else:
-            u, v = int(p.edges[e, 0]), int(p.edges[e, 1])
-            par = u if i == v else v
-            out[i] = int(choice[i][out[par]])
-    return out
 
 
 def repair_memory(problem: Problem, plan, lc: LocalCosts | None = None, max_moves: int | None = None) -> list[int] | None:

@@ -36,7 +36,7 @@ import numpy as np
 from costmodel.problem import Problem, evaluate
 
 
-class _Graph:
+class Graph:
     """CSR views for fast local-cost computation."""
 
     def __init__(self, p: Problem):
@@ -129,7 +129,7 @@ def _scatter_add(L, idx, vals):
     L += np.bincount(idx, weights=vals, minlength=len(L))
 
 
-def _icm(g: _Graph, s: np.ndarray, node_cost: np.ndarray, classes, deadline: float, sweeps: int = 50):
+def _icm(g: Graph, s: np.ndarray, node_cost: np.ndarray, classes, deadline: float, sweeps: int = 50):
     """Colour-class ICM on ``node_cost`` (which may include penalties) until no class moves."""
     s = s.copy()
     for _ in range(sweeps):
@@ -150,7 +150,7 @@ def _icm(g: _Graph, s: np.ndarray, node_cost: np.ndarray, classes, deadline: flo
     return s
 
 
-def _repair(g: _Graph, s: np.ndarray, deadline: float, max_steps: int = 100000) -> np.ndarray | None:
+def _repair(g: Graph, s: np.ndarray, deadline: float, max_steps: int = 100000) -> np.ndarray | None:
     """Move nodes live at overloaded points to lower-usage strategies, cheapest per byte first."""
     if g.cap is None:
         return s
@@ -188,7 +188,7 @@ def _repair(g: _Graph, s: np.ndarray, deadline: float, max_steps: int = 100000) 
         steps += 1
 
 
-def _node_local(g: _Graph, s: np.ndarray, i: int, node_cost: np.ndarray | None = None) -> np.ndarray:
+def _node_local(g: Graph, s: np.ndarray, i: int, node_cost: np.ndarray | None = None) -> np.ndarray:
     """Local cost vector of node i given its neighbours' strategies in s."""
     nc = g.cost if node_cost is None else node_cost
     c = nc[g.offs[i]:g.offs[i + 1]].copy()
@@ -205,7 +205,7 @@ def _node_local(g: _Graph, s: np.ndarray, i: int, node_cost: np.ndarray | None =
     return c
 
 
-def _polish(g: _Graph, s: np.ndarray, deadline: float, passes: int = 20) -> np.ndarray:
+def _polish(g: Graph, s: np.ndarray, deadline: float, passes: int = 20) -> np.ndarray:
     """Sequential ICM on the true costs that keeps the plan within the memory cap."""
     s = s.copy()
     live = g.profile(s) if g.cap is not None else None
@@ -237,7 +237,7 @@ def _polish(g: _Graph, s: np.ndarray, deadline: float, passes: int = 20) -> np.n
     return s
 
 
-def _greedy(g: _Graph, deadline: float) -> np.ndarray:
+def _greedy(g: Graph, deadline: float) -> np.ndarray:
     """Nodes in index order (producers first in traced and contest graphs): each takes the strategy
     cheapest with the edges to the nodes already decided."""
     s = np.full(g.n, -1, dtype=np.int64)
@@ -263,7 +263,7 @@ def _greedy(g: _Graph, deadline: float) -> np.ndarray:
     return s
 
 
-def _forest_dp(g: _Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
+def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
     """Exact block move: a random induced forest of the graph is re-optimised by tree dynamic
     programming with every other node fixed at ``s`` (their edges become unary costs)."""
     n = g.n
@@ -336,11 +336,11 @@ def _forest_dp(g: _Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: f
     return out
 
 
-def _feasible(g: _Graph, s: np.ndarray) -> bool:
+def _feasible(g: Graph, s: np.ndarray) -> bool:
     return g.cap is None or g.profile(s).max(initial=0.0) <= g.cap
 
 
-def _lns(g: _Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
+def _lns(g: Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
          sub_time_s: float = 5.0):
     """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed."""
     from costmodel.ilp import solve_ilp
@@ -372,7 +372,7 @@ def _lns(g: _Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progr
     return s, best_cost
 
 
-def _bfs(g: _Graph, start: int, size: int) -> np.ndarray:
+def _bfs(g: Graph, start: int, size: int) -> np.ndarray:
     seen = {start}
     frontier = [start]
     while frontier and len(seen) < size:
@@ -391,7 +391,7 @@ def _bfs(g: _Graph, start: int, size: int) -> np.ndarray:
     return np.array(sorted(seen), dtype=np.int64)
 
 
-def _subproblem(g: _Graph, s: np.ndarray, sel: np.ndarray):
+def _subproblem(g: Graph, s: np.ndarray, sel: np.ndarray):
     """The problem over ``sel`` with the rest fixed at s: outside edges fold into node costs and the
     outside live usage becomes single-strategy background nodes (one per compressed time segment)."""
     p = g.p
@@ -470,7 +470,7 @@ class _Contraction:
     component's flat index and ``oflat[r]`` the original flat index.
     """
 
-    def __init__(self, g: _Graph, tie: bool = True):
+    def __init__(self, g: Graph, tie: bool = True):
         n, k = g.n, g.k
         m = len(g.eu) if tie else 0          # tie=False: the identity (one component per node)
         ku, kv = k[g.eu], k[g.ev]
@@ -610,7 +610,7 @@ class _Pruning:
     the question "the best forbidden-free feasible plan"; the lowest-usage anchor of the original
     problem still proves infeasibility on its own."""
 
-    def __init__(self, g: _Graph, rounds: int = 30):
+    def __init__(self, g: Graph, rounds: int = 30):
         self.g = g
         n, k = g.n, g.k
         m = len(g.eu)
@@ -654,13 +654,13 @@ class _Pruning:
         self.new_local[keep] = np.arange(int(keep.sum())) - np.repeat(offs[:-1], nk)
 
     @staticmethod
-    def _guard(g: _Graph, new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    def _guard(g: Graph, new: np.ndarray, old: np.ndarray) -> np.ndarray:
         """Nodes left with no strategy in ``new`` keep ``old``."""
         empty = np.bincount(g.node_of, weights=new, minlength=g.n) == 0
         return np.where(empty[g.node_of], old, new)
 
     @staticmethod
-    def _memory_excess(g: _Graph, keep: np.ndarray) -> np.ndarray:
+    def _memory_excess(g: Graph, keep: np.ndarray) -> np.ndarray:
         u = np.where(keep, g.usage, np.inf)
         mu = np.minimum.reduceat(u, g.offs[:-1])
         minlive = g.profile_of(np.where(g.live_mask, mu, 0.0))
@@ -701,13 +701,13 @@ def _range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return out
 
 
-def _node_prices(g: _Graph, lam: np.ndarray) -> np.ndarray:
+def _node_prices(g: Graph, lam: np.ndarray) -> np.ndarray:
     """Λ_i = Σ_{t ∈ interval(i)} λ_t over the compressed time points (0 for empty intervals)."""
     P = np.concatenate([[0.0], np.cumsum(lam)])
     return np.where(g.live_mask, P[g.hi] - P[g.lo], 0.0)
 
 
-def _repair_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float,
+def _repair_tied(C: _Contraction, gc: Graph, sc: np.ndarray, deadline: float,
                  max_rounds: int = 200) -> np.ndarray | None:
     """Make a component plan fit the memory limit, or None.
 
@@ -757,7 +757,7 @@ def _repair_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float,
     return None
 
 
-def _polish_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float, passes: int = 5) -> np.ndarray:
+def _polish_tied(C: _Contraction, gc: Graph, sc: np.ndarray, deadline: float, passes: int = 5) -> np.ndarray:
     """Best-improvement moves of whole components on the true cost that keep the memory profile
     within the limit (checked exactly: each member's usage change over its interval)."""
     g = C.g
@@ -799,7 +799,7 @@ def _polish_tied(C: _Contraction, gc: _Graph, sc: np.ndarray, deadline: float, p
     return sc
 
 
-def _lagrangian_rounds(C: _Contraction, gc: _Graph, sc: np.ndarray, rng, consider, up: float = 2.5,
+def _lagrangian_rounds(C: _Contraction, gc: Graph, sc: np.ndarray, rng, consider, up: float = 2.5,
                        down: float = 0.9, repair_below: float = 1.05, polish_every_s: float = 10.0,
                        tag: str = "tied"):
     """The memory limit relaxed into prices (the contest winner's method), on the component graph.
@@ -833,7 +833,7 @@ def _lagrangian_rounds(C: _Contraction, gc: _Graph, sc: np.ndarray, rng, conside
             until = yield
             continue
         pen = C.penalty(_node_prices(g, lam)) if lam.any() else gc.cost
-        sc = _forest_dp(gc, sc, pen, rng, until)
+        sc = forest_dp(gc, sc, pen, rng, until)
         sc = _icm(gc, sc, pen, classes, until, sweeps=4)
         it += 1
         if g.cap is None:
@@ -862,7 +862,7 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     deadline = t0 + float(timeout_s)
     say = progress or (lambda msg: None)
     rng = np.random.default_rng(seed)
-    g = _Graph(problem)
+    g = Graph(problem)
     # 1. anchor
     order = np.lexsort((g.local, g.cost, g.usage, g.node_of))  # lowest usage, then cheapest
     minu = g.local[order[g.offs[:-1]]]
@@ -890,9 +890,9 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
     # 2. prune strategies no forbidden-free feasible plan uses; tie nodes joined by permutations
     pr = _Pruning(g)
-    g2 = _Graph(pr.problem)
+    g2 = Graph(pr.problem)
     C = _Contraction(g2, tie)
-    gc = _Graph(C.problem)
+    gc = Graph(C.problem)
     say(f"pruned {len(g.cost)} -> {len(g2.cost)} strategies; tied {g.n} nodes -> {gc.n} components "
         f"({int((gc.k > 1).sum())} with a choice), {len(gc.eu)} edges ({time.perf_counter() - t0:.1f}s)")
 
@@ -927,7 +927,7 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     runs["tied"].send(start + (0.3 if tie else 1.0) * t_main)
     if tie and time.perf_counter() + 1.0 < main_deadline:
         C1 = _Contraction(g2, tie=False)
-        g1 = _Graph(C1.problem)
+        g1 = Graph(C1.problem)
         cls1 = g1.colour_classes()
         s0 = _icm(g1, g1.seg_argmin(g1.cost), g1.cost, cls1, main_deadline)
         s1 = _icm(g1, _greedy(g1, min(main_deadline, time.perf_counter() + 0.05 * timeout_s)), g1.cost,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from ilp_helpers import brute_force, random_problem  # noqa: E402
 
 from costmodel.iopddl_cli import main_iopddl  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from costmodel.search import _Contraction, _Graph, _Pruning, _range_max, solve_large  # noqa: E402
+from costmodel.search import Graph, _Contraction, _Pruning, _range_max, solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
@@ -89,7 +90,7 @@ def _perm_problem():
 
 def test_contraction_merges_permutation_chain_by_hand():
     p = _perm_problem()
-    C = _Contraction(_Graph(p))
+    C = _Contraction(Graph(p))
     assert C.problem.num_nodes == 1 and list(C.problem.num_strategies) == [2]
     # component strategy 0: a=0, b=0, c=1 -> 1 + 2 + F + 0 + 4 + 2 ; strategy 1: a=1, b=1, c=0 -> 5+2+10+3+7+3
     assert list(C.expand(np.array([0]))) == [0, 0, 1]
@@ -115,7 +116,7 @@ def test_contraction_is_exact_on_random_tied_problems():
                 ec[p.edge_offsets[e]:p.edge_offsets[e + 1]] = M.ravel()
         p = Problem(p.name, p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges,
                     p.edge_offsets, ec)
-        C = _Contraction(_Graph(p))
+        C = _Contraction(Graph(p))
         assert C.problem.num_nodes <= p.num_nodes
         for _ in range(20):
             sc = rng.integers(0, C.problem.num_strategies)
@@ -139,7 +140,7 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
     eoffs = np.concatenate([[0], np.cumsum(hi - lo)])
     sub = Problem(f"{p.name}[:{n}]", offs, p.node_costs[:offs[-1]], p.node_usages[:offs[-1]],
                   p.intervals[:n], p.edges[keep], eoffs, p.edge_costs[idx])
-    g = _Graph(sub)
+    g = Graph(sub)
     minu = g.local[np.lexsort((g.local, g.cost, g.usage, g.node_of))[g.offs[:-1]]]
     cheap = g.seg_argmin(g.cost)
     a, b = g.profile(minu).max(), g.profile(cheap).max()
@@ -149,7 +150,7 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
 @pytest.mark.slow
 def test_solve_large_on_head_of_A_is_feasible_forbidden_free_and_improves():
     p = _head(Problem.from_iopddl(A), 6000, 0.3)
-    g = _Graph(p)
+    g = Graph(p)
     forb = (g.cost >= 1e15).astype(np.int64)
     anchor = g.local[np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))[g.offs[:-1]]]
     anchor_cost = evaluate(p, anchor).total
@@ -184,7 +185,7 @@ def test_pruning_by_hand():
     edges = [(1, 2)]
     ecosts = [[1, 2, F, 3, 4, F]]
     p = Problem.from_lists("prune", costs, usages, intervals, edges, ecosts, usage_limit=10)
-    pr = _Pruning(_Graph(p))
+    pr = _Pruning(Graph(p))
     assert pr.keep.tolist() == [True, False, True, True, False, True, False]
     assert list(pr.problem.num_strategies) == [1, 2, 1]
     assert list(pr.problem.edge_costs) == [2, 4]             # column 1 of the 2x3 matrix
@@ -201,9 +202,28 @@ def test_pruning_keeps_the_best_forbidden_free_plan():
         best, bc = brute_force(p)
         if bc is None or bc.total >= 1e17:
             continue
-        pr = _Pruning(_Graph(p))
+        pr = _Pruning(Graph(p))
         s2 = pr.from_orig(np.asarray(best))
         assert s2 is not None                                  # the optimum survives pruning
         assert evaluate(pr.problem, s2).total == pytest.approx(bc.total)
         checked += 1
     assert checked >= 8
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_forest_dp_is_exact_on_a_tree(seed):
+    """On a graph that is a tree every node joins the random induced forest, so one forest move
+    from any plan is the optimum (the planner's polish and the contest search both use it)."""
+    from costmodel.search import forest_dp
+    rng = np.random.default_rng(seed)
+    n = 7
+    ks = rng.integers(1, 4, size=n)
+    edges = [(int(rng.integers(0, j)), j) for j in range(1, n)]          # each node hangs off an earlier one
+    p = Problem.from_lists("tree", [rng.random(k) * 10 for k in ks], [np.zeros(k) for k in ks],
+                           np.zeros((n, 2), dtype=np.int64), edges,
+                           [rng.random(int(ks[u] * ks[v])) * 10 for u, v in edges])
+    g = Graph(p)
+    start = np.array([int(rng.integers(k)) for k in ks])
+    out = forest_dp(g, start, g.cost, rng, np.inf)
+    best = min(evaluate(p, list(s)).total for s in itertools.product(*[range(int(k)) for k in ks]))
+    assert evaluate(p, list(out)).total == pytest.approx(best)
