@@ -11,13 +11,17 @@ whole graph once every ``refresh`` decisions (refresh = max(1, ⌈N / max_passes
 *current* action features from the env's incremental state (resharding to decided neighbours,
 peak rise, ...), scored by the policy head in numpy. With ``refresh=1`` this is exactly the
 policy the env trains (small problems use that); with larger ``refresh`` the embeddings lag by
-at most refresh−1 decisions, an approximation.
+at most refresh−1 decisions, an approximation. The embedding itself runs in numpy too
+(``agent.gnn.np_encode``, the Flax network's equations): nothing is jit-compiled, so the first
+plan of a new graph size costs what later ones do.
 
 Local search (``polish``): iterated best response. Each node's local cost for strategy s is
 c_i(s) + Σ_(i,v) E[s, s_v] + Σ_(u,i) E[s_u, s]; every round computes all of them vectorised, and
 moves a set of improving nodes no two of which share an edge (each moves iff its gain beats all
 its neighbours'), so the total falls by exactly the sum of their gains. Moves that would break the
 memory cap are dropped (only usage-non-increasing moves are kept when the batch is infeasible).
+Then exact forest moves (``costmodel.search.forest_dp``): a random induced forest of the graph is
+re-optimised by tree DP with every other node held, which lets whole chains switch together.
 """
 from __future__ import annotations
 
