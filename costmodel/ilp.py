@@ -61,7 +61,7 @@ OBJECTIVES = ("time", "memory", "redundancy")
 HIGHS_OPTIONS: dict = {}   # extra HiGHS options for every model (benchmarks set them; empty = defaults)
 HEURISTIC_SHARE = 0.5   # memory objective under a bound: share of the time limit for _PeakShaver
 RELAX_SHARE = 0.5       # time objective under a cap: share of the time limit for the uncapped solve
-LP_SHARE = 0.7          # share of a solve's time limit for the LP relaxation tried first (_try_lp)
+LP_SHARE = 0.5          # share of a solve's time limit for the LP relaxation tried first (_try_lp)
 
 
 class InfeasibleError(ValueError):
@@ -410,7 +410,9 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
 def _try_lp(model: _Model, time_limit_s: float):
     """Solve the LP relaxation (dual simplex). If it ends optimal with every strategy variable at
     0 or 1 (within 1e-7), that vertex is an optimal plan of the MIP and the LP value its proven
-    bound: -> ("optimal", x, obj, obj). Otherwise None, with the integrality restored.
+    bound: -> ("optimal", x, obj, obj). A fractional LP optimum -> ("fractional", x, obj, obj)
+    (the caller may round it into a start for the MIP); no LP optimum in time -> None. The
+    integrality is restored either way.
 
     Why: the linearised edge model is the local polytope of a pairwise problem, and on the zoo's
     traced graphs it is integral (gpt 125m and 1.3b on h100-2x8: no fractional strategy variable),
@@ -428,9 +430,10 @@ def _try_lp(model: _Model, time_limit_s: float):
         if ok:
             x = np.asarray(h.getSolution().col_value)
             xs = x[:nx]
+            obj = float(h.getInfo().objective_function_value)
             if float(np.max(np.minimum(np.abs(xs), np.abs(1.0 - xs)), initial=0.0)) <= 1e-7:
-                obj = float(h.getInfo().objective_function_value)
                 return "optimal", x, obj, obj
+            return "fractional", x, obj, obj
     finally:
         h.changeColsIntegrality(nx, idx, np.full(nx, highspy.HighsVarType.kInteger))
         h.clearSolver()
@@ -438,12 +441,13 @@ def _try_lp(model: _Model, time_limit_s: float):
 
 
 def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | None,
-         abs_gap: float = 0.0, cutoff: float | None = None, lp_first: bool = True):
+         abs_gap: float = 0.0, cutoff: float | None = None, lp_first: bool = True, rounder=None):
     """Set the objective (column costs), optionally a start, solve. -> (status, x, obj, bound).
     ``abs_gap``: HiGHS's mip_abs_gap in objective units (just under 1 unit for integer data,
     where a gap below 1 proves the optimum; 0 otherwise, leaving mip_rel_gap in charge).
     ``lp_first``: try the LP relaxation first (``_try_lp``, up to LP_SHARE of the time limit)
-    and return its vertex when that is integral."""
+    and return its vertex when that is integral. ``rounder(x)``: a start vector made from a
+    fractional LP solution (or None); it seeds the MIP when it is cheaper than ``start``."""
     import highspy
     t_run = time.perf_counter()
     h = model.highs
@@ -462,6 +466,11 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
         h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
     if lp_first and model.num_x:
         done = _try_lp(model, time_limit_s * LP_SHARE)
+        if done is not None and done[0] == "fractional":
+            rounded = rounder(done[1]) if rounder is not None else None
+            if rounded is not None and (start is None or float(cost @ rounded) < float(cost @ start)):
+                start = rounded
+            done = None
         if done is not None:
             if cutoff is not None:
                 h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
@@ -1150,7 +1159,16 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
     else:
         agap = 0.0
     cutoff = None if cutoff_time is None else cutoff_time / ts   # only with the time objective
-    status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap, cutoff)
+    def rounder(xf):
+        """The LP solution rounded (each node its largest x), as a start if it meets every bound."""
+        plan = _decode(p, xf)
+        c = evaluate(p, plan)
+        if not c.feasible or (max_time is not None and c.total > max_time):
+            return None
+        return _start_vector(p, plan, num_cols, model.m_col, use_forbid, mem_scale, model.aux, model.eb)
+
+    status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap, cutoff,
+                                 rounder=rounder)
     if x is None:
         if status in ("infeasible",):
             return None

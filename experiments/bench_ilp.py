@@ -14,6 +14,10 @@
     ``shardgym.solve`` (seeded with the baseline plans: peak, gap, savings against Megatron and
     FSDP) and the redundancy objective. Stored under "memory_objective".
 
+(s) "solvers" (``--sections s``): HiGHS against OR-Tools CP-SAT with 2 workers (``cpsat_solve``,
+    the same model) on the random problems of (a) and gpt / unet tiny; needs the optional
+    ``cpsat`` extra (``pip install -e ".[cpsat]"``), skipped without it.
+
 Writes results/bench_ilp.json. Usage:
     python experiments/bench_ilp.py [--sections a,b,c] [--timeout-scale 1.0] [--instances A,B,G,M,S]
 """
@@ -91,6 +95,90 @@ def section_a(cfg: Config) -> list[dict]:
                          "rows": info.num_rows, "free_nodes": info.reduced_nodes})
             print(rows[-1], flush=True)
     print_table(rows, title="(a) random problems: time to proven optimum")
+    return rows
+
+
+def cpsat_solve(p: Problem, time_limit_s: float, workers: int = 2, scale_to: float = 1e6):
+    """The same model in OR-Tools CP-SAT (``pip install -e ".[cpsat]"``): one-hot booleans per node,
+    Alpa's linearised edge booleans, one row per time point for the memory limit. CP-SAT needs
+    integer data: costs are scaled so the median nonzero one is ``scale_to`` and rounded, usages
+    and the limit likewise (rounded up / down), so its optimum can differ from HiGHS's by the
+    rounding (the plan is re-priced exactly). -> (plan or None, status, wall_s)."""
+    from ortools.sat.python import cp_model
+    t0 = time.perf_counter()
+    m = cp_model.CpModel()
+    k, offs = p.num_strategies, p.strategy_offsets
+    allc = np.concatenate([p.node_costs, p.edge_costs])
+    nz = np.abs(allc[allc != 0])
+    cs = scale_to / float(np.median(nz)) if nz.size else 1.0
+    x = [[m.NewBoolVar("") for _ in range(int(k[i]))] for i in range(p.num_nodes)]
+    obj = []
+    for i in range(p.num_nodes):
+        m.AddExactlyOne(x[i])
+        obj += [int(round(c * cs)) * x[i][s] for s, c in enumerate(p.node_costs[offs[i]:offs[i + 1]])]
+    for e in range(p.num_edges):
+        u, v = (int(a) for a in p.edges[e])
+        M = p.edge_matrix(e)
+        y = [[m.NewBoolVar("") for _ in range(M.shape[1])] for _ in range(M.shape[0])]
+        for s in range(M.shape[0]):
+            m.Add(sum(y[s]) == x[u][s])
+        for t in range(M.shape[1]):
+            m.Add(sum(y[s][t] for s in range(M.shape[0])) == x[v][t])
+        obj += [int(round(M[s, t] * cs)) * y[s][t] for s in range(M.shape[0]) for t in range(M.shape[1])
+                if M[s, t] != 0]
+    if p.usage_limit is not None:
+        us = 1e6 / max(float(np.abs(p.node_usages).max()), 1.0)
+        st, en = p.intervals[:, 0], p.intervals[:, 1]
+        for t in np.unique(st):
+            live = np.nonzero((st <= t) & (t < en))[0]
+            m.Add(sum(int(np.ceil(p.node_usages[offs[i] + s] * us)) * x[i][s]
+                      for i in live for s in range(int(k[i]))) <= int(np.floor(p.usage_limit * us)))
+    m.Minimize(sum(obj))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = int(workers)
+    st = solver.Solve(m)
+    name = solver.StatusName(st).lower()
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, name, time.perf_counter() - t0
+    plan = [int(np.argmax([solver.Value(b) for b in x[i]])) for i in range(p.num_nodes)]
+    return plan, name, time.perf_counter() - t0
+
+
+def section_s(cfg: Config) -> list[dict]:
+    """HiGHS against OR-Tools CP-SAT (2 workers) on the random problems of (a) and two zoo models."""
+    try:
+        import ortools  # noqa: F401
+    except ImportError:
+        print('(s) skipped: OR-Tools is not installed (pip install -e ".[cpsat]")')
+        return [{"skipped": "ortools not installed"}]
+    import shardgym as sg
+    from costmodel.ilp import solve_ilp
+    from shardgym import workflow
+    probs = [random_problem(cfg.random_nodes, cfg.random_strategies, cfg.seed + i)
+             for i in range(cfg.random_instances)]
+    for spec in ("gpt:tiny", "unet:tiny"):
+        model, size = spec.split(":")
+        probs.append(workflow.model_problem(model, size, sg.Cluster.preset("cpu-2x4"))[3])
+    rows = []
+    lim = cfg.random_time_limit_s
+    for p in probs:
+        t0 = time.perf_counter()
+        try:
+            hp, hi = solve_ilp(p, time_limit_s=lim)
+            hc, hst = evaluate(p, hp).total, hi.status
+        except RuntimeError:          # no plan within the limit
+            hc, hst = None, "no plan"
+        h_s = time.perf_counter() - t0
+        cp, cst, c_s = cpsat_solve(p, lim)
+        cc = evaluate(p, cp) if cp is not None else None
+        rows.append({"problem": p.name, "nodes": p.num_nodes, "highs_status": hst, "highs_s": round(h_s, 2),
+                     "highs_cost": hc, "cpsat_status": cst, "cpsat_s": round(c_s, 2),
+                     "cpsat_cost": None if cc is None else cc.total,
+                     "cpsat_feasible": None if cc is None else bool(cc.feasible),
+                     "cpsat_over_highs": None if cc is None or not hc else cc.total / hc})
+        print(rows[-1], flush=True)
+    print_table(rows, title=f"(s) HiGHS vs CP-SAT (2 workers), {lim:g} s limit")
     return rows
 
 
@@ -258,11 +346,13 @@ def main(argv=None):
         out["zoo"] = section_c(cfg)
     if "m" in secs:
         out["memory_objective"] = section_m(cfg)
+    if "s" in secs:
+        out["solvers"] = section_s(cfg)
     prev = os.path.join(REPO, "results", "bench_ilp.json")
     if os.path.exists(prev):        # keep the sections this run did not redo
         with open(prev) as f:
             old = json.load(f)
-        for key in ("random", "iopddl", "zoo", "memory_objective"):
+        for key in ("random", "iopddl", "zoo", "memory_objective", "solvers"):
             if key not in out and key in old:
                 out[key] = old[key]
     import tempfile
