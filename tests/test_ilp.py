@@ -278,12 +278,18 @@ def test_memory_objective_never_above_seeded_baselines():
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), n=st.integers(2, 7), objective=st.sampled_from(["time", "memory"]),
-       limit=st.sampled_from([None, 0.5]), reduce=st.booleans())
-def test_block_edges_match_brute_force(seed, n, objective, limit, reduce):
-    """Edge matrices with repeated rows and columns (one y per block in the model) and the
-    running-sum memory columns: still the brute-force optimum."""
+       limit=st.sampled_from([None, 0.5]), reduce=st.booleans(), running_sums=st.booleans())
+def test_block_edges_match_brute_force(seed, n, objective, limit, reduce, running_sums):
+    """Edge matrices with repeated rows and columns (one y per block in the model), with memory
+    as dense rows or as running-sum columns (what big models get): still the brute-force optimum."""
+    import costmodel.ilp as ilp
     p = random_problem(np.random.default_rng(seed), n, kmax=4, limit_q=limit, blocks=True)
-    _check(p, objective, reduce=reduce)
+    saved = ilp.DENSE_MEMORY_NONZEROS
+    ilp.DENSE_MEMORY_NONZEROS = -1 if running_sums else saved
+    try:
+        _check(p, objective, reduce=reduce)
+    finally:
+        ilp.DENSE_MEMORY_NONZEROS = saved
 
 
 def test_block_compression_shrinks_the_model():
