@@ -46,7 +46,13 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         if problem.meta is not None and "initial_plan" not in kw:
             # strategy 0 of every traced node is "replicated": a plan HiGHS can start from, so a
             # time-limited solve of a big graph returns a plan instead of "no feasible plan found"
-            kw["initial_plans"] = list(kw.get("initial_plans") or []) + [[0] * problem.num_nodes]
+            replicated = [0] * problem.num_nodes
+            kw["initial_plans"] = list(kw.get("initial_plans") or []) + [replicated]
+            cap = min(x for x in (problem.usage_limit, memory_cap_bytes, float("inf")) if x is not None)
+            if objective == "time" and evaluate(problem, replicated).peak_memory_bytes > cap:
+                # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
+                kw["initial_plans"] += _baseline_seeds(problem)
+                time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
         strategies, solve_info = solve_ilp(problem, objective=objective, memory_cap_bytes=memory_cap_bytes,
                                            max_step_time_s=max_step_time_s, time_limit_s=time_limit_s, **kw)
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)

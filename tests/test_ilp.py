@@ -344,3 +344,20 @@ def test_cap_relaxation_only_when_the_cap_does_not_bind():
     assert not info.reduction.get("memory_cap_relaxed")
     plan, info = solve_ilp(p.with_usage_limit(13.0), relax_cap=False)
     assert plan == [0, 0] and not info.reduction.get("memory_cap_relaxed")
+
+
+def test_time_objective_under_a_cap_replication_breaks():
+    """When the replicated plan breaks the cap, shardgym.solve seeds the time objective with the
+    baselines; the answer fits the cap and is no slower than any baseline that fits."""
+    import shardgym as sg
+    from shardgym import workflow
+    _, _, _, p = workflow.model_problem("mlp", "tiny", sg.Cluster.preset("cpu-2x4"))
+    rep = sg.evaluate(p, sg.solve(p, method="replicated"))
+    cap = 0.5 * rep.peak_memory_bytes
+    plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=20)
+    c = sg.evaluate(p, plan)
+    assert c.peak_memory_bytes <= cap
+    for m in ("dp", "megatron", "fsdp"):
+        b = sg.evaluate(p, sg.solve(p, method=m))
+        if b.peak_memory_bytes <= cap:
+            assert c.step_time_s <= b.step_time_s * (1 + 1e-9)
