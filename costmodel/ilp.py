@@ -439,6 +439,10 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     h.setOptionValue("mip_rel_gap", float(rel_gap))
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    # HiGHS 1.16's MIP restart (after the root fixes many columns) can hang past the time limit:
+    # meshgraphnet tiny on h100-2x8 under half its peak span ran 17 minutes of a 60 s limit; with
+    # restarts off it returns at 60 s
+    h.setOptionValue("mip_allow_restart", False)
     for key, val in HIGHS_OPTIONS.items():
         h.setOptionValue(key, val)
     h.passModel(lp)

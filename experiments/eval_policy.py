@@ -64,6 +64,7 @@ def main(argv=None):
     ap.add_argument("--big-nodes", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
+    ap.add_argument("--only", default="", help="evaluate only problems whose name contains this text")
     args = ap.parse_args(argv)
 
     from agent.planner import Planner, greedy_by_cost, min_memory_plan
@@ -74,6 +75,8 @@ def main(argv=None):
 
     caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
     workloads = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]
+    if args.only:
+        workloads = [w for w in workloads if args.only in w.name]
     if args.limit:
         workloads = workloads[:args.limit]
     base = Planner.load(args.checkpoint)
