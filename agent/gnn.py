@@ -103,6 +103,17 @@ class ShardingGNN(nn.Module):
         return logits, self.value(hc, g)
 
 
+def np_mlp(layers: dict, x: np.ndarray, final_act: bool = False) -> np.ndarray:
+    """Apply a Flax ``MLP`` (Dense_0..Dense_{L-1}, relu between, and after the last with
+    ``final_act``) in numpy."""
+    names = sorted(layers, key=lambda s: int(s.split("_")[1]))
+    for j, name in enumerate(names):
+        x = x @ layers[name]["kernel"] + layers[name]["bias"]
+        if j < len(names) - 1 or final_act:
+            x = np.maximum(x, 0.0)
+    return x
+
+
 def np_encode(params: dict, nodes: np.ndarray, edge_index: np.ndarray, edge_features: np.ndarray,
               rounds: int) -> tuple[np.ndarray, np.ndarray]:
     """``ShardingGNN.encode`` in numpy for one unpadded graph: the same equations and parameters,
@@ -115,13 +126,7 @@ def np_encode(params: dict, nodes: np.ndarray, edge_index: np.ndarray, edge_feat
     def dense(d, x):
         return x @ np.asarray(d["kernel"], np.float32) + np.asarray(d["bias"], np.float32)
 
-    def mlp(m, x, final_act=False):
-        names = sorted(m, key=lambda s: int(s.split("_")[1]))
-        for j, name in enumerate(names):
-            x = dense(m[name], x)
-            if j < len(names) - 1 or final_act:
-                x = relu(x)
-        return x
+    mlp = np_mlp
 
     def layer_norm(d, x):
         mu = x.mean(-1, keepdims=True)

@@ -390,16 +390,6 @@ def heuristic_plan(problem: Problem) -> tuple[list[int] | None, str]:
 
 
 # ---- the policy planner -------------------------------------------------------------------------
-def _np_mlp(layers: dict, x: np.ndarray) -> np.ndarray:
-    """Apply a Flax ``MLP`` (Dense_0..Dense_{L-1}, relu between) in numpy."""
-    names = sorted(layers, key=lambda s: int(s.split("_")[1]))
-    for j, name in enumerate(names):
-        x = x @ layers[name]["kernel"] + layers[name]["bias"]
-        if j < len(names) - 1:
-            x = np.maximum(x, 0.0)
-    return x
-
-
 _LOADED: dict = {}
 
 
@@ -476,6 +466,7 @@ class Planner:
                max_passes: int = 16, seed: int = 0) -> tuple[list[int], object]:
         """One episode of ``env`` driven by the policy; returns (plan, Cost). The GNN runs once
         every ``refresh`` decisions (see the module docstring)."""
+        from agent.gnn import np_mlp
         head = self._head_params()
         obs, _ = env.reset(seed=seed)
         c = env.unwrapped._c
@@ -491,7 +482,7 @@ class Planner:
             af = obs["action_features"][cur].astype(np.float64)
             K = af.shape[0]
             x = np.concatenate([np.broadcast_to(h[cur], (K, h.shape[1])), np.broadcast_to(g, (K, g.shape[0])), af], 1)
-            logits = np.where(mask, _np_mlp(head, x)[:, 0], -np.inf)
+            logits = np.where(mask, np_mlp(head, x)[:, 0], -np.inf)
             if greedy:
                 a = int(np.argmax(logits))
             else:

@@ -326,7 +326,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         lo.append(np.zeros(nr))
         hi.append(np.zeros(nr))
         r += nr
-    # memory: per-node usage columns u and running-sum columns L (see _MemAux)
+    # memory (see _MemAux)
     if aux is not None and aux.dense:
         # one row per time point t: sum over live (node, strategy) of coef * x <= (cap - const_t) / scale
         P = len(aux.const)
@@ -347,9 +347,9 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
             hi.append((cap - aux.const) / mem_scale)
         r += P
     elif aux is not None:
+        # per-node usage columns u, running-sum columns L
         U, P = len(aux.var_nodes), len(aux.const)
-        u0 = S + Y + (1 if need_m else 0)
-        l0 = u0 + U
+        u0, l0 = aux.u0, aux.l0
         # u_j - sum_s (usage[i, s] - umin_i) / scale * x[i, s] = 0
         rows += [r + aux.x_node, r + np.arange(U)]
         cols += [aux.x_col, u0 + np.arange(U)]
@@ -508,12 +508,15 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
                 inp.user_interrupt = True
         h.setCallback(stop, None)
         h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+    def end_callback():
+        if cutoff is not None:
+            h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+            h.clearCallbacks()
+
     if lp_first and model.num_x:
         done = _try_lp(model, time_limit_s * (1.0 if lp_only else LP_SHARE))
         if lp_only and (done is None or done[0] != "optimal"):
-            if cutoff is not None:
-                h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
-                h.clearCallbacks()
+            end_callback()
             return "lp_not_integral", None, float("nan"), float("nan")
         if done is not None and done[0] == "fractional":
             rounded = rounder(done[1]) if rounder is not None else None
@@ -521,9 +524,7 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
                 start = rounded
             done = None
         if done is not None:
-            if cutoff is not None:
-                h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
-                h.clearCallbacks()
+            end_callback()
             return done
         h.setOptionValue("time_limit", float(max(time_limit_s - (time.perf_counter() - t_run), 0.05)))
     if start is not None:
@@ -543,9 +544,7 @@ def _run(model: _Model, cost: np.ndarray, time_limit_s: float, start: np.ndarray
         highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
         highspy.HighsModelStatus.kInterrupt: "interrupted",
     }.get(st, h.modelStatusToString(st))
-    if cutoff is not None:
-        h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
-        h.clearCallbacks()
+    end_callback()
     return name, x, float(info.objective_function_value), float(info.mip_dual_bound)
 
 
@@ -670,9 +669,7 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     start = _best_seed(problem, seeds, cap, max_step_time_s, key)
     out = None
     if relax_cap and cap is not None and not need_m:
-        out, fits = _relax_cap(problem, o, w, objective, cap, max_step_time_s)
-        if fits is not None and (start is None or key(evaluate(problem, fits)) < key(evaluate(problem, start))):
-            start = fits
+        out = _relax_cap(problem, o, w, objective, cap, max_step_time_s)
     if out is None:
         out = _core(problem, o, w=w, objective=objective, cap=cap, need_m=need_m, max_time=max_step_time_s,
                     start=start, m_lo=m_lo)
@@ -688,15 +685,15 @@ def _relax_cap(problem, o, w, objective, cap, max_time):
     a proven optimum of the capped problem; and the relaxation is much smaller (nodes whose
     usage varies can be eliminated, no memory rows). gpt 1.3b on h100-2x8 (80 GiB): the
     uncapped LP is integral, peaks at 23.9 GiB and is proven in 19 s; the capped LP does not finish
-    in 140 s. -> (answer or None, the relaxed plan if it fits under the cap (a seed) or None)."""
+    in 140 s. -> the answer, or None when the relaxed LP is fractional or its plan breaks the cap."""
     out = _core(problem, o.until(time.perf_counter() + RELAX_SHARE * o.left()), w=w,
                 objective=objective, cap=None, need_m=False, max_time=max_time, lp_only=True)
     if out is None or out[1].peak_memory_bytes > cap:
-        return None, None
+        return None
     plan, info = out
     red = dict(info.reduction)
     red["memory_cap_relaxed"] = True
-    return (plan, _with(info, wall_s=time.perf_counter() - o.t0, reduction=red)), plan
+    return plan, _with(info, wall_s=time.perf_counter() - o.t0, reduction=red)
 
 
 # ---- helpers for the objectives -----------------------------------------------------------------
