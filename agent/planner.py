@@ -22,6 +22,14 @@ its neighbours'), so the total falls by exactly the sum of their gains. Moves th
 memory cap are dropped (only usage-non-increasing moves are kept when the batch is infeasible).
 Then exact forest moves (``costmodel.search.forest_dp``): a random induced forest of the graph is
 re-optimised by tree DP with every other node held, which lets whole chains switch together.
+
+Under a memory cap that is not enough: the cap couples every node live at the peak, and the
+optimum often shards a parameter, its optimizer state and its whole update chain together, which
+pays only when all of them move (forest moves break such groups up; the polish stalled at 1.2-1.7x
+the ILP on capped held-out problems). There ``plan`` adds a second start (the policy's decode of
+the uncapped problem, repaired to fit) and ``costmodel.search.refine``: Lagrangian rounds that
+price memory into the costs, then large-neighbourhood search with the exact MILP on BFS
+neighbourhoods of 60 nodes.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 
+REFINE_TIME_S = 1.5  # Planner.plan: refinement when the memory cap binds (costmodel.search.refine)
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "policy.msgpack")
 
 
@@ -144,6 +153,24 @@ def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | 
         else:
             fails += 1
     return [int(x) for x in cur]
+
+
+def improve(problem: Problem, plan, polish_time_s: float = 0.5, refine_time_s: float = 0.0,
+            lc: LocalCosts | None = None, seed: int = 0) -> list[int] | None:
+    """What ``Planner.plan`` does to a decoded plan, for any start plan: memory repair if it is over
+    the cap (None if that fails), ``polish``, then ``costmodel.search.refine`` for
+    ``refine_time_s``. Used to give the comparison rows of experiments/eval_policy.py the same
+    post-processing as the policy (with the refinement time the planner chose)."""
+    from costmodel.search import refine
+    lc = lc or LocalCosts.of(problem)
+    if not evaluate(problem, plan).feasible:
+        plan = repair_memory(problem, plan, lc=lc)
+        if plan is None:
+            return None
+    plan = polish(problem, plan, time_budget_s=polish_time_s, lc=lc, seed=seed)
+    if refine_time_s > 0:
+        plan = refine(problem, plan, refine_time_s, seed=seed)
+    return [int(x) for x in plan]
 
 
 def best_response(problem: Problem, plan, time_budget_s: float = 1.0, max_rounds: int = 10_000,
@@ -495,10 +522,17 @@ class Planner:
 
     def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
              polish: bool = True, seed: int = 0, max_passes: int = 16, polish_time_s: float = 0.5,
-             return_info: bool = False):
+             refine_time_s: float | None = None, return_info: bool = False):
         """The cheapest feasible of ``samples`` decoded plans (mode "greedy": the first is the
         argmax decode, the rest sampled; "sample": all sampled), each memory-repaired if needed
-        and (``polish``) improved by local search. Raises ValueError if no plan fits the cap."""
+        and (``polish``) improved by local search. Under a memory cap with ``polish``, one more
+        candidate is the greedy decode of the same problem without its cap, memory-repaired and
+        polished (a second basin: the policy's uncapped plan, shrunk to fit). If that plan,
+        polished without the cap, is over the cap (the cap *binds*), the best plan is then refined
+        by ``costmodel.search.refine`` for ``refine_time_s`` (default ``REFINE_TIME_S``; 0 when the
+        cap does not bind, e.g. a builder's device-memory limit far above the plan).
+        ``return_info`` adds ``{"plan_time_s", "candidates", "cap_binds"}``. Raises ValueError if
+        no plan fits the cap."""
         if mode not in ("greedy", "sample"):
             raise ValueError(f"unknown mode {mode!r}; use 'greedy' or 'sample'")
         if int(samples) < 1:
@@ -506,19 +540,28 @@ class Planner:
         if memory_cap_bytes is not None:
             problem = problem.with_usage_limit(float(memory_cap_bytes))
         t0 = time.perf_counter()
+        capped = problem.usage_limit is not None
         env = self._env(problem)
         rng = np.random.default_rng(seed)
-        lc = LocalCosts.of(problem) if polish or problem.usage_limit is not None else None
+        lc = LocalCosts.of(problem) if polish or capped else None
         best, best_cost, tried = None, np.inf, []
-        for j in range(int(samples)):
-            greedy = mode == "greedy" and j == 0
-            strategies, _ = self.decode(env, greedy=greedy, rng=rng, max_passes=max_passes, seed=seed + j)
+        starts = [(j, mode == "greedy" and j == 0, problem) for j in range(int(samples))]
+        if capped and polish:
+            starts.append((0, True, problem.with_usage_limit(None)))
+        binds = False
+        for j, greedy, start_problem in starts:
+            free = start_problem is not problem
+            strategies, _ = self.decode(self._env(start_problem) if free else env, greedy=greedy, rng=rng,
+                                        max_passes=max_passes, seed=seed + j)
+            if free:  # the uncapped start: its own optimum first, then shrunk to fit if it must be
+                strategies = polish_fn(start_problem, strategies, time_budget_s=polish_time_s)
+                binds = evaluate(start_problem, strategies).peak_memory_bytes > problem.usage_limit
             raw = evaluate(problem, strategies)
             cand = strategies if raw.feasible else repair_memory(problem, strategies, lc=lc)
-            if cand is not None and polish:
+            if cand is not None and polish and not (free and raw.feasible):
                 cand = polish_fn(problem, cand, time_budget_s=polish_time_s, lc=lc)
             cost = evaluate(problem, cand) if cand is not None else None
-            tried.append({"raw_total": raw.total, "raw_feasible": raw.feasible,
+            tried.append({"raw_total": raw.total, "raw_feasible": raw.feasible, "uncapped_start": free,
                           "total": None if cost is None else cost.total,
                           "feasible": bool(cost is not None and cost.feasible)})
             if cost is not None and cost.feasible and cost.total < best_cost:
@@ -530,9 +573,15 @@ class Planner:
                 raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
                                  f"the least possible peak is {c.peak_memory_bytes:.4g} bytes")
             best = polish_fn(problem, mm, time_budget_s=polish_time_s, lc=lc) if polish else mm
+            binds = capped
+        if refine_time_s is None:
+            refine_time_s = REFINE_TIME_S if binds else 0.0
+        if polish and refine_time_s > 0:
+            from costmodel.search import refine
+            best = refine(problem, best, refine_time_s, seed=seed)
         best = [int(x) for x in best]
         if return_info:
-            return best, {"plan_time_s": time.perf_counter() - t0, "candidates": tried}
+            return best, {"plan_time_s": time.perf_counter() - t0, "candidates": tried, "cap_binds": binds}
         return best
 
     def finetune(self, problem: Problem, seconds: float, memory_cap_bytes=None, seed: int = 0,

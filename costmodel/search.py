@@ -263,9 +263,12 @@ def _greedy(g: Graph, deadline: float) -> np.ndarray:
     return s
 
 
-def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
+def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float,
+              order: np.ndarray | None = None) -> np.ndarray:
     """Exact block move: a random induced forest of the graph is re-optimised by tree dynamic
-    programming with every other node fixed at ``s`` (their edges become unary costs)."""
+    programming with every other node fixed at ``s`` (their edges become unary costs). The forest
+    is grown greedily over ``order`` (default: a random permutation of the nodes): a node joins
+    when it closes no cycle with the nodes already in."""
     n = g.n
     parent = np.arange(n)
 
@@ -277,7 +280,7 @@ def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: flo
 
     inf = np.zeros(n, dtype=bool)
     ptr, adj = g.adj_ptr, g.adj
-    for i in rng.permutation(n).tolist():
+    for i in (rng.permutation(n) if order is None else order).tolist():
         nb = adj[ptr[i]:ptr[i + 1]]
         nb = nb[inf[nb]]
         roots = [find(int(j)) for j in nb]
@@ -341,19 +344,21 @@ def _feasible(g: Graph, s: np.ndarray) -> bool:
 
 
 def _lns(g: Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
-         sub_time_s: float = 5.0):
-    """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed."""
+         sub_time_s: float = 5.0, margin_s: float = 1.0, min_sub_s: float = 0.5):
+    """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed. Each MILP gets
+    at most ``sub_time_s`` and ends ``margin_s`` before ``deadline``; none starts with less than
+    ``min_sub_s`` to run."""
     from costmodel.ilp import solve_ilp
     p = g.p
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
         return s, best_cost
-    while time.perf_counter() + 2.0 < deadline:
+    while time.perf_counter() + margin_s + min_sub_s < deadline:
         seed_node = int(rng.choice(free))
         sel = _bfs(g, seed_node, size)
         sub, back = _subproblem(g, s, sel)
-        budget = min(sub_time_s, deadline - time.perf_counter() - 1.0)
-        if budget < 0.5:
+        budget = min(sub_time_s, deadline - time.perf_counter() - margin_s)
+        if budget < min_sub_s:
             break
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
@@ -852,6 +857,49 @@ def _lagrangian_rounds(C: _Contraction, gc: Graph, sc: np.ndarray, rng, consider
                 if consider(sp, f"{tag} dp+polish[{it}]"):
                     sc = sp
             lam *= down
+
+
+def refine(problem: Problem, plan, timeout_s: float, seed: int = 0, lns_size: int = 60,
+           lagrangian_share: float = 0.4) -> np.ndarray:
+    """Improve a feasible ``plan`` for ``timeout_s`` seconds; never returns a worse or infeasible one.
+
+    Under a memory limit, ``lagrangian_share`` of the time goes to the Lagrangian rounds (the
+    limit priced into the costs, starting from ``plan``; see ``_lagrangian_rounds``), on the
+    untied graph. The rest (all of it without a limit) goes to large-neighbourhood search: BFS
+    neighbourhoods of ``lns_size`` nodes re-optimised exactly by the MILP, the rest fixed. These
+    are the coordinated moves single-node and forest moves miss: e.g. sharding a parameter, its
+    optimizer state and its whole update chain at once, which only pays when all of them move.
+    Approximate in time: one MILP call (bounded by the time left) may overrun by its set-up."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(timeout_s)
+    rng = np.random.default_rng(seed)
+    g = Graph(problem)
+    best = np.asarray(plan, dtype=np.int64).copy()
+    if not _feasible(g, best):
+        raise ValueError("refine needs a plan that fits the memory limit")
+    best_cost = g.total(best)
+
+    def consider(s, tag=None) -> bool:
+        nonlocal best, best_cost
+        if s is None or not _feasible(g, s):
+            return False
+        c = g.total(s)
+        if c < best_cost:
+            best, best_cost = np.asarray(s, dtype=np.int64).copy(), c
+            return True
+        return False
+
+    if g.cap is not None and lagrangian_share > 0:
+        C = _Contraction(g, tie=False)
+        gc = Graph(C.problem)
+        run = _lagrangian_rounds(C, gc, C.contract(best), rng, lambda sc, tag: consider(C.expand(sc)))
+        next(run)
+        run.send(t0 + lagrangian_share * timeout_s)
+    if g.n and time.perf_counter() < deadline:
+        s, _ = _lns(g, best.copy(), best_cost, deadline, rng, None, size=lns_size,
+                    sub_time_s=1.0, margin_s=0.0, min_sub_s=0.05)
+        consider(s)
+    return best
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,

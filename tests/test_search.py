@@ -227,3 +227,56 @@ def test_forest_dp_is_exact_on_a_tree(seed):
     out = forest_dp(g, start, g.cost, rng, np.inf)
     best = min(evaluate(p, list(s)).total for s in itertools.product(*[range(int(k)) for k in ks]))
     assert evaluate(p, list(out)).total == pytest.approx(best)
+
+
+def test_refine_makes_the_all_or_nothing_move_that_polish_cannot():
+    """K4 with two strategies: each node saves 1 by switching, each disagreeing edge costs 3. One,
+    two or three switched nodes cost more than none (+8, +10, +6), all four save 4. The polish's
+    moves (single nodes, edge pairs, induced forests: at most 2 nodes of a K4) stall at all-zero;
+    refine's MILP neighbourhood covers the graph and finds all-one (cost 4 -> 0)."""
+    from agent.planner import polish
+    from costmodel.search import refine
+    edges = [(u, v) for u in range(4) for v in range(u + 1, 4)]
+    p = Problem.from_lists("k4", [np.array([1.0, 0.0])] * 4, [np.zeros(2)] * 4,
+                           np.zeros((4, 2), dtype=np.int64), edges, [np.array([0.0, 3.0, 3.0, 0.0])] * 6)
+    start = [0, 0, 0, 0]
+    assert evaluate(p, start).total == 4.0
+    assert list(polish(p, start, time_budget_s=2.0)) == start
+    out = refine(p, start, 2.0)
+    assert list(out) == [1, 1, 1, 1] and evaluate(p, list(out)).total == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refine_never_worse_stays_feasible_and_is_exact_on_small_graphs(seed):
+    """Under a memory limit, from the lowest-usage plan: refine's result fits the limit, is no
+    worse than its start, and (the 10-node graph lies inside one 60-node neighbourhood when it is
+    connected) equals the brute-force optimum then."""
+    from costmodel.search import refine
+    p = random_problem(np.random.default_rng(100 + seed), 8, kmax=3, edge_p=0.6, limit_q=0.4)
+    g = Graph(p)
+    start = g.local[np.lexsort((g.local, g.usage, g.node_of))[g.offs[:-1]]]
+    assert evaluate(p, list(start)).feasible
+    out = refine(p, start, 1.5, seed=seed)
+    c = evaluate(p, list(out))
+    assert c.feasible and c.total <= evaluate(p, list(start)).total
+    _, best = brute_force(p)
+    free = np.nonzero(g.k > 1)[0]
+    if len(free) and len(Graph(p).adj) and _connected(g, free):
+        assert c.total == pytest.approx(best.total)
+    low = evaluate(p, list(start)).peak_memory_bytes
+    if low > 0:
+        with pytest.raises(ValueError, match="fits the memory limit"):
+            refine(p.with_usage_limit(low - 1), start, 0.1)
+
+
+def _connected(g: Graph, nodes) -> bool:
+    """Whether ``nodes`` are reachable from one another through nodes with a choice (as _bfs walks)."""
+    seen = {int(nodes[0])}
+    stack = [int(nodes[0])]
+    while stack:
+        i = stack.pop()
+        for j in g.adj[g.adj_ptr[i]:g.adj_ptr[i + 1]].tolist():
+            if j not in seen and g.k[j] > 1:
+                seen.add(j)
+                stack.append(j)
+    return set(int(x) for x in nodes) <= seen
