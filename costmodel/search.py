@@ -263,12 +263,9 @@ def _greedy(g: Graph, deadline: float) -> np.ndarray:
     return s
 
 
-def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float,
-              order: np.ndarray | None = None) -> np.ndarray:
+def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
     """Exact block move: a random induced forest of the graph is re-optimised by tree dynamic
-    programming with every other node fixed at ``s`` (their edges become unary costs). The forest
-    is grown greedily over ``order`` (default: a random permutation of the nodes): a node joins
-    when it closes no cycle with the nodes already in."""
+    programming with every other node fixed at ``s`` (their edges become unary costs)."""
     n = g.n
     parent = np.arange(n)
 
@@ -280,7 +277,7 @@ def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: flo
 
     inf = np.zeros(n, dtype=bool)
     ptr, adj = g.adj_ptr, g.adj
-    for i in (rng.permutation(n) if order is None else order).tolist():
+    for i in rng.permutation(n).tolist():
         nb = adj[ptr[i]:ptr[i + 1]]
         nb = nb[inf[nb]]
         roots = [find(int(j)) for j in nb]
