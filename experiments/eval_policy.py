@@ -199,11 +199,12 @@ def plot(rows, methods, path, big_row):
     import matplotlib.pyplot as plt
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
     x = np.arange(len(rows))
-    present = [m for m in methods if any(m in r for r in rows)]
+    present = ["policy_greedy_raw"] + [m for m in methods if any(m in r for r in rows)]
     w = 0.8 / max(len(present), 1)
     for j, m in enumerate(present):
         vals = [r.get(m, np.nan) for r in rows]
-        ax.bar(x + j * w - 0.4 + w / 2, vals, w, label=m.replace("_", " ") + " (+polish)")
+        label = "policy greedy, raw decode" if m.endswith("_raw") else m.replace("_", " ") + " (+ post-processing)"
+        ax.bar(x + j * w - 0.4 + w / 2, vals, w, label=label)
     ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
     ax.set_yscale("log")
     ax.set_xticks(x)
@@ -213,7 +214,7 @@ def plot(rows, methods, path, big_row):
     ax.legend(fontsize=8)
     ilp_s = [r["ilp_s"] for r in rows]
     pol_s = [r.get("policy_greedy_s", np.nan) for r in rows]
-    ax2.scatter(ilp_s, pol_s, label="held-out problems (greedy + polish)")
+    ax2.scatter(ilp_s, pol_s, label="held-out problems (the planner's default)")
     ax2.scatter([np.nan], [big_row["plan_s_warm"]])
     ax2.axhline(big_row["plan_s_warm"], color="C1", ls=":", label=f"{big_row['nodes']}-node plan (warm)")
     lo = min([v for v in ilp_s + pol_s if v > 0] + [0.01])
