@@ -161,3 +161,23 @@ def test_numpy_encoder_matches_flax():
     h, g = np_encode(params, x["nodes"], x["edge_index"], x["edge_features"], pl.config.rounds)
     np.testing.assert_allclose(h, np.asarray(h_ref), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(g, np.asarray(g_ref), rtol=1e-4, atol=1e-4)
+
+
+def test_planner_refines_only_when_the_cap_binds(monkeypatch):
+    """A limit far above every plan's peak (as the builder's device memory usually is) does not
+    bind: no refine. A limit at the least possible peak does: refine runs, and the plan fits it."""
+    import costmodel.search as search
+    from agent.planner import REFINE_TIME_S, Planner
+    from env.workloads import peak_bounds
+    calls = []
+    real = search.refine
+    monkeypatch.setattr(search, "refine", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    planner = Planner.load("pretrained")
+    p = random_problem(np.random.default_rng(7), 60, 6)
+    lo, hi = peak_bounds(p)
+    plan, info = planner.plan(p, memory_cap_bytes=10 * hi, return_info=True)
+    assert not info["cap_binds"] and calls == []
+    assert any(c["uncapped_start"] for c in info["candidates"])
+    plan, info = planner.plan(p, memory_cap_bytes=lo, refine_time_s=None, return_info=True)
+    assert info["cap_binds"] and calls == [REFINE_TIME_S]
+    assert evaluate(p.with_usage_limit(lo), plan).feasible
