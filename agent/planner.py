@@ -553,12 +553,15 @@ class Planner:
             strategies, _ = self.decode(self._env(start_problem) if free else env, greedy=greedy, rng=rng,
                                         max_passes=max_passes, seed=seed + j)
             if free:  # the uncapped start: its own optimum first, then shrunk to fit if it must be
-                strategies = polish_fn(start_problem, strategies, time_budget_s=polish_time_s)
+                strategies = polish_fn(start_problem, strategies, time_budget_s=polish_time_s, lc=lc)
                 binds = evaluate(start_problem, strategies).peak_memory_bytes > problem.usage_limit
             raw = evaluate(problem, strategies)
-            cand = strategies if raw.feasible else repair_memory(problem, strategies, lc=lc)
-            if cand is not None and polish and not (free and raw.feasible):
-                cand = polish_fn(problem, cand, time_budget_s=polish_time_s, lc=lc)
+            if free and raw.feasible:   # already polished, and it fits
+                cand = strategies
+            elif polish:
+                cand = improve(problem, strategies, polish_time_s=polish_time_s, lc=lc)
+            else:
+                cand = strategies if raw.feasible else repair_memory(problem, strategies, lc=lc)
             cost = evaluate(problem, cand) if cand is not None else None
             tried.append({"raw_total": raw.total, "raw_feasible": raw.feasible, "uncapped_start": free,
                           "total": None if cost is None else cost.total,
