@@ -175,7 +175,8 @@ class Problem:
         try:
             p = doc["problem"]
             nodes, edges = p["nodes"], p["edges"]
-            return cls.from_lists(
+            _check_iopddl(path, nodes, edges, p.get("usage_limit"))
+            problem = cls.from_lists(
                 name=p.get("name", os.path.basename(str(path))),
                 node_costs=nodes["costs"],
                 node_usages=nodes["usages"],
@@ -187,7 +188,10 @@ class Problem:
         except KeyError as exc:
             raise ValueError(f"{path}: IOPDDL field {exc} is missing") from exc
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: malformed IOPDDL instance: {exc}") from exc
+            msg = str(exc)
+            raise ValueError(msg if msg.startswith(str(path)) else f"{path}: malformed IOPDDL instance: {msg}") from exc
+        _check_values(path, problem)
+        return problem
 
     def to_iopddl(self, path: str) -> None:
         """Write the contest format. Costs and usages are written as numbers as stored
@@ -214,6 +218,62 @@ class Problem:
         with opener(tmp, "wt") as f:
             json.dump(doc, f)
         os.replace(tmp, path)
+
+
+def _check_iopddl(path, nodes: dict, edges: dict, usage_limit) -> None:
+    """Structure (per node / edge, O(n + m) Python): lists of one length, one usage per cost, a
+    strategy at least, [start, end] intervals not reversed, edges naming existing nodes, a finite
+    limit >= 0. Values are checked vectorised by ``_check_values`` after loading."""
+    import math
+    costs, usages, intervals = nodes["costs"], nodes["usages"], nodes["intervals"]
+    if not (len(costs) == len(usages) == len(intervals)):
+        raise ValueError(f"{path}: nodes.costs has {len(costs)} entries, nodes.usages {len(usages)}, "
+                         f"nodes.intervals {len(intervals)}: one per node each")
+    for i, (c, u, iv) in enumerate(zip(costs, usages, intervals)):
+        if not isinstance(c, list) or not isinstance(u, list) or len(c) != len(u):
+            raise ValueError(f"{path}: node {i} has {len(c) if isinstance(c, list) else c!r} costs but "
+                             f"{len(u) if isinstance(u, list) else u!r} usages (one of each per strategy)")
+        if not c:
+            raise ValueError(f"{path}: node {i} has no strategy (nodes.costs[{i}] is empty)")
+        if not (isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, (int, float)) for x in iv)):
+            raise ValueError(f"{path}: node {i}: nodes.intervals[{i}] must be [start, end], got {iv!r}")
+        if iv[0] > iv[1]:
+            raise ValueError(f"{path}: node {i}: interval {iv} is reversed (start > end)")
+    n = len(costs)
+    pairs, ecosts = edges["nodes"], edges["costs"]
+    if len(pairs) != len(ecosts):
+        raise ValueError(f"{path}: edges.nodes has {len(pairs)} entries but edges.costs {len(ecosts)}")
+    for e, (uv, c) in enumerate(zip(pairs, ecosts)):
+        if not (isinstance(uv, list) and len(uv) == 2 and all(isinstance(x, int) and 0 <= x < n for x in uv)):
+            raise ValueError(f"{path}: edge {e}: edges.nodes[{e}] = {uv!r} must name two of the {n} nodes")
+        if not isinstance(c, list) or len(c) != len(costs[uv[0]]) * len(costs[uv[1]]):
+            raise ValueError(f"{path}: edge {e} {tuple(uv)} has {len(c) if isinstance(c, list) else c!r} costs, "
+                             f"expected {len(costs[uv[0]])} x {len(costs[uv[1]])}")
+    if usage_limit is not None and (isinstance(usage_limit, bool) or not isinstance(usage_limit, (int, float))
+                                    or not math.isfinite(usage_limit) or usage_limit < 0):
+        raise ValueError(f"{path}: usage_limit {usage_limit!r} must be a finite number >= 0")
+
+
+def _check_values(path, problem: Problem) -> None:
+    """Finite costs and finite, non-negative usages (vectorised), naming the first bad node/edge."""
+    def first(bad: np.ndarray, offsets: np.ndarray) -> int:
+        return int(np.searchsorted(offsets, int(np.argmax(bad)), side="right") - 1)
+
+    bad = ~np.isfinite(problem.node_costs)
+    if bad.any():
+        i = first(bad, problem.strategy_offsets)
+        raise ValueError(f"{path}: node {i} has a cost that is not a finite number "
+                         f"({float(problem.node_costs[int(np.argmax(bad))])}) in nodes.costs[{i}]")
+    bad = ~np.isfinite(problem.node_usages) | (problem.node_usages < 0)
+    if bad.any():
+        i = first(bad, problem.strategy_offsets)
+        raise ValueError(f"{path}: node {i} has usage {float(problem.node_usages[int(np.argmax(bad))]):g} in "
+                         f"nodes.usages[{i}]: usages are finite and >= 0")
+    bad = ~np.isfinite(problem.edge_costs)
+    if bad.any():
+        e = first(bad, problem.edge_offsets)
+        raise ValueError(f"{path}: edge {e} {tuple(int(x) for x in problem.edges[e])} has a cost that is not a "
+                         f"finite number ({float(problem.edge_costs[int(np.argmax(bad))])})")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,15 @@ METHODS = ("ilp", "policy", "dp", "megatron", "fsdp", "replicated")
 OBJECTIVES = ("time", "memory", "redundancy")
 
 
+class UnmetBoundError(ValueError):
+    """A method that cannot take a memory cap or a step-time bound into account (a baseline rule, the
+    policy for the bound) gave a plan that breaks it; ``plan`` and ``cost`` are that plan."""
+
+    def __init__(self, message: str, plan, cost):
+        super().__init__(message)
+        self.plan, self.cost = plan, cost
+
+
 def trace(fn, *args, **kw) -> OpGraph:
     """Trace ``fn(*args)`` (args may be ShapeDtypeStructs) into an OpGraph."""
     from costmodel.trace import trace as _trace
@@ -35,6 +44,9 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if method != "ilp" and objective != "time":
+        raise ValueError(f"objective {objective!r}: method {method!r} plans for step time only "
+                         f"(use method 'ilp' for the {objective} objective)")
     t0 = time.perf_counter()
     info: dict = {}
     if method == "ilp":
@@ -64,9 +76,27 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     else:
         from costmodel.baselines import baseline_plan
         strategies = baseline_plan(problem, method)
+    if method != "ilp":
+        info.setdefault("status", "heuristic" if method == "policy" else "rule")
+        info.setdefault("gap", None)
     plan = Plan.for_problem(problem, strategies, method=method, objective=objective, info=info)
     plan.solve_time_s = time.perf_counter() - t0
+    if method != "ilp":
+        _check_bounds(problem, plan, method, memory_cap_bytes, max_step_time_s)
     return plan
+
+
+def _check_bounds(problem: Problem, plan: Plan, method: str, memory_cap_bytes, max_step_time_s) -> None:
+    """UnmetBoundError when a non-ILP plan breaks the cap (``memory_cap_bytes`` or the problem's
+    usage limit) or ``max_step_time_s``: these methods cannot aim at them, so they are checked."""
+    cost = evaluate(problem, plan)
+    caps = [x for x in (memory_cap_bytes, problem.usage_limit) if x is not None]
+    if caps and cost.peak_memory_bytes > min(caps):
+        raise UnmetBoundError(f"method {method!r}: its plan needs {cost.peak_memory_bytes:.4g} bytes/device, over the "
+                              f"memory cap {min(caps):.4g}; raise the cap or use method 'ilp'", plan, cost)
+    if max_step_time_s is not None and cost.step_time_s > max_step_time_s:
+        raise UnmetBoundError(f"method {method!r}: its plan takes {cost.step_time_s:.4g} s a step, over the bound "
+                              f"max_step_time_s={max_step_time_s:g}; raise the bound or use method 'ilp'", plan, cost)
 
 
 def _baseline_seeds(problem: Problem) -> list:

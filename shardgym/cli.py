@@ -1,11 +1,15 @@
-"""The ``shardgym`` command line: plan, compare, run, train, iopddl.
+"""The ``shardgym`` command line: list, plan, compare, run, train, iopddl.
 
-Every subcommand turns bad input (unknown model, preset, method, malformed file) into one line
-``shardgym: error: ...`` and exit status 2; anything slow shows a progress spinner on stderr.
+One error contract for every subcommand: bad input (an unknown model, preset, method or flag value, a
+malformed or mismatched file, an option a method cannot honour, a plan that breaks a cap) ends with
+exactly one line ``shardgym: error: ...`` naming the thing to fix, and exit status 2 — argparse's own
+errors included. Ctrl-C exits 130. Anything else is a bug: one line ``shardgym: error: internal error
+...`` and exit 1 (``SHARDGYM_DEBUG=1`` shows the traceback). Slow steps show a spinner on stderr.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -13,10 +17,25 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("WANDB_MODE", "offline")
 
+# numerics of a correct plan on CPU: the per-leaf L2 relative error after one AdamW step reaches
+# 2.1e-4 for a plain MLP (reduction order of sharded sums); a wrong plan is off by >1e-2.
+DEFAULT_RTOL = 1e-3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: one ``shardgym: error:`` line, exit 2."""
+
+    def error(self, message):
+        print(f"shardgym: error: {self.prog.removeprefix('shardgym').strip() + ': ' if self.prog != 'shardgym' else ''}"
+              f"{message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
 
 def _console():
     from rich.console import Console
-    return Console(width=None if sys.stdout.isatty() else 150), Console(stderr=True)
+    # not a terminal: rich's default of 80 columns (COLUMNS overrides). The spinner console writes
+    # to a duplicate of fd 2, so it keeps working while xla_log captures fd 2.
+    return Console(), Console(file=os.fdopen(os.dup(2), "w", buffering=1))
 
 
 def _cluster(args):
@@ -29,65 +48,96 @@ def _cluster(args):
 def _bytes_arg(text):
     from costmodel.cluster import parse_bytes
     try:
-        return parse_bytes(text)
+        v = parse_bytes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive size, got {text!r}")
+    return v
+
+
+def _positive(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v > 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return v
 
 
 def _add_model_args(p, size_default="tiny"):
     p.add_argument("--model", default="gpt", help="zoo model (see `shardgym list`)")
     p.add_argument("--size", default=size_default, help="model size (zoo.sizes(model))")
+    p.add_argument("--fn", default=None, metavar="FILE.py:FUNC",
+                   help="your own model instead of --model: FUNC() returns (train_step, args) like zoo.build "
+                        "(FILE.py or an importable module; args may be ShapeDtypeStructs)")
     p.add_argument("--cluster", default="cpu-2x4", help="cluster preset (Cluster.presets())")
     p.add_argument("--cluster-file", default=None, help="TOML/JSON cluster description (overrides --cluster)")
     p.add_argument("--memory-cap", type=_bytes_arg, default=None, help="per-device memory cap, e.g. 40GiB")
-    p.add_argument("--max-step-time", type=float, default=None, help="bound on modelled step time (s)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit (s)")
+    p.add_argument("--max-step-time", type=_positive, default=None, help="bound on modelled step time (s)")
+    p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit (s)")
 
 
 def _problem_for(args, err):
     """Trace the model and build its Problem, with a spinner."""
-    import shardgym as sg
     from shardgym import workflow
     cluster = _cluster(args)
-    with err.status(f"tracing {args.model} {args.size} and building the strategy graph on {cluster.name} ..."):
+    source = workflow.ModelSource.from_args(args.model, args.size, args.fn)
+    with err.status(f"tracing {source.label} and building the strategy graph on {cluster.name} ..."):
         t0 = time.perf_counter()
-        fn, fargs, graph, problem = workflow.model_problem(args.model, args.size, cluster,
-                                                           memory_cap_bytes=args.memory_cap)
+        fn, fargs, graph, problem = workflow.source_problem(source, cluster, memory_cap_bytes=args.memory_cap)
     err.print(f"[dim]{len(graph.nodes)} operators ({graph.num_eqns} jaxpr equations), "
               f"{problem.num_nodes} nodes / {len(problem.node_costs)} strategies / {problem.num_edges} edges "
               f"in {time.perf_counter() - t0:.1f} s[/dim]")
-    del sg
-    return cluster, fn, fargs, graph, problem
+    return source, cluster, fn, fargs, graph, problem
+
+
+def _check_out_path(path: str) -> None:
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path}: is a directory; give a file name such as {os.path.join(path, 'plan.json')}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise ValueError(f"--out {path}: {parent} is a file, not a directory")
 
 
 def cmd_plan(args) -> int:
-    from shardgym import workflow
+    from shardgym import validate, workflow
     out, err = _console()
-    cluster, fn, fargs, graph, problem = _problem_for(args, err)
+    if args.out:
+        _check_out_path(args.out)
+    source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
     with err.status(f"solving with {args.method} ({args.objective}) ..."):
         plan, cost = workflow.solve_and_price(problem, args.method, args.objective, args.memory_cap,
                                               args.max_step_time, args.time_limit)
-    plan.meta.update(model=args.model, size=args.size, cluster=cluster.name,
-                     cluster_spec=cluster.to_dict())
-    out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{args.model} {args.size} on {cluster.name}"))
+    validate.check_divisible(validate.replicate_keys(plan, fargs), fargs)
+    plan.meta.update(source.meta(), **validate.cluster_meta(cluster, args.memory_cap))
+    out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{source.label} on {cluster.name}"))
     out.print(workflow.module_sharding_table(plan))
     if args.out:
         plan.to_json(args.out)
         out.print(f"plan written to {args.out}")
         if args.plots:
-            paths = workflow.plot_plan(problem, plan, os.path.splitext(args.out)[0])
-            for p in paths:
+            for p in workflow.plot_plan(problem, plan, os.path.splitext(args.out)[0]):
                 out.print(f"plot written to {p}")
     return 0
 
 
 def cmd_compare(args) -> int:
+    """Exit 0 when at least one method gives a plan within the cap and bound; rows that break them
+    are shown (``fits NO``), methods that fail are shown as failed with the reason on stderr."""
     from shardgym import workflow
     out, err = _console()
-    cluster, fn, fargs, graph, problem = _problem_for(args, err)
-    rows = workflow.compare(problem, args.methods.split(","), memory_cap_bytes=args.memory_cap,
+    methods = workflow.parse_methods(args.methods)
+    if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise ValueError(f"--out-dir {args.out_dir}: is a file, not a directory")
+    source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
+    rows = workflow.compare(problem, methods, memory_cap_bytes=args.memory_cap,
                             max_step_time_s=args.max_step_time, time_limit_s=args.time_limit, console=err)
-    out.print(workflow.cost_table(rows, title=f"{args.model} {args.size} on {cluster.name}"))
+    out.print(workflow.cost_table(rows, title=f"{source.label} on {cluster.name}"))
+    if not any(c is not None and c.feasible and not (p.meta or {}).get("unmet") for _, _, p, c in rows):
+        raise ValueError("no method gave a plan within --memory-cap / --max-step-time (see the table above); "
+                         "raise the cap or the bound")
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
         for p in workflow.plot_comparison(problem, rows, args.out_dir):
@@ -97,27 +147,29 @@ def cmd_compare(args) -> int:
 
 def cmd_run(args) -> int:
     from costmodel.problem import Plan
-    from shardgym import workflow
+    from shardgym import validate, workflow, xla_log
     out, err = _console()
     plan = Plan.from_json(args.plan)
-    model, size = plan.meta.get("model"), plan.meta.get("size")
-    if not model or not size:
-        raise ValueError(f"{args.plan}: the plan does not say which model it was made for (meta.model/meta.size); "
-                         "make it with `shardgym plan --model ... --out plan.json`")
-    with err.status(f"building {model} {size}, compiling the sharded step and the reference ..."):
-        report = workflow.run_plan(plan)
-    out.print(workflow.report_table(report, title=f"{model} {size}: {plan.method} plan on the local devices"))
-    return 0 if report.max_rel_err <= args.rtol else 1
+    source = validate.check_plan_file(plan, args.plan)
+    with err.status(f"checking the plan against {source.label} ..."):
+        problem = validate.check_plan_problem(plan, source, args.plan)
+    quiet = contextlib.nullcontext(None) if os.environ.get("SHARDGYM_XLA_LOG") else xla_log.capture_fd2()
+    with err.status(f"building {source.label}, compiling the sharded step and the reference ..."):
+        with quiet as cap:
+            report = workflow.run_plan(plan, problem=problem, source=source)
+    out.print(workflow.report_table(report, title=f"{source.label}: {plan.method} plan on the local devices"))
+    if cap is not None and cap.lines:
+        err.print(xla_log.summarize(cap.lines), markup=False, highlight=False)
+    if not report.max_rel_err <= args.rtol:
+        out.print(f"numerics MISMATCH: max rel err {report.max_rel_err:.3g} > --rtol {args.rtol:g}")
+        return 1
+    return 0
 
 
 def cmd_train(args) -> int:
-    """`shardgym train ARGS` = `python experiments/pretrain.py ARGS` (run from a clone)."""
-    try:
-        from experiments import pretrain
-    except ImportError:
-        raise ValueError("`shardgym train` runs experiments/pretrain.py from a clone of the repository; "
-                         "run it from the repository root") from None
-    return pretrain.main(args.rest) or 0
+    """`shardgym train ARGS`: agent/train.py (the same as `python experiments/pretrain.py ARGS`)."""
+    from agent import train
+    return train.main(args.rest, prog="shardgym train") or 0
 
 
 def cmd_list(args) -> int:
@@ -134,14 +186,14 @@ def cmd_list(args) -> int:
 
 
 def cmd_iopddl(args) -> int:
-    from costmodel.iopddl_cli import main_iopddl
-    main_iopddl(args.file, args.timeout_s)
+    from costmodel.iopddl_cli import main_iopddl, process_age_s
+    main_iopddl(args.file, args.timeout_s, started_s_ago=process_age_s())
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     from shardgym.api import METHODS, OBJECTIVES
-    ap = argparse.ArgumentParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
+    ap = _Parser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("list", help="zoo models, their sizes, and cluster presets")
@@ -150,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="plan one model on one cluster and print the plan")
     _add_model_args(p)
     p.add_argument("--method", default="ilp", choices=METHODS)
-    p.add_argument("--objective", default="time", choices=OBJECTIVES)
+    p.add_argument("--objective", default="time", choices=OBJECTIVES, help="memory / redundancy: --method ilp only")
     p.add_argument("--out", default=None, help="write the plan as JSON here")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                    help="with --out, write PNG plots next to the plan")
@@ -165,36 +217,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="execute a plan file on the local devices, check numerics and memory")
     p.add_argument("plan")
-    p.add_argument("--rtol", type=float, default=1e-4, help="fail (exit 1) above this max_rel_err")
+    p.add_argument("--rtol", type=_positive, default=DEFAULT_RTOL,
+                   help="fail (exit 1) above this max_rel_err (per-leaf L2 after one step)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("train", add_help=False,
-                       help="train the GNN policy with PPO (arguments go to experiments/pretrain.py; --help lists them)")
+                       help="train the GNN policy (arguments go to agent/train.py; --help lists them)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("iopddl", help="solve an IOPDDL contest instance; the last line is the plan")
     p.add_argument("file")
-    p.add_argument("timeout_s", type=float)
+    p.add_argument("timeout_s", type=_positive)
     p.set_defaults(func=cmd_iopddl)
     return ap
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv=None) -> int:
-    ap = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"]:  # everything after `train` belongs to experiments/pretrain.py
-        args = argparse.Namespace(func=cmd_train, rest=argv[1:])
-    else:
-        args = ap.parse_args(argv)
     try:
+        if argv[:1] == ["train"]:  # everything after `train` belongs to agent/train.py
+            args = argparse.Namespace(func=cmd_train, rest=argv[1:])
+        else:
+            args = build_parser().parse_args(argv)
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"shardgym: error: {exc}", file=sys.stderr)
-        return 2
+    except SystemExit as exc:  # argparse (already printed its one line)
+        return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:
         print("shardgym: interrupted", file=sys.stderr)
         return 130
+    except (ValueError, OSError) as exc:   # bad input: a value, a file (missing, a directory, unreadable)
+        print(f"shardgym: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: still one line unless asked for the traceback
+        if os.environ.get("SHARDGYM_DEBUG"):
+            raise
+        print(f"shardgym: error: internal error ({type(exc).__name__}: {_one_line(exc)}); "
+              "rerun with SHARDGYM_DEBUG=1 for the traceback and report it", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

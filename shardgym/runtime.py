@@ -36,8 +36,9 @@ import numpy as np
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
+from shardgym.validate import constrain, is_key, plan_cluster
 
-CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before jax is "
+CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count=N (N = the devices the plan needs; set before jax is "
                     "imported) to get 8 virtual CPU devices")
 
 
@@ -181,6 +182,8 @@ def input_shardings(args, plan: Plan, mesh):
     for idx, path, spec in plan.input_specs:
         if not 0 <= int(idx) < len(leaves):
             raise ValueError(f"plan input spec for {path!r} has flat index {idx}, but args have {len(leaves)} leaves")
+        if is_key(leaves[idx]):   # PRNG keys are replicated whatever the plan says (validate.is_key)
+            continue
         check_spec(spec, np.shape(leaves[idx]), sizes, f"input {paths[idx]} (plan path {path})")
         specs[int(idx)] = spec
     return jax.tree.unflatten(treedef, [NamedSharding(mesh, _pspec(specs.get(i))) for i in range(len(leaves))])
@@ -307,8 +310,7 @@ def predict(graph: OpGraph | None, plan: Plan, problem=None) -> tuple[float | No
             return None, None, [], ["no Problem given and none buildable (needs graph and plan.meta['cluster'])"]
         try:
             from costmodel.builder import build_problem
-            from costmodel.cluster import Cluster
-            problem = build_problem(graph, Cluster.preset(cluster_name))
+            problem = build_problem(graph, plan_cluster(plan), memory_cap_bytes=(plan.meta or {}).get("memory_cap_bytes"))
         except (ImportError, ValueError) as exc:
             return None, None, [], [f"cost model unavailable: {type(exc).__name__}: {exc}"]
     if len(plan.strategies) != problem.num_nodes:
@@ -319,13 +321,13 @@ def predict(graph: OpGraph | None, plan: Plan, problem=None) -> tuple[float | No
     kinds = []
     if graph is not None and cluster_name:
         try:
-            kinds = predicted_collectives(graph, problem, plan, cluster_name)
+            kinds = predicted_collectives(graph, problem, plan, plan_cluster(plan) if plan.meta else cluster_name)
         except (ImportError, ValueError, KeyError) as exc:
             notes.append(f"no per-kind prediction ({type(exc).__name__}: {exc}); total comm bytes only")
     return float(cost.peak_memory_bytes), float(cost.comm_bytes), kinds, notes
 
 
-def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str) -> list[dict]:
+def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[dict]:
     """The cost model's collectives for ``plan``, per kind: {kind, count, wire_bytes} where
     wire_bytes = bytes sent per device (``costmodel.cost.collective``, the same ring formulas as
     hlo.py's wire_bytes). Node collectives come per kind from the chosen strategies
@@ -335,7 +337,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str
     from costmodel.builder import strategies_of
     from costmodel.cluster import Cluster
     from costmodel.cost import Mesh, collective
-    cluster = Cluster.preset(cluster_name)
+    cluster = cluster if isinstance(cluster, Cluster) else Cluster.preset(cluster)
     strats = strategies_of(graph, cluster)
     k = problem.num_strategies
     if len(strats) != problem.num_nodes or any(len(st) != int(n) for st, n in zip(strats, k)):
@@ -459,7 +461,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                             ops.append(env[r])
                         else:
                             if (nid, r) not in cache:
-                                cache[(nid, r)] = jax.lax.with_sharding_constraint(env[r], sh)
+                                cache[(nid, r)] = constrain(env[r], sh)
                             ops.append(cache[(nid, r)])
                     elif k < len(consts) and not _is_missing(consts[k]):
                         ops.append(consts[k])
@@ -476,7 +478,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                     res = [_row_major(r, fft_sh) for r in res]
             for o, x in zip(outs, res):
                 sh = sharding_of.get(o)
-                env[o] = jax.lax.with_sharding_constraint(x, sh) if sh is not None else x
+                env[o] = constrain(x, sh) if sh is not None else x
         out = [env[r] if r is not None else c for r, c in zip(flat.outputs, flat.output_consts)]
         return jax.tree.unflatten(out_treedef, out)
 
@@ -582,12 +584,12 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
         try:
             from costmodel.builder import build_problem
             from costmodel.cluster import Cluster
-            problem = build_problem(graph, Cluster.preset(plan.meta["cluster"]))
+            problem = build_problem(graph, plan_cluster(plan), memory_cap_bytes=plan.meta.get("memory_cap_bytes"))
         except (ImportError, ValueError):
             problem = None
     run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh, problem if constrain_operands else None)
 
-    host_args = jax.tree.map(np.asarray, args)  # donation invalidates device buffers: keep a copy
+    host_args = jax.tree.map(lambda x: x if is_key(x) else np.asarray(x), args)  # donation invalidates buffers: keep a copy
     donate_argnums = tuple(i for i in (0, 1) if i < len(args)) if donate else ()
     jitted = jax.jit(run_fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate_argnums)
 

@@ -1,0 +1,133 @@
+"""Checks that keep a plan from running where it would fail late or compute garbage.
+
+* ``cluster_meta`` / ``plan_cluster``: a plan carries its cluster (the full description, so a plan
+  made with ``--cluster-file`` runs anywhere) and its memory cap in ``plan.meta``; the runtime and
+  the prediction rebuild the Problem from that, never from a preset looked up by name.
+* ``check_plan_file``: before anything is built, the plan's model source, mesh and cluster agree
+  with each other and the local devices are enough (the hint names the device count needed).
+* ``check_plan_problem``: against the Problem rebuilt from abstract args (no arrays allocated): node
+  count, strategy index ranges, and every spec the plan stores is the one its strategy means.
+* ``check_divisible``: every jit argument's sharded dims divide by their mesh axes; refused at
+  planning, naming the argument, its dim and the axis. Not caught: uneven specs of inner nodes
+  (XLA pads them; DP on a 3x2 mesh for gpt tiny is correct to 6.9e-7, Megatron there returns inf
+  for wte/embedding) — only ``shardgym run``'s numerics check catches that case (exit 1).
+"""
+from __future__ import annotations
+
+import math
+
+from costmodel.cluster import Cluster
+from costmodel.problem import Plan, Problem, as_strategy_array
+from shardgym.userfn import ModelSource
+
+
+def cluster_meta(cluster: Cluster, memory_cap_bytes=None) -> dict:
+    return {"cluster": cluster.name, "cluster_spec": cluster.to_dict(), "memory_cap_bytes": memory_cap_bytes}
+
+
+def plan_cluster(plan: Plan, where: str = "plan") -> Cluster:
+    """The Cluster a plan was made for: ``meta.cluster_spec`` if stored, else the preset
+    ``meta.cluster``; ValueError naming the field otherwise."""
+    meta = plan.meta or {}
+    spec = meta.get("cluster_spec")
+    if spec is not None:
+        c = Cluster.from_dict(dict(spec), source=f"{where}: meta.cluster_spec")
+        if meta.get("cluster") not in (None, c.name):
+            raise ValueError(f"{where}: meta.cluster {meta['cluster']!r} disagrees with meta.cluster_spec "
+                             f"(named {c.name!r}); remake the plan with `shardgym plan`")
+        return c
+    name = meta.get("cluster")
+    if not name:
+        raise ValueError(f"{where}: the plan does not say which cluster it was made for (meta.cluster)")
+    if name not in Cluster.presets():
+        raise ValueError(f"{where}: meta.cluster {name!r} is not a preset ({', '.join(Cluster.presets())}) and the "
+                         "plan carries no meta.cluster_spec; remake it with `shardgym plan`")
+    return Cluster.preset(name)
+
+
+def check_plan_file(plan: Plan, where: str = "plan") -> ModelSource:
+    """Cheap checks (no tracing): source, mesh against cluster, local device count."""
+    import jax
+    source = ModelSource.from_meta(plan.meta, where)
+    cluster = plan_cluster(plan, where)
+    if tuple(plan.mesh_shape) != tuple(cluster.mesh_shape) or tuple(plan.axis_names) != tuple(cluster.axis_names):
+        raise ValueError(f"{where}: mesh_shape {list(plan.mesh_shape)} / axis_names {list(plan.axis_names)} do not "
+                         f"match cluster {cluster.name!r} ({list(cluster.mesh_shape)} / {list(cluster.axis_names)})")
+    need, have = math.prod(plan.mesh_shape), jax.device_count()
+    if need > have:
+        platform = jax.devices()[0].platform
+        hint = (f"run with XLA_FLAGS=--xla_force_host_platform_device_count={need} (set before jax is imported)"
+                if platform == "cpu" else f"run it on a machine with {need} devices")
+        raise ValueError(f"{where}: the plan needs {need} devices (mesh {dict(zip(plan.axis_names, plan.mesh_shape))}) "
+                         f"but only {have} {platform} devices are available; {hint}")
+    cap = (plan.meta or {}).get("memory_cap_bytes")
+    if cap is not None and not (isinstance(cap, (int, float)) and cap > 0):
+        raise ValueError(f"{where}: meta.memory_cap_bytes must be a positive number, got {cap!r}")
+    return source
+
+
+def check_plan_problem(plan: Plan, source: ModelSource, where: str = "plan") -> Problem:
+    """Rebuild the plan's Problem from abstract args and check the plan against it; returns it."""
+    from shardgym import workflow
+    cluster = plan_cluster(plan, where)
+    _, args, _, problem = workflow.source_problem(source, cluster, (plan.meta or {}).get("memory_cap_bytes"))
+    try:
+        as_strategy_array(problem, plan.strategies)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc} ({source.label} on {cluster.name}); was it made for another model?") from None
+    want = replicate_keys(Plan.for_problem(problem, plan.strategies), args)
+    if _specs(want.node_specs) != _specs(plan.node_specs) or _specs(want.input_specs) != _specs(plan.input_specs):
+        raise ValueError(f"{where}: its PartitionSpecs are not those its strategies mean for {source.label} on "
+                         f"{cluster.name} (edited, or made for another model or cluster); remake it with `shardgym plan`")
+    check_divisible(plan, args, where)
+    return problem
+
+
+def _specs(entries) -> list:
+    return [tuple(None if x is None else tuple(x) if isinstance(x, (list, tuple)) else x for x in e[-1])
+            if e[-1] is not None else None for e in entries]
+
+
+def check_divisible(plan: Plan, args, where: str = "plan") -> None:
+    """ValueError unless every input spec's mesh axes divide the argument dim they shard."""
+    import jax
+    leaves = jax.tree.leaves(args)
+    sizes = dict(zip(plan.axis_names, plan.mesh_shape))
+    for idx, path, spec in plan.input_specs:
+        if spec is None or not 0 <= int(idx) < len(leaves) or is_key(leaves[idx]):
+            continue
+        shape = tuple(leaves[idx].shape)
+        for d, entry in enumerate(spec):
+            axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+            k = math.prod(sizes.get(a, 1) for a in axes)
+            if k > 1 and (d >= len(shape) or shape[d] % k):
+                dim = shape[d] if d < len(shape) else "missing"
+                raise ValueError(f"{where}: argument {path} dim {d} (size {dim}) does not divide by mesh axis "
+                                 f"{'x'.join(axes)} (size {k}) as plan {plan.method!r} shards it; pick a mesh "
+                                 "whose axes divide it, or another method")
+
+
+def is_key(x) -> bool:
+    """A typed PRNG key array (``jax.random.key``): planned and run replicated, never constrained."""
+    import jax
+    dt = getattr(x, "dtype", None)
+    return dt is not None and jax.dtypes.issubdtype(dt, jax.dtypes.prng_key)
+
+
+def constrain(x, sharding):
+    """``with_sharding_constraint(x, sharding)``, except for PRNG keys and values of lower rank than
+    the spec (a key's trace-time view is its uint32 key data, one dim more): those are left to XLA."""
+    import jax
+    if is_key(x) or len(sharding.spec) > getattr(x, "ndim", 0):
+        return x
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def replicate_keys(plan: Plan, args) -> Plan:
+    """The plan with every PRNG-key argument replicated (the tracer sees a key as its uint32 key
+    data, so a baseline may shard it like a batch); returns ``plan`` (changed in place)."""
+    import jax
+    leaves = jax.tree.leaves(args)
+    plan.input_specs = [(i, p, None if 0 <= int(i) < len(leaves) and is_key(leaves[i]) else s)
+                        for i, p, s in plan.input_specs]
+    return plan
