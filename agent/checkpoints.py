@@ -1,31 +1,41 @@
 """Checkpoints: one msgpack file (flax.serialization) holding params, optimizer state, RNG key,
 update counter and the config that made them; written atomically (tmp file + os.replace).
 
-Layout of the restored dict: ``{"format": "shardgym.agent/1", "params": {...}, "opt_state": {...}
-or None, "rng": uint32 key data or None, "update": int, "config": {...}, "extra": {...}}``.
+Format ``shardgym.agent/2``: the weights (params, opt_state, rng, update) are one msgpack payload
+stored as bytes beside its SHA-256 (``checksum``); loading recomputes it and a mismatch (a flipped
+byte, a truncated copy) is a ValueError naming the file. Files of format ``/1`` (no checksum) still
+load. Layout of the restored dict: ``{"format", "params": {...}, "opt_state": {...} or None,
+"rng": uint32 key data or None, "update": int, "config": {...}, "extra": {...}}``.
 Float arrays round-trip bit-exactly.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
 import numpy as np
 from flax import serialization
 
-FORMAT = "shardgym.agent/1"
+FORMAT = "shardgym.agent/2"
+_FORMATS = ("shardgym.agent/1", FORMAT)
 
 
 def save_checkpoint(path, params, config: dict, opt_state=None, rng=None, update: int = 0,
                     extra: dict | None = None) -> str:
     """Write a checkpoint to ``path`` atomically; returns the path."""
     import jax
-    state = {
-        "format": FORMAT,
+    weights = {
         "params": serialization.to_state_dict(jax.device_get(params)),
         "opt_state": None if opt_state is None else serialization.to_state_dict(jax.device_get(opt_state)),
         "rng": None if rng is None else np.asarray(jax.random.key_data(rng) if _is_typed_key(rng) else rng),
         "update": int(update),
+    }
+    payload = serialization.msgpack_serialize(weights)
+    state = {
+        "format": FORMAT,
+        "weights": payload,
+        "checksum": hashlib.sha256(payload).hexdigest(),
         "config": json.dumps(config, sort_keys=True, default=str),
         "extra": json.dumps(extra or {}, sort_keys=True, default=str),
     }
@@ -39,6 +49,15 @@ def save_checkpoint(path, params, config: dict, opt_state=None, rng=None, update
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def weights_digest(path) -> str:
+    """SHA-256 of a checkpoint's weights (params, optimizer state, key, update): equal digests mean
+    bit-identical training state, whatever the config and extra fields say."""
+    from flax import serialization as ser
+    state = load_checkpoint(path)
+    return hashlib.sha256(ser.msgpack_serialize({k: state[k] for k in ("params", "opt_state", "rng", "update")}))\
+        .hexdigest()
 
 
 def _is_typed_key(x) -> bool:
@@ -59,8 +78,17 @@ def load_checkpoint(path) -> dict:
     except Exception as exc:  # msgpack raises a zoo of exception types on garbage
         raise ValueError(f"checkpoint {path!r} is corrupt or not a shardgym agent checkpoint "
                          f"({type(exc).__name__}: {exc})") from exc
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in _FORMATS:
         raise ValueError(f"checkpoint {path!r} is not a shardgym agent checkpoint (missing format {FORMAT!r})")
+    if state["format"] == FORMAT:
+        payload = state.pop("weights", None)
+        if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != state.get("checksum"):
+            raise ValueError(f"checkpoint {path!r} is damaged: the checksum of its weights does not match "
+                             "(a changed or truncated file); restore it from a clean copy")
+        try:
+            state.update(serialization.msgpack_restore(payload))
+        except Exception as exc:
+            raise ValueError(f"checkpoint {path!r} has unreadable weights ({type(exc).__name__}: {exc})") from exc
     missing = [k for k in ("params", "config", "update") if k not in state]
     if missing:
         raise ValueError(f"checkpoint {path!r} is incomplete: missing {', '.join(missing)}")

@@ -90,7 +90,12 @@ def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 
     for ep in range(epochs):
         acc = []
         for bi in rng.permutation(len(batches)):
-            params, opt_state, st = update(params, opt_state, batches[bi])
+            try:
+                params, opt_state, st = update(params, opt_state, batches[bi])
+            except KeyboardInterrupt:   # keep what was learnt: the caller saves trainer.params
+                trainer.params = params
+                trainer.opt_state = trainer.optimizer.init(params)
+                raise
             acc.append({k: float(v) for k, v in st.items()})
             if seconds is not None and time.perf_counter() - t0 > seconds:
                 out_of_time = True

@@ -440,7 +440,9 @@ class PPOTrainer:
               checkpoint_path=None, checkpoint_every: int = 10, progress: bool = True,
               log_wandb: bool | None = None) -> list[dict]:
         """Run updates until ``num_updates`` more are done or ``seconds`` pass (whichever first).
-        Ctrl-C saves a checkpoint (if a path is given) and returns cleanly."""
+        Ctrl-C saves a checkpoint (if a path is given) and returns cleanly, with
+        ``self.interrupted`` set."""
+        self.interrupted = False
         if num_updates is None and seconds is None:
             raise ValueError("give num_updates or seconds")
         if (self.config.wandb if log_wandb is None else log_wandb) and self._wandb is None:
@@ -463,6 +465,7 @@ class PPOTrainer:
                     if checkpoint_path and checkpoint_every and self.update_count % checkpoint_every == 0:
                         self.save(checkpoint_path)
             except KeyboardInterrupt:
+                self.interrupted = True
                 if checkpoint_path:
                     self.save(checkpoint_path)
                 print(f"interrupted after update {self.update_count}; "

@@ -22,15 +22,6 @@ os.environ.setdefault("WANDB_MODE", "offline")
 DEFAULT_RTOL = 1e-3
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's error contract: one ``shardgym: error:`` line, exit 2."""
-
-    def error(self, message):
-        print(f"shardgym: error: {self.prog.removeprefix('shardgym').strip() + ': ' if self.prog != 'shardgym' else ''}"
-              f"{message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(2)
-
-
 def _console():
     from rich.console import Console
     # not a terminal: rich's default of 80 columns (COLUMNS overrides). The spinner console writes
@@ -104,6 +95,9 @@ def _check_out_path(path: str) -> None:
 def cmd_plan(args) -> int:
     from shardgym import validate, workflow
     out, err = _console()
+    if args.method != "ilp" and args.objective != "time":
+        raise ValueError(f"--objective {args.objective}: --method {args.method} plans for step time only; "
+                         f"use --method ilp for the {args.objective} objective")
     if args.out:
         _check_out_path(args.out)
     source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
@@ -192,8 +186,9 @@ def cmd_iopddl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent.train import OneLineParser
     from shardgym.api import METHODS, OBJECTIVES
-    ap = _Parser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
+    ap = OneLineParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("list", help="zoo models, their sizes, and cluster presets")

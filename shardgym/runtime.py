@@ -583,7 +583,6 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     if problem is None and plan.node_specs and graph is not None and (plan.meta or {}).get("cluster"):
         try:
             from costmodel.builder import build_problem
-            from costmodel.cluster import Cluster
             problem = build_problem(graph, plan_cluster(plan), memory_cap_bytes=plan.meta.get("memory_cap_bytes"))
         except (ImportError, ValueError):
             problem = None
