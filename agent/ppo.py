@@ -399,6 +399,17 @@ class PPOTrainer:
 
     # ---- one update ----
     def update(self) -> dict:
+        """One PPO update. Interrupted part-way (Ctrl-C), it leaves the state as before it started
+        (the key is restored; params and optimizer state change only at the end), so the
+        checkpoint saved at Ctrl-C resumes bit-identically."""
+        key0 = self.key
+        try:
+            return self._update_once()
+        except KeyboardInterrupt:
+            self.key = key0
+            raise
+
+    def _update_once(self) -> dict:
         cfg = self.config
         t0 = time.perf_counter()
         roll, finished = self.collect()
@@ -418,8 +429,7 @@ class PPOTrainer:
                 params, opt_state, st = self._update(params, opt_state, mb)
                 for k, v in st.items():
                     stats_acc.setdefault(k, []).append(float(v))
-        self.params, self.opt_state = params, opt_state
-        self.update_count += 1
+        self.params, self.opt_state, self.update_count = params, opt_state, self.update_count + 1
         stats = {k: float(np.mean(v)) for k, v in stats_acc.items()}
         if finished:
             full = [f["return"] for f in finished if f["full"]]

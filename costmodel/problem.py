@@ -426,6 +426,36 @@ class Plan:
         by_index = self.input_partition_specs()
         return jax.tree.unflatten(treedef, [by_index.get(i, P()) for i in range(len(leaves))])
 
+    def make_mesh(self, devices=None):
+        """The plan's ``jax.sharding.Mesh`` over the first prod(mesh_shape) devices, with **Auto**
+        axes: the plan's specs are hints XLA propagates. (``jax.make_mesh`` defaults to Explicit
+        axes, where a sharded contraction without ``out_sharding`` is a ShardingTypeError.)"""
+        import math
+
+        import jax
+        n = math.prod(self.mesh_shape) if self.mesh_shape else 0
+        devs = list(jax.devices() if devices is None else devices)
+        if not n or len(devs) < n:
+            raise ValueError(f"plan needs {n} devices for mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
+                             f"{len(devs)} available")
+        return jax.make_mesh(tuple(self.mesh_shape), tuple(self.axis_names),
+                             axis_types=(jax.sharding.AxisType.Auto,) * len(self.mesh_shape), devices=devs[:n])
+
+    def shardings(self, args, mesh=None):
+        """NamedSharding pytree matching ``args`` for ``jax.jit(fn, in_shardings=...)`` or
+        ``jax.device_put``. ``mesh``: default ``make_mesh()``; a mesh with Explicit axes (a default
+        ``jax.make_mesh``) is used over the same devices with Auto axes."""
+        import jax
+        from jax.sharding import Mesh, NamedSharding
+        if mesh is None:
+            mesh = self.make_mesh()
+        elif any(t != jax.sharding.AxisType.Auto for t in getattr(mesh, "axis_types", ())):
+            mesh = Mesh(mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names))
+        if tuple(mesh.axis_names) != tuple(self.axis_names) or tuple(mesh.devices.shape) != tuple(self.mesh_shape):
+            raise ValueError(f"mesh {dict(zip(mesh.axis_names, mesh.devices.shape))} is not the plan's mesh "
+                             f"{dict(zip(self.axis_names, self.mesh_shape))}")
+        return jax.tree.map(lambda s: NamedSharding(mesh, s), self.arg_specs(args))
+
     def param_entries(self) -> list[tuple[list[str], tuple | None]]:
         """(dict keys below args[0], spec) for every parameter input (path starting with ``[0]``),
         in input order; ``"[0]['Dense_0']['kernel']"`` gives ``['Dense_0', 'kernel']``."""
@@ -468,10 +498,14 @@ class Plan:
             "meta": self.meta,
         }
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, default=float)
-        os.replace(tmp, path)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(doc, f, indent=1, default=float)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):   # a failed write (path is a directory, disk full) leaves nothing
+                os.remove(tmp)
 
     @classmethod
     def from_json(cls, path: str) -> Plan:

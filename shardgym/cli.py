@@ -17,9 +17,6 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-# numerics of a correct plan on CPU: the per-leaf L2 relative error after one AdamW step reaches
-# 2.1e-4 for a plain MLP (reduction order of sharded sums); a wrong plan is off by >1e-2.
-DEFAULT_RTOL = 1e-3
 
 
 def _console():
@@ -187,6 +184,7 @@ def cmd_iopddl(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from agent.train import OneLineParser
+    from shardgym import workflow
     from shardgym.api import METHODS, OBJECTIVES
     ap = OneLineParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -212,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="execute a plan file on the local devices, check numerics and memory")
     p.add_argument("plan")
-    p.add_argument("--rtol", type=_positive, default=DEFAULT_RTOL,
+    p.add_argument("--rtol", type=_positive, default=workflow.DEFAULT_RTOL,
                    help="fail (exit 1) above this max_rel_err (per-leaf L2 after one step)")
     p.set_defaults(func=cmd_run)
 

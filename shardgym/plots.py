@@ -54,12 +54,33 @@ def memory_timeline(problem: Problem, plans: list[Plan], path: str) -> str:
         ax.plot([t[k]], [live[k] / scale], "o", color=line.get_color())
     if problem.usage_limit is not None and problem.usage_limit < 4 * peak:
         ax.axhline(problem.usage_limit / scale, color="red", ls="--", lw=1, label="memory cap")
+    for name, (a, b), shade in zip(("forward", "backward", "update"), phases(problem), (0.0, 0.07, 0.14)):
+        if b > a:
+            ax.axvspan(a, b, color="black", alpha=shade, lw=0)
+            ax.text((a + b) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
     ax.set_xlabel("program position (operator order: forward, backward, optimizer update)")
     ax.set_ylabel(f"live memory per device ({unit})")
     ax.set_title(f"Per-device memory over the step: {problem.name}")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return _save(fig, path)
+
+
+def phases(problem: Problem) -> list[tuple[float, float]]:
+    """[(start, end)] program positions of the forward pass, the backward pass and the optimizer
+    update: backward = from the first to the last node whose role is "gradient" (the tracer marks
+    values made under a ``transpose`` transform), update = what follows. [] without roles (IOPDDL)."""
+    m = problem.meta
+    if m is None or not getattr(m, "roles", None) or "gradient" not in m.roles:
+        return []
+    start = problem.intervals[:, 0]
+    grad = np.array([r == "gradient" for r in m.roles])
+    work = np.array([r not in ("param", "opt_state", "batch", "input") for r in m.roles]) & ~np.array(
+        [p == "input" for p in m.primitives])
+    t0 = float(start[work].min()) if work.any() else 0.0
+    b0, b1 = float(start[grad].min()), float(start[grad].max()) + 1
+    end = float(problem.intervals[:, 1].max())
+    return [(t0, b0), (b0, b1), (b1, end)]
 
 
 def pareto_front(problem: Problem, rows, path: str, points: int = 5, time_limit_s: float = 10) -> str:
@@ -116,13 +137,19 @@ def _layout_code(spec) -> str:
     return "+".join(axes) if axes else "R"
 
 
-def sharding_map(plans: list[Plan], path: str, max_rows: int = 48) -> str:
-    """One row per parameter (module path), one column per plan; the colour says which mesh axes
-    shard the parameter, the text gives its PartitionSpec."""
-    from shardgym.workflow import _spec_str, param_rows
+def sharding_map(plans: list[Plan], path: str, max_rows: int | None = None) -> str:
+    """One row per parameter (module path, natural order), one column per plan; the colour says
+    which mesh axes shard the parameter, the text gives its PartitionSpec. Every parameter is drawn
+    (the figure grows 0.26 in a row); ``max_rows`` caps it and says so in the title."""
+    from shardgym.workflow import _spec_str, param_specs_sorted
 
-    names = [n for n, _ in param_rows(plans[0])][:max_rows]
-    cols = [[spec for _, spec in plan.param_entries()][:max_rows] for plan in plans]
+    entries = param_specs_sorted(plans[0])
+    total = len(entries)
+    names = [n for n, _ in entries][:max_rows]
+    cols = []
+    for plan in plans:
+        by = dict(param_specs_sorted(plan))
+        cols.append([by.get(n) for n in names])
     codes = sorted({_layout_code(s) for col in cols for s in col})
     cmap = plt.get_cmap("tab10")
     color_of = {c: ((0.93, 0.93, 0.93, 1.0) if c == "R" else cmap(i % 10)) for i, c in enumerate(codes)}
@@ -139,5 +166,6 @@ def sharding_map(plans: list[Plan], path: str, max_rows: int = 48) -> str:
     handles = [plt.Rectangle((0, 0), 1, 1, color=color_of[c]) for c in codes]
     ax.legend(handles, ["replicated" if c == "R" else f"sharded over {c}" for c in codes], fontsize=7,
               loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=min(4, len(codes)))
-    ax.set_title("Parameter sharding per plan", pad=24)
+    ax.set_title("Parameter sharding per plan" + (f" (first {len(names)} of {total})" if len(names) < total else ""),
+                 pad=24)
     return _save(fig, path)
