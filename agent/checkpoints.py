@@ -39,15 +39,24 @@ def save_checkpoint(path, params, config: dict, opt_state=None, rng=None, update
         "config": json.dumps(config, sort_keys=True, default=str),
         "extra": json.dumps(extra or {}, sort_keys=True, default=str),
     }
-    data = serialization.msgpack_serialize(state)
+    return write_atomic(path, serialization.msgpack_serialize(state))
+
+
+def write_atomic(path, data: bytes) -> str:
+    """Write ``data`` to ``path`` via a tmp file, fsync and os.replace: a reader (or a kill) sees
+    the old file or the new one, never half of one. Returns the path."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return path
 
 

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from agent.checkpoints import write_atomic
+
 STATE = "state.json"
 TEACHER = "teacher.msgpack"
 BC = "bc.msgpack"
@@ -41,21 +43,7 @@ class Interrupted(Exception):
 
 
 def _write_json(path: str, doc: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, default=float)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, indent=1, default=float).encode())
 
 
 def teacher_plan(problem, teacher: str, ilp_seconds: float):
@@ -205,7 +193,7 @@ def _teacher_phase(run: _Run, a, cfg) -> list:
     def save():
         doc = {"done": done, "rows": json.dumps(rows, default=float),
                "demos": {str(i): d for i, d in enumerate(demos)}}
-        _write_bytes(run.path(TEACHER), serialization.msgpack_serialize(doc))
+        write_atomic(run.path(TEACHER), serialization.msgpack_serialize(doc))
         run.save()
 
     try:

@@ -149,6 +149,7 @@ def cmd_run(args) -> int:
         with quiet as cap:
             report = workflow.run_plan(plan, problem=problem, source=source)
     out.print(workflow.report_table(report, title=f"{source.label}: {plan.method} plan on the local devices"))
+    out.print(f"plan: {plan.method} ({plan.objective or 'time'}), solver status {workflow.solver_status(plan)}")
     if cap is not None and cap.lines:
         err.print(xla_log.summarize(cap.lines), markup=False, highlight=False)
     if not report.max_rel_err <= args.rtol:

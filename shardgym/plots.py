@@ -57,12 +57,13 @@ def memory_timeline(problem: Problem, plans: list[Plan], path: str) -> str:
     for name, (a, b), shade in zip(("forward", "backward", "update"), phases(problem), (0.0, 0.07, 0.14)):
         if b > a:
             ax.axvspan(a, b, color="black", alpha=shade, lw=0)
-            ax.text((a + b) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
+            ax.text((a + b) / 2, 0.98, name, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=8,
+                    color="dimgray")
     ax.set_xlabel("program position (operator order: forward, backward, optimizer update)")
     ax.set_ylabel(f"live memory per device ({unit})")
     ax.set_title(f"Per-device memory over the step: {problem.name}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
 
 

@@ -38,8 +38,8 @@ from costmodel.graph import OpGraph
 from costmodel.problem import Plan
 from shardgym.validate import constrain, is_key, plan_cluster
 
-CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count=N (N = the devices the plan needs; set before jax is "
-                    "imported) to get 8 virtual CPU devices")
+CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (set before jax is "
+                    "imported) to get {n} virtual CPU devices")
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def make_mesh(plan: Plan, devices=None):
     devs = list(devices) if devices is not None else jax.devices()
     if len(devs) < n:
         raise ValueError(f"plan needs {n} devices for mesh {dict(zip(names, shape))} but only {len(devs)} "
-                         f"{devs[0].platform if devs else ''} devices are available; {CPU_DEVICES_HINT}")
+                         f"{devs[0].platform if devs else ''} devices are available; {CPU_DEVICES_HINT.format(n=n)}")
     return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape),
                          devices=devs[:n])
 

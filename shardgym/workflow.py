@@ -23,34 +23,20 @@ __all__ = ["ModelSource", "model_problem", "source_problem", "solve_and_price", 
            "module_sharding_table", "run_plan", "report_table", "plot_plan", "plot_comparison"]
 
 
-def fmt_bytes(b: float) -> str:
+def fmt_bytes(b: float, short: bool = False) -> str:
+    """'1.50 MiB', or with ``short`` '1.5M' (3 significant digits, for 80-column tables)."""
     for unit, scale in (("GiB", GiB), ("MiB", 1024 ** 2), ("KiB", 1024)):
         if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{b:.0f} B"
+            return f"{b / scale:.3g}{unit[0]}" if short else f"{b / scale:.2f} {unit}"
+    return f"{b:.0f}B" if short else f"{b:.0f} B"
 
 
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def _short_bytes(b: float) -> str:
-    for unit, scale in (("G", GiB), ("M", 1024 ** 2), ("K", 1024)):
-        if abs(b) >= scale:
-            return f"{b / scale:.3g}{unit}"
-    return f"{b:.0f}B"
-
-
-def _short_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g}s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g}ms"
-    return f"{s * 1e6:.3g}us"
+def fmt_time(s: float, short: bool = False) -> str:
+    """'13.621 ms' (µs with one decimal), or with ``short`` '13.6ms'."""
+    scale, unit = (1.0, "s") if s >= 1 else (1e-3, "ms") if s >= 1e-3 else (1e-6, "us" if short else "µs")
+    if short:
+        return f"{s / scale:.3g}{unit}"
+    return f"{s / scale:.1f} {unit}" if scale == 1e-6 else f"{s / scale:.3f} {unit}"
 
 
 def natural_key(text: str):
@@ -179,9 +165,9 @@ def cost_table(rows, title=""):
             t.add_row(name, *([""] * 6), "failed", "")
             continue
         fits = cost.feasible and not (plan.meta or {}).get("unmet")
-        t.add_row(name, _short_time(cost.step_time_s), _short_bytes(cost.peak_memory_bytes),
-                  _short_bytes(cost.redundant_memory_bytes), _short_bytes(cost.comm_bytes),
-                  _short_time(cost.imbalance_s), "yes" if fits else "NO", solver_status(plan),
+        t.add_row(name, fmt_time(cost.step_time_s, True), fmt_bytes(cost.peak_memory_bytes, True),
+                  fmt_bytes(cost.redundant_memory_bytes, True), fmt_bytes(cost.comm_bytes, True),
+                  fmt_time(cost.imbalance_s, True), "yes" if fits else "NO", solver_status(plan),
                   f"{plan.solve_time_s:.2f}s")
     return t
 
