@@ -101,7 +101,7 @@ def cmd_plan(args) -> int:
     with err.status(f"solving with {args.method} ({args.objective}) ..."):
         plan, cost = workflow.solve_and_price(problem, args.method, args.objective, args.memory_cap,
                                               args.max_step_time, args.time_limit)
-    validate.check_divisible(validate.replicate_keys(plan, fargs), fargs)
+    validate.check_divisible(validate.replicate_keys(plan, fargs), fargs, graph=graph)
     plan.meta.update(source.meta(), **validate.cluster_meta(cluster, args.memory_cap))
     out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{source.label} on {cluster.name}"))
     out.print(workflow.module_sharding_table(plan))

@@ -242,3 +242,28 @@ def test_subprocess_contract(tmp_path, plan_file):
     p = _subprocess(["run", str(path)])
     line = _assert_one_error(p.returncode, p.stderr, "16 devices")
     assert "needs 16 devices" in line and "device_count=16" in line
+
+
+def test_undivided_mesh_refused_at_planning_and_cluster_file_plans_run(tmp_path, capsys):
+    """Megatron on a 3x2 mesh shards gpt tiny's (256, 64) embedding gradient over 6 devices, which
+    XLA miscomputes (inf): refused at planning, naming the argument, dim and axes. A plan made with
+    --cluster-file carries its cluster and runs (it used to be a TypeError)."""
+    c32 = tmp_path / "c32.json"
+    c32.write_text(json.dumps({"name": "my-3x2", "mesh_shape": [3, 2], "axis_names": ["x", "y"],
+                               "axis_bandwidth_Bps": [5e9, 10e9], "device_memory_bytes": "2GiB", "device_flops": 5e10}))
+    out = tmp_path / "m.json"
+    rc, _, err = _run(capsys, ["plan", "--model", "gpt", "--size", "tiny", "--method", "megatron",
+                               "--cluster-file", str(c32), "--out", str(out)])
+    line = _assert_one_error(rc, err, "3x2 megatron")
+    assert "[0]['wte']['embedding'] dim 1 (size 64)" in line and "y+x (size 6)" in line
+    assert not out.exists() and not _no_tmp(tmp_path)
+    mine = tmp_path / "mine.toml"
+    mine.write_text('name = "my-2x4"\nmesh_shape = [2, 4]\naxis_names = ["a", "b"]\naxis_bandwidth_Bps = [5e9, 1e10]\n'
+                    'device_memory_bytes = "2GiB"\ndevice_flops = 5e10\n')
+    plan = tmp_path / "p.json"
+    assert cli.main(["plan", "--model", "mlp", "--size", "tiny", "--method", "dp", "--cluster-file", str(mine),
+                     "--out", str(plan), "--no-plots"]) == 0
+    assert json.load(open(plan))["meta"]["cluster_spec"]["name"] == "my-2x4"
+    capsys.readouterr()
+    assert cli.main(["run", str(plan)]) == 0
+    assert "memory/device: cost model" in capsys.readouterr().out   # the prediction used the file's cluster

@@ -24,6 +24,9 @@ SUBSTITUTIONS = [
     ("my_model.py:make_step", f"{MODEL}:make_step", "the README's own-model file: the test's dropout model"),
     ("FILE TIMEOUT_S", f"{EXAMPLE} 1", "placeholders: the shared example instance, 1 s"),
     ('"125m"', '"tiny"', "GPT-125M: tiny"),
+    ("time_limit_s=60", "time_limit_s=5", "60 s solver limits: 5 s (a time-limited plan still comes back)"),
+    ("--max-step-time 0.0045 --out p.json", "--max-step-time 0.0045 --time-limit 5 --out p.json",
+     "the default 60 s solver limit: 5 s"),
     ('"../shared/iopddl/', '"' + os.path.normpath(os.path.join(REPO, "..", "shared", "iopddl")) + "/",
      "relative to the repository root"),
 ]
@@ -59,6 +62,7 @@ def test_every_block_is_run_or_skipped_with_a_reason():
             assert first.startswith("shardgym") or any(k in first for k in SKIPPED_BLOCKS), first
 
 
+@pytest.mark.slow
 def test_cli_block(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     toml = next(body for lang, body in _blocks() if lang == "toml")
@@ -74,6 +78,7 @@ def test_cli_block(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "plan.json").exists() and (tmp_path / "results" / "compare" / "pareto.png").exists()
 
 
+@pytest.mark.slow
 def test_python_block(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (code,) = [body for lang, body in _blocks() if lang == "python"]

@@ -13,6 +13,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from agent.checkpoints import load_checkpoint, weights_digest
 from shardgym import cli
 
@@ -43,6 +45,7 @@ def _ctrl_c_after_first_update(ck, sent):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_bit_identical_and_shipped_policy_untouched(tmp_path, monkeypatch, capsys):
     shipped_before = _digest_dir(SHIPPED)
     # the uninterrupted run, with the default --out, from a folder that looks like a clone
