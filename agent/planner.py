@@ -440,7 +440,7 @@ class Planner:
         from agent.checkpoints import load_checkpoint
         path = PRETRAINED if which == "pretrained" else os.fspath(which)
         if not os.path.exists(path):
-            hint = (" (the shipped policy is missing: train one with `python experiments/pretrain.py --minutes M`)"
+            hint = (" (the shipped policy is missing: train one with `shardgym train --minutes M` and copy its policy.msgpack there)"
                     if which == "pretrained" else "")
             raise FileNotFoundError(f"policy checkpoint {path!r} does not exist{hint}")
         stamp = (os.path.abspath(path), os.path.getmtime(path), os.path.getsize(path))
