@@ -22,8 +22,10 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   undecided ones (so the plan always fits when the lowest-usage plan does). Exact on trees with a
   unique optimum and converged messages (see tests/test_bp.py).
 * **Lower bound**: any messages reparametrise the energy exactly: θ_i = belief_i,
-  θ_e(s,t) = M_e(s,t) − m_{u→v}(t) − m_{v→u}(s). Then min E ≥ [exact min over a maximum-spread
-  spanning forest of the θ terms, by tree DP] + Σ_{e off the forest} min θ_e, and with prices,
+  θ_e(s,t) = M_e(s,t) − m_{u→v}(t) − m_{v→u}(s). Each edge off a maximum-spread spanning forest
+  gives its row minima to its producer's θ (what is left on it is ≥ 0), and min E ≥ the exact
+  min over the forest of the θ terms (tree DP). The bound is taken at the zero messages too (the
+  tree-plus-projections bound) and the larger one is kept. With prices,
   min over plans within the limit ≥ that bound on the priced costs − cap·Σ_t λ_t (weak duality).
   Equal to the optimum on trees; valid (never above the optimum) on any graph and any messages.
   Forbidden entries (≥ 1e17, the contest's "impossible") are clamped to 1000× the largest finite
@@ -32,12 +34,13 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from costmodel.search import Graph
+from costmodel.search import Graph, prune
 
 FORBIDDEN = 1e17
 
@@ -129,13 +132,17 @@ class _Messages:
             if ra != rb:
                 parent[ra] = rb
                 tree[e] = True
+        # each edge off the forest gives its row minima to its producer: θ_e − rowmin ≥ 0
+        off = ~tree[self.ent]
+        rowmin = np.minimum.reduceat(np.where(off, th, np.inf), self.seg_u)
+        b = b + np.bincount(self.u_flat, np.where(np.isfinite(rowmin), rowmin, 0.0), minlength=len(b))
         U = [b[g.offs[i]:g.offs[i + 1]].copy() for i in range(g.n)]
         nb: list[list[int]] = [[] for _ in range(g.n)]
         for e in np.nonzero(tree)[0].tolist():
             nb[int(g.eu[e])].append(e)
             nb[int(g.ev[e])].append(e)
         seen = np.zeros(g.n, dtype=bool)
-        total = float(emin[~tree].sum())
+        total = 0.0
         for r in range(g.n):
             if seen[r]:
                 continue
@@ -162,18 +169,92 @@ class _Messages:
         return total
 
 
-def _decode(mp: _Messages, c, to_u, to_v) -> np.ndarray | None:
-    """Masked one-node-at-a-time decode in index order (see the module docstring)."""
+class _Domains:
+    """The decode's state: decided strategies ``x`` (−1: undecided), the strategies still allowed
+    (``alive``), each node's least usage over them (its chosen usage once decided) and the live
+    usage profile of those least usages (``floor``: no completion can use less at any point)."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.x = np.full(g.n, -1, dtype=np.int64)
+        self.alive = g.cost < FORBIDDEN
+        self.alive[np.repeat(~np.logical_or.reduceat(self.alive, g.offs[:-1]), g.k)] = True
+        self.ok_e = g.ec < FORBIDDEN
+        self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
+        self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
+
+    def copy(self) -> _Domains:
+        d = object.__new__(_Domains)
+        d.g, d.ok_e = self.g, self.ok_e
+        d.x, d.alive, d.mc = self.x.copy(), self.alive.copy(), self.mc.copy()
+        d.floor = None if self.floor is None else self.floor.copy()
+        return d
+
+    def _set_min(self, k: int, m: float) -> bool:
+        """Node k's least usage becomes m; False if that breaks the limit somewhere."""
+        g = self.g
+        if self.floor is None or not g.live_mask[k] or g.hi[k] <= g.lo[k] or m == self.mc[k]:
+            self.mc[k] = m
+            return True
+        seg = self.floor[g.lo[k]:g.hi[k]]
+        seg += m - self.mc[k]
+        self.mc[k] = m
+        return bool(seg.max() <= g.cap)
+
+    def decide(self, i: int, s: int, strict: bool, max_visits: int = 20000) -> bool:
+        """Fix node i at s and propagate arc consistency (a strategy with no forbidden-free partner
+        left in a neighbour's domain leaves its own) with the least-usage floor. ``strict``: False
+        on a domain wipe-out or a floor over the limit; otherwise such revisions are skipped."""
+        g = self.g
+        self.x[i] = s
+        self.alive[g.offs[i]:g.offs[i + 1]] = False
+        self.alive[g.offs[i] + s] = True
+        if not self._set_min(i, float(g.usage[g.offs[i] + s])) and strict:
+            return False
+        queue, visits = deque([i]), 0
+        while queue and visits < max_visits:
+            j = queue.popleft()
+            visits += 1
+            dom = self.alive[g.offs[j]:g.offs[j + 1]]
+            for q in range(g.adj_ptr[j], g.adj_ptr[j + 1]):
+                k = int(g.adj[q])
+                if self.x[k] >= 0:
+                    continue
+                e = int(g.adj_edge[q])
+                A = self.ok_e[g.eoff[e]:g.eoff[e + 1]].reshape(int(g.k[g.eu[e]]), int(g.k[g.ev[e]]))
+                sup = A[dom].any(axis=0) if g.eu[e] == j else A[:, dom].any(axis=1)
+                cur = self.alive[g.offs[k]:g.offs[k + 1]]
+                new = cur & sup
+                if np.array_equal(new, cur):
+                    continue
+                if not new.any():
+                    if strict:
+                        return False
+                    continue
+                self.alive[g.offs[k]:g.offs[k + 1]] = new
+                m = float(g.usage[g.offs[k]:g.offs[k + 1]][new].min())
+                if not self._set_min(k, m) and strict:
+                    return False
+                queue.append(k)
+        return True
+
+
+def _decode(mp: _Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
+    """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
+    checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
+    propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
+    within the limit is taken; if none passes, the cheapest, propagated leniently."""
     g = mp.g
     b = mp.belief(c, to_u, to_v)
-    minu = np.minimum.reduceat(g.usage, g.offs[:-1]) if len(g.usage) else np.zeros(0)
+    d = _Domains(g)
     cap = g.cap
-    floor = None
-    if cap is not None:
-        floor = g.profile_of(np.where(g.live_mask, minu, 0.0))
-        if floor.max(initial=0.0) > cap:
+    if d.floor is not None and d.floor.max(initial=0.0) > cap:
+        d.alive[:] = True                       # only through forbidden strategies, if at all
+        d.mc = np.minimum.reduceat(g.usage, g.offs[:-1])
+        d.floor = g.profile_of(np.where(g.live_mask, d.mc, 0.0))
+        if d.floor.max(initial=0.0) > cap:
             return None
-    x = np.full(g.n, -1, dtype=np.int64)
+    x = d.x
     for i in range(g.n):
         lo, hi = int(g.offs[i]), int(g.offs[i + 1])
         ki = hi - lo
@@ -189,25 +270,40 @@ def _decode(mp: _Messages, c, to_u, to_v) -> np.ndarray | None:
             else:
                 sc += mp.ec[base + x[j] * ki: base + (x[j] + 1) * ki] - to_v[mp.sv[e]:mp.sv[e + 1]]
         u = g.usage[lo:hi]
-        if floor is not None and g.live_mask[i] and g.hi[i] > g.lo[i]:
-            room = cap - floor[g.lo[i]:g.hi[i]].max()
-            sc = np.where(u - minu[i] <= room, sc, np.inf)
-        s = int(np.argmin(sc))
-        x[i] = s
-        if floor is not None and g.live_mask[i]:
-            floor[g.lo[i]:g.hi[i]] += u[s] - minu[i]
+        if d.floor is not None and g.live_mask[i] and g.hi[i] > g.lo[i]:
+            room = cap - d.floor[g.lo[i]:g.hi[i]].max()
+            sc = np.where(u - d.mc[i] <= room, sc, np.inf)
+        al = d.alive[lo:hi]
+        sc = np.where(al, sc, np.where(np.isfinite(sc), sc + 1e300, sc))
+        order = np.argsort(sc, kind="stable")
+        done = False
+        for s in order[:tries].tolist():
+            if not np.isfinite(sc[s]) or not al[s]:
+                break
+            t = d.copy()
+            if t.decide(i, s, strict=True):
+                d, x, done = t, t.x, True
+                break
+        if not done:
+            d.decide(i, int(order[0]), strict=False)
     return x
 
 
 def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_prices: bool = True,
              price_every: int = 5, time_limit_s: float | None = None, bound: bool = True,
-             decode_every: int | None = None) -> BPResult:
+             decode_every: int | None = None, pruned: bool = True) -> BPResult:
     """Run ``rounds`` of min-sum BP (fewer if ``time_limit_s`` runs out), with memory prices when the
     limit binds and ``memory_prices``; return the best masked decode seen and the best bound.
     Decodes after the last round and, with prices, after every price update (``decode_every``
-    rounds, default ``price_every``)."""
+    rounds, default ``price_every``). ``pruned``: run on the problem without the strategies no
+    forbidden-free, memory-feasible plan uses (``search.prune``; exact for that question), so the
+    decode cannot walk into a forbidden entry that arc consistency sees coming; the bound then
+    holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + float(time_limit_s)
+    orig, back = problem, None
+    if pruned:
+        problem, back = prune(problem)
     g = Graph(problem)
     mp = _Messages(g)
     to_u = np.zeros(int(mp.su[-1]))
@@ -232,11 +328,14 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
         nonlocal best, best_cost
         x = _decode(mp, c, to_u, to_v)
         if x is not None:
-            tc = evaluate(problem, x).total
+            x = x if back is None else back(x)
+            tc = evaluate(orig, x).total
             if tc < best_cost:
                 best, best_cost = x, tc
 
     c = mp.cost
+    if bound:
+        lb = mp.lower_bound(c, to_u, to_v)       # zero messages: the forest-plus-projections bound
     while r < rounds and (deadline is None or time.perf_counter() < deadline):
         to_u, to_v = mp.update(c, to_u, to_v, damping)
         r += 1
@@ -256,9 +355,11 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
     consider(c)
     if bound:
         lb = max(lb, mp.lower_bound(c, to_u, to_v) - (g.cap * float(lam.sum()) if lam.any() else 0.0))
-    if best is None and g.cap is None:
-        best = g.seg_argmin(mp.cost)
-        best_cost = evaluate(problem, best).total
+    if best is None and back is not None:     # only plans through forbidden entries fit
+        left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
+        return bp_solve(orig, rounds, damping, memory_prices, price_every, left, bound, decode_every, False)
+    if best_cost >= FORBIDDEN:
+        lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
                     lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0)
 

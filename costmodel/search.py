@@ -684,6 +684,13 @@ class _Pruning:
         return None if (s2 < 0).any() else s2
 
 
+def prune(problem: Problem) -> tuple[Problem, object]:
+    """(the problem without the strategies no forbidden-free, memory-feasible plan uses, a function
+    mapping its plans back to the original's strategy indices); see ``_Pruning``."""
+    pr = _Pruning(Graph(problem))
+    return pr.problem, pr.to_orig
+
+
 def _range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """max(a[lo_i:hi_i]) for every i (−inf where hi_i <= lo_i), by a sparse table."""
     n = len(a)
