@@ -43,6 +43,8 @@ from costmodel.problem import Problem, evaluate
 from costmodel.search import Graph, prune
 
 FORBIDDEN = 1e17
+BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
+#                            only up to this many nodes; otherwise at the start and the end
 
 
 @dataclass(frozen=True)
@@ -183,33 +185,46 @@ class _Domains:
         self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
         self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
 
-    def copy(self) -> _Domains:
-        d = object.__new__(_Domains)
-        d.g, d.ok_e = self.g, self.ok_e
-        d.x, d.alive, d.mc = self.x.copy(), self.alive.copy(), self.mc.copy()
-        d.floor = None if self.floor is None else self.floor.copy()
-        return d
-
-    def _set_min(self, k: int, m: float) -> bool:
+    def _set_min(self, k: int, m: float, log: list | None) -> bool:
         """Node k's least usage becomes m; False if that breaks the limit somewhere."""
         g = self.g
-        if self.floor is None or not g.live_mask[k] or g.hi[k] <= g.lo[k] or m == self.mc[k]:
-            self.mc[k] = m
+        old = float(self.mc[k])
+        if log is not None:
+            log.append(("m", k, old))
+        self.mc[k] = m
+        if self.floor is None or not g.live_mask[k] or g.hi[k] <= g.lo[k] or m == old:
             return True
         seg = self.floor[g.lo[k]:g.hi[k]]
-        seg += m - self.mc[k]
-        self.mc[k] = m
+        seg += m - old
         return bool(seg.max() <= g.cap)
 
-    def decide(self, i: int, s: int, strict: bool, max_visits: int = 20000) -> bool:
+    def undo(self, log: list) -> None:
+        g = self.g
+        for rec in reversed(log):
+            if rec[0] == "m":
+                _, k, old = rec
+                if self.floor is not None and g.live_mask[k] and g.hi[k] > g.lo[k]:
+                    self.floor[g.lo[k]:g.hi[k]] -= self.mc[k] - old
+                self.mc[k] = old
+            elif rec[0] == "a":
+                _, k, old = rec
+                self.alive[g.offs[k]:g.offs[k + 1]] = old
+            else:
+                self.x[rec[1]] = -1
+
+    def decide(self, i: int, s: int, strict: bool, log: list | None = None, max_visits: int = 20000) -> bool:
         """Fix node i at s and propagate arc consistency (a strategy with no forbidden-free partner
         left in a neighbour's domain leaves its own) with the least-usage floor. ``strict``: False
-        on a domain wipe-out or a floor over the limit; otherwise such revisions are skipped."""
+        on a domain wipe-out or a floor over the limit (then ``undo(log)`` restores the state);
+        otherwise such revisions are skipped."""
         g = self.g
+        if log is not None:
+            log.append(("x", i))
+            log.append(("a", i, self.alive[g.offs[i]:g.offs[i + 1]].copy()))
         self.x[i] = s
         self.alive[g.offs[i]:g.offs[i + 1]] = False
         self.alive[g.offs[i] + s] = True
-        if not self._set_min(i, float(g.usage[g.offs[i] + s])) and strict:
+        if not self._set_min(i, float(g.usage[g.offs[i] + s]), log) and strict:
             return False
         queue, visits = deque([i]), 0
         while queue and visits < max_visits:
@@ -231,9 +246,11 @@ class _Domains:
                     if strict:
                         return False
                     continue
+                if log is not None:
+                    log.append(("a", k, cur.copy()))
                 self.alive[g.offs[k]:g.offs[k + 1]] = new
                 m = float(g.usage[g.offs[k]:g.offs[k + 1]][new].min())
-                if not self._set_min(k, m) and strict:
+                if not self._set_min(k, m, log) and strict:
                     return False
                 queue.append(k)
         return True
@@ -280,10 +297,11 @@ def _decode(mp: _Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
         for s in order[:tries].tolist():
             if not np.isfinite(sc[s]) or not al[s]:
                 break
-            t = d.copy()
-            if t.decide(i, s, strict=True):
-                d, x, done = t, t.x, True
+            log: list = []
+            if d.decide(i, s, strict=True, log=log):
+                done = True
                 break
+            d.undo(log)
         if not done:
             d.decide(i, int(order[0]), strict=False)
     return x
@@ -343,7 +361,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
             ratio = g.profile(arg) / g.cap
             over = ratio > 1.0
-            if bound:
+            if bound and g.n <= BOUND_EVERY_NODES:
                 lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
             if r % decode_every == 0:
                 consider(c)

@@ -897,9 +897,11 @@ def refine(problem: Problem, plan, timeout_s: float, seed: int = 0, lns_size: in
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True, tie: bool = True) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True, starts=()) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
-    limit (proved by the lowest-usage plan being over it)."""
+    limit (proved by the lowest-usage plan being over it). ``starts``: plans found elsewhere (e.g.
+    ``costmodel.bp``); the feasible ones are candidates, and the best of them starts the tied and
+    untied Lagrangian runs where it is cheaper than their own ICM start."""
     t0 = time.perf_counter()
     deadline = t0 + float(timeout_s)
     say = progress or (lambda msg: None)
@@ -930,6 +932,10 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     forb = (g.cost >= FORBIDDEN).astype(np.int64)
     order = np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))
     consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
+    have_start = False
+    for st in starts:
+        if st is not None and len(st) == g.n:
+            have_start |= consider(np.asarray(st, dtype=np.int64), "given start")
     # 2. prune strategies no forbidden-free feasible plan uses; tie nodes joined by permutations
     pr = _Pruning(g)
     g2 = Graph(pr.problem)
@@ -943,6 +949,11 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
 
     sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, gc.colour_classes(), deadline)
     consider_tied(sc, "tied icm")
+    if have_start:
+        b2 = pr.from_orig(best)
+        bsc = None if b2 is None else C.contract(b2)
+        if bsc is not None and gc.total(bsc) < gc.total(sc):
+            sc = bsc
     if g.cap is not None and not _feasible(g2, C.expand(sc)):
         consider_tied(_repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s)),
                       "tied repair")
@@ -976,6 +987,9 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
                   cls1, main_deadline)
         if g1.total(s1) < g1.total(s0):
             s0 = s1
+        b2 = pr.from_orig(best) if have_start else None
+        if b2 is not None and g1.total(b2) < g1.total(s0):
+            s0 = b2
 
         def consider_untied(s, tag) -> bool:
             return s is not None and consider(pr.to_orig(s), tag)

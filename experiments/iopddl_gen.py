@@ -131,12 +131,13 @@ def synth(shape: Shape) -> Problem:
 
 
 def _limit(p: Problem, frac: float) -> float:
-    """lo + frac * (hi - lo): lo = the lowest-usage plan's peak, hi = the cheapest-node plan's."""
+    """lo + frac * (hi - lo): lo = the peak of the lowest-usage plan over the allowed (not
+    forbidden) strategies, hi = the cheapest-node plan's; so a forbidden-free plan always fits."""
     k = p.num_strategies
     starts = p.strategy_offsets[:-1]
     node_of = np.repeat(np.arange(p.num_nodes), k)
     local = np.arange(len(p.node_costs)) - starts[node_of]
-    low = local[np.lexsort((p.node_costs, p.node_usages, node_of))[starts]]
+    low = local[np.lexsort((p.node_costs, p.node_usages, p.node_costs >= FORBID, node_of))[starts]]
     cheap = local[np.lexsort((p.node_usages, p.node_costs, node_of))[starts]]
     lo = evaluate(p.with_usage_limit(None), low).peak_memory_bytes
     hi = evaluate(p.with_usage_limit(None), cheap).peak_memory_bytes
