@@ -38,9 +38,10 @@ from costmodel.search import refine, solve_large
 MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries
 MILP_NODES = 5_000              # ... and nodes
 MILP_SHARE = 0.6                # of the time left after the starts
-BP_SHARE = 0.15                 # of the budget for BP (and at most BP_MAX_S)
-BP_MAX_S = 10.0
-SEARCH_SHARE = 0.15             # of the budget for the search's start on MILP-sized graphs
+BP_SHARE = 0.1                  # of the budget for BP (and at most BP_MAX_S)
+BP_MAX_S = 6.0
+SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
+SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
 
 
 @dataclass(frozen=True)
@@ -108,30 +109,42 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         if np.isfinite(r.lower_bound):
             bound = max(bound, r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+    info = None
     if left() > 1.0:
-        t_search = min(SEARCH_SHARE * budget, 10.0) if small else left()
+        t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small else left()
         plan = solve_large(problem, max(min(t_search, left()), 0.1), progress=say, use_lns=not small,
                            starts=[best[0]])
         consider(plan, "search")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
-    info = None
     if small and left() > 2.0:
-        from costmodel.ilp import solve_ilp
-        try:
-            plan, info = solve_ilp(problem, time_limit_s=max(MILP_SHARE * left() - 0.5, 1.0), initial_plan=best[0],
-                                   relax_cap=relax_cap, threads=threads)
-            consider(plan, "milp")
-            if np.isfinite(info.bound):
-                bound = max(bound, float(info.bound))
-            say(f"milp: status={info.status} bound={info.bound:.10g} ({time.perf_counter() - t0:.1f}s)")
-        except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
-            say(f"milp gave no plan: {exc}")
+        info = _milp(problem, max(MILP_SHARE * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
+        if info is not None and np.isfinite(info.bound):
+            bound = max(bound, float(info.bound))
         if (info is None or info.status != "optimal") and left() > 1.0 and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 0.5)), "lns")
+    proven = info is not None and info.status == "optimal"
+    if proven:
+        bound = max(bound, min(best[1], float(info.bound)))
+    return _result(best, bound, info, t0, proven)
+
+
+def _milp(problem, limit_s, best, relax_cap, threads, consider, say):
+    """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
+    from costmodel.ilp import solve_ilp
+    try:
+        plan, info = solve_ilp(problem, time_limit_s=limit_s, initial_plan=best[0], relax_cap=relax_cap,
+                               threads=threads)
+    except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
+        say(f"milp gave no plan: {exc}")
+        return None
+    consider(plan, "milp")
+    say(f"milp: status={info.status} bound={info.bound:.10g}")
+    return info
+
+
+def _result(best, bound, info, t0, proven) -> CappedResult:
     cost = best[1]
-    closed = _closed(cost, bound) or (info is not None and info.status == "optimal")
-    if info is not None and info.status == "optimal":
-        bound = max(bound, min(cost, float(info.bound)))
+    closed = proven or _closed(cost, bound)
     gap = None if not np.isfinite(bound) else max(0.0, cost - bound) / max(abs(cost), 1e-300)
     return CappedResult(best[0], cost, bound, 0.0 if closed else gap, "optimal" if closed else "time_limit",
                         best[2], time.perf_counter() - t0, info)

@@ -84,8 +84,10 @@ def synth(shape: Shape) -> Problem:
     layouts = 16
     lay = [rng.integers(0, layouts, int(ki)) for ki in k]
     deg = [2.0 ** rng.integers(0, 4, int(ki)) for ki in k]
-    for i in range(n):           # strategy 0 is replicated (degree 1, layout 0): always a fallback
-        lay[i][0], deg[i][0] = 0, 1.0
+    for i in range(n):           # strategy 0 is replicated (degree 1, layout 0): always a fallback;
+        lay[i][0], deg[i][0] = 0, 1.0          # strategy 1 the fully sharded one (degree 8, layout 1)
+        if k[i] > 1:
+            lay[i][1], deg[i][1] = 1, 8.0
     flops = rng.lognormal(8.0, 1.5, n)
     nbytes = rng.lognormal(6.0, 1.2, n)
     costs, usages = [], []
@@ -94,6 +96,7 @@ def synth(shape: Shape) -> Problem:
         c = np.rint(flops[i] / deg[i] + comm)
         c[rng.random(int(k[i])) < 0.03] = FORBID
         c[0] = np.rint(flops[i])
+        c[1:2] = np.minimum(c[1:2], 1e15)
         costs.append(c)
         usages.append(np.rint(nbytes[i] / deg[i] * rng.uniform(0.9, 1.1, int(k[i]))))
     # producers: 1-2 among the previous `window` nodes (Poisson around edges_per_node), plus rare
@@ -114,7 +117,8 @@ def synth(shape: Shape) -> Problem:
             ku, kv = int(k[u]), int(k[v])
             if ku == kv and ku > 1 and rng.random() < 0.15:     # a permutation tie
                 M = np.full((ku, kv), FORBID)
-                M[np.arange(ku), rng.permutation(kv)] = 0.0
+                perm = np.concatenate([[0, 1], 2 + rng.permutation(kv - 2)])
+                M[np.arange(ku), perm] = 0.0
             else:
                 M = np.rint(nbytes[v] * pair[lay[u][:, None], lay[v][None, :]]
                             * (deg[u][:, None] != deg[v][None, :]) + nbytes[v] * 0.5 *
@@ -127,12 +131,14 @@ def synth(shape: Shape) -> Problem:
     intervals = np.stack([np.arange(n), last_use], 1)
     intervals[rng.random(n) < 0.1] = 0                        # some nodes hold no memory
     p = Problem.from_lists(shape.name, costs, usages, intervals, edges, ecosts)
-    return p.with_usage_limit(_limit(p, shape.limit_frac))
+    sharded = np.minimum(k - 1, 1)             # forbidden-free by construction: the limit keeps it feasible
+    return p.with_usage_limit(_limit(p, shape.limit_frac, sharded))
 
 
-def _limit(p: Problem, frac: float) -> float:
+def _limit(p: Problem, frac: float, floor_plan=None) -> float:
     """lo + frac * (hi - lo): lo = the peak of the lowest-usage plan over the allowed (not
-    forbidden) strategies, hi = the cheapest-node plan's; so a forbidden-free plan always fits."""
+    forbidden) strategies, or of ``floor_plan`` (a forbidden-free plan) if that is higher; hi = the
+    cheapest-node plan's. So a forbidden-free plan always fits."""
     k = p.num_strategies
     starts = p.strategy_offsets[:-1]
     node_of = np.repeat(np.arange(p.num_nodes), k)
@@ -141,6 +147,8 @@ def _limit(p: Problem, frac: float) -> float:
     cheap = local[np.lexsort((p.node_usages, p.node_costs, node_of))[starts]]
     lo = evaluate(p.with_usage_limit(None), low).peak_memory_bytes
     hi = evaluate(p.with_usage_limit(None), cheap).peak_memory_bytes
+    if floor_plan is not None:
+        lo = max(lo, evaluate(p.with_usage_limit(None), floor_plan).peak_memory_bytes)
     return float(np.floor(lo + frac * max(hi - lo, 0.0)))
 
 
