@@ -6,8 +6,8 @@ status, which start won). The limit is ``problem.usage_limit`` (callers fold a m
 Phases, each against one deadline:
 
 1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not).
-2. **Starts**: the feasible ``seeds`` (baseline / policy plans), min-sum BP with Lagrangian memory
-   prices (``costmodel.bp``: a plan and a lower bound), then the large-instance search
+2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
+   with Lagrangian memory prices (``costmodel.bp``: a plan and a lower bound), then the large-instance search
    (``costmodel.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
    ICM, repair, polish) started from the best of them.
 3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``costmodel.ilp.solve_ilp``)
@@ -102,7 +102,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
     small = milp_ok(problem)
-    if left() > 2.0:
+    if small and left() > 2.0:        # on contest-size graphs BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True,
                      time_limit_s=min(BP_SHARE * budget, BP_MAX_S, 0.5 * left()))
         consider(r.plan, "bp")

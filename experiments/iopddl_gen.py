@@ -94,9 +94,10 @@ def synth(shape: Shape) -> Problem:
     for i in range(n):
         comm = rng.lognormal(4.0, 1.0, int(k[i])) * (deg[i] > 1)
         c = np.rint(flops[i] / deg[i] + comm)
+        ok = c.copy()
         c[rng.random(int(k[i])) < 0.03] = FORBID
+        c[:2] = ok[:2]                         # replicated and fully sharded are always allowed
         c[0] = np.rint(flops[i])
-        c[1:2] = np.minimum(c[1:2], 1e15)
         costs.append(c)
         usages.append(np.rint(nbytes[i] / deg[i] * rng.uniform(0.9, 1.1, int(k[i]))))
     # producers: 1-2 among the previous `window` nodes (Poisson around edges_per_node), plus rare
