@@ -110,7 +110,7 @@ def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: fl
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
         if evaluate(capped, replicated).peak_memory_bytes > cap:
-            seeds += _baseline_seeds(problem)
+            seeds += _baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(1.0, time_limit_s - (time.perf_counter() - t0))
     r = solve_capped(capped, left, seeds=seeds, threads=threads, relax_cap=True)
     if r.plan is None:
@@ -122,7 +122,7 @@ def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: fl
     return r.plan, info
 
 
-def _baseline_seeds(problem: Problem) -> list:
+def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
     """The baseline plans of a traced problem, as seeds for the memory / redundancy objectives under
     a step-time bound (the ILP then never answers worse than the best baseline within the bound).
     Empty for problems without roles (IOPDDL). Costs about a second or two per baseline."""
@@ -133,7 +133,7 @@ def _baseline_seeds(problem: Problem) -> list:
     seeds = []
     for m in BASELINES:
         try:
-            seeds.append(baseline_plan(problem, m, ilp_time_limit_s=10.0))
+            seeds.append(baseline_plan(problem, m, use_ilp=use_ilp, ilp_time_limit_s=10.0))
         except (ValueError, RuntimeError):   # a rule that does not apply: skip that seed
             continue
     return seeds
