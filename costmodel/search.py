@@ -1011,12 +1011,18 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     if time.perf_counter() < main_deadline:
         say(f"continuing the {winner[0]} run")
         runs[winner[0]].send(main_deadline)
-    # 4. polish: component moves, then single-node moves, that keep the plan feasible
-    b2 = pr.from_orig(best)
-    bsc = None if b2 is None else C.contract(b2)
-    if bsc is not None:
-        consider_tied(_polish_tied(C, gc, bsc, deadline), "tied polish")
-    consider(_polish(g, best, deadline), "polish")
+    # 4. polish: component moves, then single-node moves, that keep the plan feasible; without
+    #    LNS, time the polish leaves goes back to the winning run (then one more polish)
+    for again in (False, True):
+        if again:
+            if use_lns or time.perf_counter() + 3.0 > deadline:
+                break
+            runs[winner[0]].send(deadline - 1.5)
+        b2 = pr.from_orig(best)
+        bsc = None if b2 is None else C.contract(b2)
+        if bsc is not None:
+            consider_tied(_polish_tied(C, gc, bsc, deadline), "tied polish")
+        consider(_polish(g, best, deadline), "polish")
     # 5. LNS with the exact MILP on neighbourhoods of the original graph
     if use_lns and time.perf_counter() + 3.0 < deadline:
         s, c = _lns(g, best.copy(), best_cost, deadline - 0.5, rng, say)
