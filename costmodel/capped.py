@@ -112,8 +112,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     info = None
     if left() > 1.0:
         t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small else left()
-        plan = solve_large(problem, max(min(t_search, left()), 0.1), progress=say, use_lns=not small,
-                           starts=[best[0]])
+        plan = solve_large(problem, max(min(t_search, left() - 0.5), 0.1), progress=say, use_lns=not small,
+                           starts=[best[0]], on_plan=lambda s: consider(s, "search"))
         consider(plan, "search")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if small and left() > 2.0:

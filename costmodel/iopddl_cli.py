@@ -58,7 +58,7 @@ def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
 
     def child():
         try:
-            r = solve_capped(problem, max(left - 0.3, 0.1), progress=_say,
+            r = solve_capped(problem, max(left - 1.0, 0.1), progress=_say,
                              on_plan=lambda plan, cost: send.send((plan, cost)))
             send.send(("done", r.bound, r.status))
         finally:

@@ -907,11 +907,12 @@ def refine(problem: Problem, plan, timeout_s: float, seed: int = 0, lns_size: in
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True, tie: bool = True, starts=()) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True, starts=(), on_plan=None) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
     limit (proved by the lowest-usage plan being over it). ``starts``: plans found elsewhere (e.g.
     ``costmodel.bp``); the feasible ones are candidates, and the best of them starts the tied and
-    untied Lagrangian runs where it is cheaper than their own ICM start."""
+    untied Lagrangian runs where it is cheaper than their own ICM start. ``on_plan(plan)`` is called
+    with every new best plan (so a caller that is stopped mid-run keeps it)."""
     t0 = time.perf_counter()
     deadline = t0 + float(timeout_s)
     say = progress or (lambda msg: None)
@@ -935,6 +936,8 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
         if c < best_cost:
             best, best_cost = s.copy(), c
             say(f"{tag}: {best_cost:.10g} ({time.perf_counter() - t0:.1f}s)")
+            if on_plan is not None:
+                on_plan(best)
             return True
         return False
 

@@ -97,7 +97,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import shardgym as sg
     import zoo
-    from costmodel.ilp import min_peak_memory, solve_ilp
+    from costmodel.ilp import min_peak_memory
     from experiments.common import print_table, write_results
     rows = []
     for spec in a.problems.split(","):
@@ -109,7 +109,7 @@ def main(argv=None):
         graph = sg.trace(fn, *args)
         for cl in a.clusters.split(","):
             p = sg.build_problem(graph, sg.Cluster.preset(cl)).with_usage_limit(None)
-            fast, _ = solve_ilp(p, time_limit_s=a.uncapped_seconds)
+            fast = sg.solve(p, method="ilp", time_limit_s=a.uncapped_seconds)   # seeded with replicated
             hi = sg.evaluate(p, fast).peak_memory_bytes
             lo = min_peak_memory(p)
             for f in (float(x) for x in a.fractions.split(",")):
