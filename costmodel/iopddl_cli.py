@@ -9,10 +9,10 @@ Bad input is a ValueError naming the file and the field (``Problem.from_iopddl``
 usage limit that no plan fits (the lowest-usage strategy of every node already exceeds it); ``[]``
 is still printed as the last line.
 
-Small instances (up to ``SMALL_EDGE_ENTRIES`` edge-cost entries after loading) get a quick
-heuristic plan, then the exact MILP (``costmodel.ilp.solve_ilp``, warm-started from that plan)
-with the rest of the budget; the answer is the proven optimum when HiGHS finishes. Large ones go
-through ``costmodel.search.solve_large``.
+Solving is ``costmodel.capped.solve_capped`` (anchor, BP with memory prices, the large-instance
+search, on MILP-sized graphs the exact MILP warm-started from the best plan and MILP
+neighbourhoods), run in a forked child that streams each new best plan back; the parent prints the
+best one it holds at the deadline and kills the child, so no native call can overrun it.
 """
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ import time
 
 from costmodel.problem import Problem, evaluate
 
-SMALL_EDGE_ENTRIES = 1_000_000
-SMALL_NODES = 5_000
 
 
 def _say(msg: str) -> None:
@@ -80,32 +78,54 @@ def check_fits(problem: Problem, path: str = "problem") -> None:
 
 
 def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
-    from costmodel.search import solve_large
+    """The capped-solving core (``costmodel.capped.solve_capped``) in a forked child that streams
+    every new best plan to this process through a pipe; at the deadline the child is killed, so a
+    native solver call (HiGHS) that overruns its limit cannot delay the answer. Without fork
+    (not POSIX) it runs inline."""
+    from costmodel.capped import solve_capped
     left = deadline - time.perf_counter()
-    small = len(problem.edge_costs) <= SMALL_EDGE_ENTRIES and problem.num_nodes <= SMALL_NODES
-    if not small or left < 3.0:
-        plan = solve_large(problem, max(left, 0.1), progress=_say)
-        return plan or []
-    # quick heuristic first: a fallback and a MIP start
-    plan = solve_large(problem, min(0.15 * left, 10.0), progress=_say, use_lns=False)
-    if plan is None:
-        _say("no plan fits the usage limit")
-        return []
-    best, best_cost = plan, evaluate(problem, plan).total
-    _say(f"heuristic: {best_cost:.10g} at {time.perf_counter() - t0:.1f}s")
-    left = deadline - time.perf_counter()
-    if left > 2.0:
-        from costmodel.ilp import solve_ilp
+    if not hasattr(os, "fork") or left < 1.0:
+        r = solve_capped(problem, max(left, 0.1), progress=_say)
+        return r.plan or []
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
         try:
-            ilp_plan, info = solve_ilp(problem, time_limit_s=left - 1.0, initial_plan=best, relax_cap=False,
-                                       threads=min(os.cpu_count() or 2, 8))
-            c = evaluate(problem, ilp_plan)
-            _say(f"milp: {c.total:.10g} status={info.status} bound={info.bound:.10g} "
-                 f"at {time.perf_counter() - t0:.1f}s")
-            if c.feasible and c.total <= best_cost:
-                best, best_cost = ilp_plan, c.total
-        except (RuntimeError, ValueError) as exc:   # no MILP plan in time: keep the heuristic one
-            _say(f"milp gave no plan: {exc}")
+            r = solve_capped(problem, max(left - 1.0, 0.1), progress=_say,
+                             on_plan=lambda plan, cost: send.send((plan, cost)))
+            send.send(("done", r.bound, r.status))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+    best, best_cost = [], float("inf")
+    while True:
+        wait = deadline - time.perf_counter()
+        if wait <= 0 or not recv.poll(wait):
+            _say(f"deadline: stopping the solver ({time.perf_counter() - t0:.1f}s)")
+            break
+        try:
+            msg = recv.recv()
+        except EOFError:
+            break
+        if msg[0] == "done":
+            _say(f"done: bound={msg[1]:.10g} status={msg[2]} ({time.perf_counter() - t0:.1f}s)")
+            break
+        plan, cost = msg
+        if cost < best_cost:
+            best, best_cost = plan, cost
+    if proc.is_alive():
+        proc.kill()
+    proc.join(timeout=1.0)
+    if best:
+        c = evaluate(problem, best)            # the parent checks the plan it prints
+        if not c.feasible:
+            _say("the solver's plan is over the usage limit: not printed")
+            best = []
     return best
 
 

@@ -87,9 +87,18 @@ class Graph:
             _scatter_add(L, self.gv_flat, vals)
         return L
 
+    def matrix(self, e: int) -> np.ndarray:
+        """Edge e's cost matrix (k_u x k_v view), without Problem.edge_matrix's per-call diff."""
+        return self.ec[self.eoff[e]:self.eoff[e + 1]].reshape(int(self.k[self.eu[e]]), int(self.k[self.ev[e]]))
+
     def seg_argmin(self, L: np.ndarray) -> np.ndarray:
-        order = np.lexsort((self.local, L, self.node_of))
-        return self.local[order[self.offs[:-1]]]
+        """Per node, the first strategy with the least L (segment minima, then the first index
+        reaching them: the same answer as a lexsort, several times faster)."""
+        if not self.n:
+            return np.zeros(0, dtype=np.int64)
+        m = np.minimum.reduceat(L, self.offs[:-1])
+        idx = np.where(L <= m[self.node_of], np.arange(len(L)), len(L))
+        return np.minimum(np.minimum.reduceat(idx, self.offs[:-1]) - self.offs[:-1], self.k - 1)  # NaN-safe
 
     def profile(self, s: np.ndarray) -> np.ndarray:
         """Live usage at each compressed time point."""
@@ -322,7 +331,7 @@ def forest_dp(g: Graph, s: np.ndarray, node_cost: np.ndarray, rng, deadline: flo
         if p < 0:
             continue
         e = int(pedge[i])
-        M = g.p.edge_matrix(e)
+        M = g.matrix(e)
         if g.eu[e] != i:
             M = M.T           # rows: i's strategies
         tot = U[i][:, None] + M
@@ -418,7 +427,7 @@ def _subproblem(g: Graph, s: np.ndarray, sel: np.ndarray):
             e = int(g.adj_edge[q])
             j = int(g.adj[q])
             u, v = int(g.eu[e]), int(g.ev[e])
-            M = p.edge_matrix(e)
+            M = g.matrix(e)
             if pos[j] >= 0:
                 if i == u:  # add each inner edge once, from its producer
                     edges.append((int(pos[u]), int(pos[v])))
@@ -484,9 +493,7 @@ class _Contraction:
         m = len(g.eu) if tie else 0          # tie=False: the identity (one component per node)
         ku, kv = k[g.eu], k[g.ev]
         root = np.arange(n)
-        pos = np.zeros(n, dtype=np.int64)
-        mem: dict[int, np.ndarray] = {}
-        mp: dict[int, np.ndarray] = {}
+        mem: dict[int, list] = {}                 # root -> members (only components of 2+ nodes)
         if m:
             sizes = ku * kv
             ent_edge = np.repeat(np.arange(m), sizes)
@@ -504,8 +511,11 @@ class _Contraction:
             pe = np.nonzero(perm)[0]
             sig_ptr = np.concatenate([[0], np.cumsum(ku[pe])])
 
-            def get(r):
-                return mem.get(r, np.array([r])), mp.get(r, np.arange(int(k[r]))[None, :])
+            rows: dict[int, np.ndarray] = {}         # member -> (root strategy -> own strategy)
+
+            def row(w):
+                r = rows.get(w)
+                return np.arange(int(k[w])) if r is None else r
 
             for t, e in enumerate(pe.tolist()):
                 u, v = int(g.eu[e]), int(g.ev[e])
@@ -513,28 +523,29 @@ class _Contraction:
                 if ru == rv:
                     continue                         # internal: becomes a unary cost below
                 sig = sig_all[sig_ptr[t]:sig_ptr[t + 1]]
-                Mu, Pu = get(ru)
-                Mv, Pv = get(rv)
-                mu, mv = Pu[pos[u]], Pv[pos[v]]
+                Mu, Mv = mem.get(ru, [ru]), mem.get(rv, [rv])
+                mu, mv = row(u), row(v)
                 if len(Mu) < len(Mv):                # keep the bigger component's root
                     inv_sig = np.empty_like(sig)
                     inv_sig[sig] = np.arange(len(sig))
                     inv_mu = np.empty_like(mu)
                     inv_mu[mu] = np.arange(len(mu))
                     tau = inv_mu[inv_sig[mv]]        # root_v strategy -> root_u strategy
-                    keep, Mk, Pk, Mo, Po = rv, Mv, Pv, Mu, Pu[:, tau]
+                    keep, Mk, Mo = rv, Mv, Mu
                 else:
                     inv_mv = np.empty_like(mv)
                     inv_mv[mv] = np.arange(len(mv))
                     tau = inv_mv[sig[mu]]            # root_u strategy -> root_v strategy
-                    keep, Mk, Pk, Mo, Po = ru, Mu, Pu, Mv, Pv[:, tau]
+                    keep, Mk, Mo = ru, Mu, Mv
                 gone = rv if keep == ru else ru
-                pos[Mo] = np.arange(len(Mo)) + len(Mk)
-                root[Mo] = keep
-                mem[keep] = np.concatenate([Mk, Mo])
-                mp[keep] = np.vstack([Pk, Po])
+                for w in Mo:                         # the smaller side is re-rooted: O(n log n) moves
+                    rows[w] = row(w)[tau]
+                root[np.asarray(Mo)] = keep
+                if keep in mem:
+                    mem[keep].extend(Mo)
+                else:
+                    mem[keep] = [keep] + list(Mo)
                 mem.pop(gone, None)
-                mp.pop(gone, None)
         self.roots = roots = np.unique(root)
         nc = len(roots)
         cid = np.searchsorted(roots, root)
@@ -542,9 +553,8 @@ class _Contraction:
         self.coffs = coffs = np.concatenate([[0], np.cumsum(kc)])
         MAP = g.local.copy()                          # identity for singleton components
         for r, M in mem.items():
-            P = mp[r]
-            idx = g.offs[M][:, None] + np.arange(P.shape[1])[None, :]
-            MAP[idx.ravel()] = P.ravel()
+            for w in M:
+                MAP[g.offs[w]:g.offs[w] + k[w]] = row(w)
         self.g, self.cid, self.MAP = g, cid, MAP
         self.cflat = coffs[cid[g.node_of]] + g.local
         self.oflat = g.offs[g.node_of] + MAP
@@ -682,6 +692,13 @@ class _Pruning:
     def from_orig(self, s: np.ndarray) -> np.ndarray | None:
         s2 = self.new_local[self.g.offs[:-1] + np.asarray(s, dtype=np.int64)]
         return None if (s2 < 0).any() else s2
+
+
+def prune(problem: Problem) -> tuple[Problem, object]:
+    """(the problem without the strategies no forbidden-free, memory-feasible plan uses, a function
+    mapping its plans back to the original's strategy indices); see ``_Pruning``."""
+    pr = _Pruning(Graph(problem))
+    return pr.problem, pr.to_orig
 
 
 def _range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -890,9 +907,12 @@ def refine(problem: Problem, plan, timeout_s: float, seed: int = 0, lns_size: in
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True, tie: bool = True) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True, starts=(), on_plan=None) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
-    limit (proved by the lowest-usage plan being over it)."""
+    limit (proved by the lowest-usage plan being over it). ``starts``: plans found elsewhere (e.g.
+    ``costmodel.bp``); the feasible ones are candidates, and the best of them starts the tied and
+    untied Lagrangian runs where it is cheaper than their own ICM start. ``on_plan(plan)`` is called
+    with every new best plan (so a caller that is stopped mid-run keeps it)."""
     t0 = time.perf_counter()
     deadline = t0 + float(timeout_s)
     say = progress or (lambda msg: None)
@@ -916,6 +936,8 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
         if c < best_cost:
             best, best_cost = s.copy(), c
             say(f"{tag}: {best_cost:.10g} ({time.perf_counter() - t0:.1f}s)")
+            if on_plan is not None:
+                on_plan(best)
             return True
         return False
 
@@ -923,6 +945,10 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     forb = (g.cost >= FORBIDDEN).astype(np.int64)
     order = np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))
     consider(g.local[order[g.offs[:-1]]], "anchor (lowest usage, allowed strategies)")
+    have_start = False
+    for st in starts:
+        if st is not None and len(st) == g.n:
+            have_start |= consider(np.asarray(st, dtype=np.int64), "given start")
     # 2. prune strategies no forbidden-free feasible plan uses; tie nodes joined by permutations
     pr = _Pruning(g)
     g2 = Graph(pr.problem)
@@ -936,6 +962,11 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
 
     sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, gc.colour_classes(), deadline)
     consider_tied(sc, "tied icm")
+    if have_start:
+        b2 = pr.from_orig(best)
+        bsc = None if b2 is None else C.contract(b2)
+        if bsc is not None and gc.total(bsc) < gc.total(sc):
+            sc = bsc
     if g.cap is not None and not _feasible(g2, C.expand(sc)):
         consider_tied(_repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 0.1 * timeout_s)),
                       "tied repair")
@@ -969,6 +1000,9 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
                   cls1, main_deadline)
         if g1.total(s1) < g1.total(s0):
             s0 = s1
+        b2 = pr.from_orig(best) if have_start else None
+        if b2 is not None and g1.total(b2) < g1.total(s0):
+            s0 = b2
 
         def consider_untied(s, tag) -> bool:
             return s is not None and consider(pr.to_orig(s), tag)
@@ -980,12 +1014,18 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
     if time.perf_counter() < main_deadline:
         say(f"continuing the {winner[0]} run")
         runs[winner[0]].send(main_deadline)
-    # 4. polish: component moves, then single-node moves, that keep the plan feasible
-    b2 = pr.from_orig(best)
-    bsc = None if b2 is None else C.contract(b2)
-    if bsc is not None:
-        consider_tied(_polish_tied(C, gc, bsc, deadline), "tied polish")
-    consider(_polish(g, best, deadline), "polish")
+    # 4. polish: component moves, then single-node moves, that keep the plan feasible; without
+    #    LNS, time the polish leaves goes back to the winning run (then one more polish)
+    for again in (False, True):
+        if again:
+            if use_lns or time.perf_counter() + 3.0 > deadline:
+                break
+            runs[winner[0]].send(deadline - 1.5)
+        b2 = pr.from_orig(best)
+        bsc = None if b2 is None else C.contract(b2)
+        if bsc is not None:
+            consider_tied(_polish_tied(C, gc, bsc, deadline), "tied polish")
+        consider(_polish(g, best, deadline), "polish")
     # 5. LNS with the exact MILP on neighbourhoods of the original graph
     if use_lns and time.perf_counter() + 3.0 < deadline:
         s, c = _lns(g, best.copy(), best_cost, deadline - 0.5, rng, say)

@@ -13,7 +13,9 @@ as cost / ILP cost, with and without the local-search polish:
   decodes (the argmax one and samples − 1 sampled); ``policy_finetuned``: the same after
   ``--finetune-seconds`` of PPO on that problem alone;
 * ``random``: a uniformly random valid action at every step of the env (its memory mask on);
-* ``greedy_cost``: each node in order takes its least node + resharding cost to decided neighbours.
+* ``greedy_cost``: each node in order takes its least node + resharding cost to decided neighbours;
+* ``bp`` / ``bp_lagrangian``: 60 rounds of min-sum belief propagation (``costmodel.bp.bp_plan``),
+  without / with Lagrangian memory prices, then its masked one-node-at-a-time decode.
 "With polish" means the same post-processing the planner gives its own decode
 (``agent.planner.improve``: repair, polish and, under a cap, refine), so the rows compare starts.
 The summary is printed over all problems and over those whose memory cap binds (the policy's
@@ -73,6 +75,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
+    from costmodel.bp import bp_plan
     from costmodel.ilp import solve_ilp
     from costmodel.problem import evaluate
     from env.workloads import Workload, heldout_workloads, random_problem
@@ -141,6 +144,11 @@ def main(argv=None):
         g = greedy_by_cost(p)
         record("greedy_cost_raw", finish(p, g, False))
         record("greedy_cost", finish(p, g, True, refine_s))
+        for key, prices in (("bp", False), ("bp_lagrangian", True)):   # min-sum BP, no learning
+            t = time.perf_counter()
+            bp = bp_plan(p, rounds=60, memory_prices=prices)
+            record(key + "_raw", bp, time.perf_counter() - t)
+            record(key, finish(p, bp, True, refine_s))
         rows.append(row)
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
@@ -156,7 +164,7 @@ def main(argv=None):
                "feasible": evaluate(big, big_plan).feasible}
 
     methods = ["policy_greedy", "policy_greedy_norefine", "policy_best16", "policy_finetuned", "random",
-               "greedy_cost"]
+               "greedy_cost", "bp", "bp_lagrangian"]
 
     def summarise(subset):
         out = {}
@@ -177,7 +185,8 @@ def main(argv=None):
     summary_capped = summarise(capped_rows)
     table = [{"method": k, **{kk: v for kk, v in s.items()}} for k, s in summary.items()]
     print_table(rows, ["problem", "nodes", "ilp_status", "ilp_s", "policy_greedy_raw", "policy_greedy",
-                       "policy_best16", "policy_finetuned", "random", "greedy_cost", "policy_greedy_s"],
+                       "policy_best16", "policy_finetuned", "random", "greedy_cost", "bp_raw", "bp_lagrangian_raw",
+                       "bp_lagrangian", "policy_greedy_s"],
                 title="cost / ILP cost on the held-out split (lower is better; 1 = ILP)")
     print_table(table, ["method", "median", "median_proven", "mean", "max", "all_feasible"],
                 title="summary over held-out problems (median_proven: where the ILP proved its optimum)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from costmodel.capped import milp_ok
 from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem, evaluate
@@ -49,7 +50,11 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
                          f"(use method 'ilp' for the {objective} objective)")
     t0 = time.perf_counter()
     info: dict = {}
-    if method == "ilp":
+    cap = _binding_cap(problem, memory_cap_bytes) if method == "ilp" else None
+    if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
+            and set(kw) <= {"initial_plan", "initial_plans", "threads"}):
+        strategies, info = _solve_capped_time(problem, cap, float(time_limit_s), t0, **kw)
+    elif method == "ilp":
         from costmodel.ilp import solve_ilp
         if objective != "time" and max_step_time_s is not None and "initial_plans" not in kw:
             kw["initial_plans"] = _baseline_seeds(problem)
@@ -99,7 +104,55 @@ def _check_bounds(problem: Problem, plan: Plan, method: str, memory_cap_bytes, m
                               f"max_step_time_s={max_step_time_s:g}; raise the bound or use method 'ilp'", plan, cost)
 
 
-def _baseline_seeds(problem: Problem) -> list:
+def _binding_cap(problem: Problem, memory_cap_bytes):
+    """min(usage limit, memory_cap_bytes) when some plan can exceed it (every node at its largest
+    usage breaks it), else None."""
+    caps = [x for x in (problem.usage_limit, memory_cap_bytes) if x is not None]
+    if not caps:
+        return None
+    cap = float(min(caps))
+    if cap < 0:
+        raise ValueError(f"memory_cap_bytes must be >= 0, got {memory_cap_bytes}")
+    import numpy as np
+    offs = problem.strategy_offsets[:-1]
+    local = np.arange(len(problem.node_usages)) - np.repeat(offs, problem.num_strategies)
+    order = np.lexsort((local, -problem.node_usages, np.repeat(np.arange(problem.num_nodes), problem.num_strategies)))
+    worst = local[order[offs]]
+    return cap if evaluate(problem.with_usage_limit(None), worst).peak_memory_bytes > cap else None
+
+
+def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: float, initial_plan=None,
+                       initial_plans=None, threads=None):
+    """Time objective under a memory cap that can bind: ``costmodel.capped.solve_capped`` seeded
+    with the given plans, replicated (traced problems) and the baselines when replication does not
+    fit; never worse than any of them (nor than BP or the search inside). The policy's plan is
+    not a default seed: Planner.plan took 75-95 s on gpt tiny under this machine's load (pass it
+    as ``initial_plans`` to have it count). Only on graphs the MILP
+    holds (``costmodel.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first path. The seeds' time counts
+    against the limit. Falls back to ``solve_ilp`` (for its infeasibility report) when no plan
+    fits."""
+    from costmodel.capped import solve_capped
+    from costmodel.ilp import solve_ilp
+    capped = problem.with_usage_limit(cap)
+    seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
+    seeds = [list(getattr(s, "strategies", s)) for s in seeds]
+    if problem.meta is not None:
+        replicated = [0] * problem.num_nodes
+        seeds.append(replicated)
+        if evaluate(capped, replicated).peak_memory_bytes > cap:
+            seeds += _baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
+    left = max(1.0, time_limit_s - (time.perf_counter() - t0))
+    r = solve_capped(capped, left, seeds=seeds, threads=threads, relax_cap=True)
+    if r.plan is None:
+        return solve_ilp(problem, objective="time", memory_cap_bytes=cap, time_limit_s=left)[0], {}
+    info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
+    info.update({"status": r.status, "objective": r.cost, "bound": r.bound if r.gap is not None else None,
+                 "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
+                 "objective_name": "time"})
+    return r.plan, info
+
+
+def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
     """The baseline plans of a traced problem, as seeds for the memory / redundancy objectives under
     a step-time bound (the ILP then never answers worse than the best baseline within the bound).
     Empty for problems without roles (IOPDDL). Costs about a second or two per baseline."""
@@ -110,7 +163,7 @@ def _baseline_seeds(problem: Problem) -> list:
     seeds = []
     for m in BASELINES:
         try:
-            seeds.append(baseline_plan(problem, m, ilp_time_limit_s=10.0))
+            seeds.append(baseline_plan(problem, m, use_ilp=use_ilp, ilp_time_limit_s=10.0))
         except (ValueError, RuntimeError):   # a rule that does not apply: skip that seed
             continue
     return seeds

@@ -1,0 +1,154 @@
+"""The capped-solving core: min cost (time) under the memory limit within a wall-clock budget, for
+both ``shardgym iopddl`` and ``shardgym.solve(method="ilp", objective="time")`` under a cap.
+
+``solve_capped(problem, time_limit_s, seeds=(), ...) -> CappedResult`` (plan, cost, bound, gap,
+status, which start won). The limit is ``problem.usage_limit`` (callers fold a memory cap into it).
+Phases, each against one deadline:
+
+1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not).
+2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
+   with Lagrangian memory prices (``costmodel.bp``: a plan and a lower bound), then the large-instance search
+   (``costmodel.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
+   ICM, repair, polish) started from the best of them.
+3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``costmodel.ilp.solve_ilp``)
+   warm-started from the best plan, with up to ``MILP_SHARE`` of the time left; it proves the
+   optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
+   (``search.refine``) from the incumbent for the rest. On larger graphs the search runs with its
+   own neighbourhood search to the deadline.
+
+The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP
+or the search. ``bound`` = the larger of BP's bound and HiGHS's (−inf when neither applies);
+``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
+called on every new best plan (the IOPDDL command's watchdog streams them to its parent process,
+so a native call that overruns loses nothing). Time is approximate by one HiGHS call's set-up or
+one search step (the callers keep a margin).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.bp import bp_solve
+from costmodel.problem import Problem, evaluate
+from costmodel.search import refine, solve_large
+
+MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries
+MILP_NODES = 5_000              # ... and nodes
+MILP_SHARE = 0.6                # of the time left after the starts
+BP_SHARE = 0.1                  # of the budget for BP (and at most BP_MAX_S)
+BP_MAX_S = 6.0
+SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
+SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
+
+
+@dataclass(frozen=True)
+class CappedResult:
+    """``plan`` (None when nothing fits), its ``cost``, the best proven lower ``bound`` (−inf if
+    none), ``gap`` = (cost − bound) / |cost| (None without a bound), ``status`` ("optimal",
+    "time_limit" or "infeasible"), ``source`` (the phase that found the plan) and ``wall_s``."""
+    plan: list[int] | None
+    cost: float
+    bound: float
+    gap: float | None
+    status: str
+    source: str
+    wall_s: float
+    milp_info: object = None
+
+
+def milp_ok(problem: Problem) -> bool:
+    return len(problem.edge_costs) <= MILP_EDGE_ENTRIES and problem.num_nodes <= MILP_NODES
+
+
+def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None, on_plan=None,
+                 threads: int | None = None, relax_cap: bool = False) -> CappedResult:
+    t0 = time.perf_counter()
+    budget = float(time_limit_s)
+    deadline = t0 + budget
+    say = progress or (lambda msg: None)
+    threads = threads or min(os.cpu_count() or 2, 8)
+    best: list = [None, float("inf"), "none"]
+    bound = -float("inf")
+
+    def consider(plan, tag) -> bool:
+        if plan is None or len(plan) != problem.num_nodes:
+            return False
+        c = evaluate(problem, plan)
+        if c.feasible and c.total < best[1]:
+            best[:] = [[int(x) for x in plan], float(c.total), tag]
+            say(f"{tag}: {c.total:.10g} ({time.perf_counter() - t0:.1f}s)")
+            if on_plan is not None:
+                on_plan(best[0], best[1])
+            return True
+        return False
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
+    # 1. anchor
+    k = problem.num_strategies
+    starts_ = problem.strategy_offsets[:-1]
+    node_of = np.repeat(np.arange(problem.num_nodes), k)
+    local = np.arange(len(problem.node_costs)) - starts_[node_of]
+    anchor = local[np.lexsort((problem.node_costs, problem.node_usages, node_of))[starts_]]
+    if not consider(anchor, "anchor (lowest usage)"):
+        say("no plan fits the usage limit")
+        return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
+                            time.perf_counter() - t0)
+    # 2. starts: seeds, BP, the search
+    for i, s in enumerate(seeds):
+        consider(s, f"seed {i}")
+    small = milp_ok(problem)
+    if small and left() > 2.0:        # on contest-size graphs BP's plans lose to the search's
+        r = bp_solve(problem, rounds=60, memory_prices=True,
+                     time_limit_s=min(BP_SHARE * budget, BP_MAX_S, 0.5 * left()))
+        consider(r.plan, "bp")
+        if np.isfinite(r.lower_bound):
+            bound = max(bound, r.lower_bound)
+            say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+    info = None
+    if left() > 1.0:
+        t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small else left()
+        plan = solve_large(problem, max(min(t_search, left() - 0.5), 0.1), progress=say, use_lns=not small,
+                           starts=[best[0]], on_plan=lambda s: consider(s, "search"))
+        consider(plan, "search")
+    # 3. exact MILP, then MILP neighbourhoods from its incumbent
+    if small and left() > 2.0:
+        info = _milp(problem, max(MILP_SHARE * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
+        if info is not None and np.isfinite(info.bound):
+            bound = max(bound, float(info.bound))
+        if (info is None or info.status != "optimal") and left() > 1.0 and not _closed(best[1], bound):
+            consider(list(refine(problem, best[0], left() - 0.5)), "lns")
+    proven = info is not None and info.status == "optimal"
+    if proven:
+        bound = max(bound, min(best[1], float(info.bound)))
+    return _result(best, bound, info, t0, proven)
+
+
+def _milp(problem, limit_s, best, relax_cap, threads, consider, say):
+    """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
+    from costmodel.ilp import solve_ilp
+    try:
+        plan, info = solve_ilp(problem, time_limit_s=limit_s, initial_plan=best[0], relax_cap=relax_cap,
+                               threads=threads)
+    except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
+        say(f"milp gave no plan: {exc}")
+        return None
+    consider(plan, "milp")
+    say(f"milp: status={info.status} bound={info.bound:.10g}")
+    return info
+
+
+def _result(best, bound, info, t0, proven) -> CappedResult:
+    cost = best[1]
+    closed = proven or _closed(cost, bound)
+    gap = None if not np.isfinite(bound) else max(0.0, cost - bound) / max(abs(cost), 1e-300)
+    return CappedResult(best[0], cost, bound, 0.0 if closed else gap, "optimal" if closed else "time_limit",
+                        best[2], time.perf_counter() - t0, info)
+
+
+def _closed(cost: float, bound: float) -> bool:
+    return np.isfinite(bound) and cost - bound <= 1e-6 * max(abs(cost), 1e-300)

@@ -1,0 +1,84 @@
+"""Min-sum BP (costmodel/bp.py): exact on trees, decode within the memory limit, a valid bound."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel.bp import bp_plan, bp_solve
+from costmodel.problem import Problem, evaluate
+from tests.ilp_helpers import brute_force, random_problem
+
+
+def _tree(seed: int, n: int = 8, forbid: bool = False) -> Problem:
+    rng = np.random.default_rng(seed)
+    ks = rng.integers(1, 5, size=n)
+    edges = [(int(rng.integers(0, j)), j) for j in range(1, n)]        # each node hangs off an earlier one
+    if seed % 2:                                                       # some edges point backwards
+        edges = [(v, u) if rng.random() < 0.5 else (u, v) for u, v in edges]
+    ecosts = []
+    for u, v in edges:
+        m = rng.random(int(ks[u] * ks[v])) * 10
+        if forbid:
+            m[rng.random(len(m)) < 0.2] = 1e18
+            m[0] = min(m[0], 5.0)
+        ecosts.append(m)
+    costs = [rng.random(k) * 10 for k in ks]
+    return Problem.from_lists("tree", costs, [np.zeros(k) for k in ks], np.zeros((n, 2), dtype=np.int64),
+                              edges, ecosts)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bp_is_exact_on_trees(seed):
+    """On a tree, converged min-sum messages are min-marginals: the decode is the optimum and the
+    bound equals it."""
+    p = _tree(seed, forbid=seed >= 4)
+    _, bc = brute_force(p)
+    r = bp_solve(p, rounds=60, damping=0.3)
+    assert r.cost == pytest.approx(bc.total, rel=1e-9)
+    assert evaluate(p, r.plan).total == pytest.approx(bc.total, rel=1e-9)
+    if bc.total < 1e17:
+        assert r.lower_bound == pytest.approx(bc.total, rel=1e-6)
+    assert r.gap is not None and r.gap <= 1e-6
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bp_bound_below_optimum_and_decode_fits(seed):
+    """Loopy random problems with a binding limit: the decode always fits (the lowest-usage plan
+    does), and the bound, with or without memory prices, never exceeds the brute-force optimum."""
+    rng = np.random.default_rng(100 + seed)
+    p = random_problem(rng, 7, kmax=3, edge_p=0.5, limit_q=0.3, forbid_p=0.1 if seed % 3 == 0 else 0.0)
+    best, bc = brute_force(p)
+    assert best is not None
+    for prices in (True, False):
+        r = bp_solve(p, rounds=40, memory_prices=prices, price_every=3)
+        assert r.plan is not None
+        c = evaluate(p, r.plan)
+        assert c.feasible and c.peak_memory_bytes <= p.usage_limit
+        assert r.cost == pytest.approx(c.total)
+        assert r.cost >= bc.total - 1e-9
+        assert r.lower_bound <= bc.total + 1e-6 * max(1.0, abs(bc.total))
+
+
+def test_bp_prices_help_where_the_limit_binds():
+    """A chain where the cheap strategy of every node is the big one and only a few fit: the
+    priced run's bound is above the unpriced one (which ignores the limit) and still valid."""
+    n = 6
+    costs = [np.array([1.0, 3.0]) for _ in range(n)]
+    usages = [np.array([10.0, 1.0]) for _ in range(n)]
+    intervals = np.array([[0, n]] * n)
+    edges = [(i, i + 1) for i in range(n - 1)]
+    ecosts = [np.array([0.0, 1.0, 1.0, 0.0]) for _ in edges]
+    p = Problem.from_lists("chain", costs, usages, intervals, edges, ecosts, usage_limit=24.0)
+    best, bc = brute_force(p)                     # two nodes at 10 bytes, four at 1 byte
+    plain = bp_solve(p, rounds=30, memory_prices=False)
+    priced = bp_solve(p, rounds=60, memory_prices=True, price_every=2)
+    assert plain.lower_bound <= priced.lower_bound + 1e-9 <= bc.total + 1e-6
+    assert priced.lower_bound > plain.lower_bound
+    assert evaluate(p, priced.plan).feasible and evaluate(p, bp_plan(p)).feasible
+
+
+def test_bp_none_when_nothing_fits():
+    p = Problem.from_lists("nofit", [np.array([1.0])], [np.array([5.0])], np.array([[0, 1]]), [], [],
+                           usage_limit=1.0)
+    r = bp_solve(p)
+    assert r.plan is None and r.cost == float("inf") and r.gap is None

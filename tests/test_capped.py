@@ -1,0 +1,53 @@
+"""The capped-solving core (costmodel/capped.py) and the IOPDDL command's watchdog around it."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from costmodel import capped, iopddl_cli
+from costmodel.capped import solve_capped
+from costmodel.problem import Problem, evaluate
+from tests.ilp_helpers import brute_force, random_problem
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_solve_capped_is_optimal_on_small_problems_and_never_worse_than_a_seed(seed):
+    rng = np.random.default_rng(200 + seed)
+    p = random_problem(rng, 7, kmax=3, edge_p=0.5, limit_q=0.4)
+    best, bc = brute_force(p)
+    worst_fit = max((list(s) for s in __import__("itertools").product(*[range(int(k)) for k in p.num_strategies])
+                     if evaluate(p, list(s)).feasible), key=lambda s: evaluate(p, s).total)
+    r = solve_capped(p, 20.0, seeds=[worst_fit, best])
+    assert r.plan is not None and evaluate(p, r.plan).feasible
+    assert r.cost == pytest.approx(bc.total)
+    assert r.status == "optimal" and r.gap == 0.0
+    assert r.bound <= bc.total + 1e-6
+
+
+def test_solve_capped_none_when_nothing_fits():
+    p = Problem.from_lists("nofit", [np.array([1.0, 2.0])], [np.array([5.0, 6.0])], np.array([[0, 1]]), [], [],
+                           usage_limit=1.0)
+    r = solve_capped(p, 5.0)
+    assert r.plan is None and r.status == "infeasible"
+
+
+def test_iopddl_watchdog_prints_the_streamed_plan_when_the_solver_overruns(monkeypatch, tmp_path):
+    """A solver that finds a plan and then hangs (as a native call past its limit would) is killed
+    at the deadline; the plan it streamed is the answer, on time."""
+    def hang(problem, time_limit_s, progress=None, on_plan=None, **kw):
+        on_plan([1, 0], 6.0)
+        time.sleep(600)
+
+    monkeypatch.setattr(capped, "solve_capped", hang)
+    path = str(tmp_path / "tiny.json")
+    Problem.from_lists("tiny", [np.array([1.0, 2.0]), np.array([3.0])], [np.array([1.0, 1.0]), np.array([1.0])],
+                       np.array([[0, 2], [1, 2]]), [(0, 1)], [np.array([0.0, 1.0])], usage_limit=5.0).to_iopddl(path)
+    t0 = time.perf_counter()
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        plan = iopddl_cli.main_iopddl(path, 4.0, out=f)
+    assert time.perf_counter() - t0 < 4.0
+    assert plan == [1, 0]
+    assert out.read_text().strip().splitlines()[-1] == "[1, 0]"
