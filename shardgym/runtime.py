@@ -42,6 +42,9 @@ from costmodel.graph import OpGraph
 from costmodel.problem import Plan
 from shardgym.hlo import parse_collectives, summarize
 
+#: every equation of graph node i is traced under jax.named_scope(f"{NODE_SCOPE}{i}"), so an HLO
+#: instruction's op_name metadata says which node it came from (shardgym/verify.py reads it).
+NODE_SCOPE = "sg_node_"
 CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before jax is "
                     "imported) to get 8 virtual CPU devices")
 
@@ -346,7 +349,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str
     split), count = edges that move bytes."""
     from costmodel.builder import strategies_of
     from costmodel.cluster import Cluster
-    from costmodel.cost import Mesh, collective
+    from costmodel.cost import Mesh, lowered_kind, node_collective
     cluster = Cluster.preset(cluster_name)
     strats = strategies_of(graph, cluster)
     k = problem.num_strategies
@@ -357,7 +360,8 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster_name: str
     acc: dict[str, dict] = {}
     for i, si in enumerate(s):
         for kind, axes, B in strats[i][si].collectives:
-            _, sent = collective(kind, axes, B, mesh)
+            _, sent, _ = node_collective(kind, axes, B, mesh)
+            kind = lowered_kind(kind, mesh)  # as the backend runs it (CPU: no reduce-scatter)
             d = acc.setdefault(kind, {"kind": kind, "count": 0, "wire_bytes": 0.0})
             d["count"] += 1
             d["wire_bytes"] += sent
@@ -483,7 +487,8 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                     fft_sh = op_sharding.get((nid, ins[0])) or sharding_of.get(ins[0])
                     if fft_sh is not None:
                         ops = [_row_major(ops[0], fft_sh), *ops[1:]]
-                res = _eval_step(kind, payload, ops)
+                with jax.named_scope(f"{NODE_SCOPE}{nid}"):  # XLA's op_name names the node (verify)
+                    res = _eval_step(kind, payload, ops)
                 if fft_sh is not None:
                     res = [_row_major(r, fft_sh) for r in res]
             for o, x in zip(outs, res):
@@ -575,8 +580,9 @@ def _block(x):
 
 def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, donate: bool = True,
             warmup: int = 1, iters: int = 3, problem=None, devices=None,
-            constrain_operands: bool = True) -> Report:
-    """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring."""
+            constrain_operands: bool = True, compiler_options: dict | None = None) -> Report:
+    """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring. ``compiler_options``
+    go to XLA's compile (e.g. ``{"xla_dump_to": DIR}`` for its buffer assignment)."""
     import jax
 
     if warmup < 0 or iters < 1:
@@ -607,7 +613,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-        compiled = jitted.lower(*args).compile()
+        compiled = jitted.lower(*args).compile(compiler_options=compiler_options)
     compile_time_s = time.perf_counter() - t0
     mem, coll_list = xla_figures(compiled, math.prod(plan.mesh_shape))
     pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
