@@ -4,7 +4,9 @@ One Problem node per OpGraph node, same order (``meta.graph_node[i] == i``). Per
 - node_costs (s)     = compute time of the padded shard on the slowest device + the node's own
                        collectives (costmodel.cost.compute_time / collective);
 - node_imbalance_s   = compute time on the slowest device − at the mean device FLOP/s;
-- node_comm_bytes    = bytes per device the node's collectives send;
+- node_comm_bytes    = bytes per device the node's collectives send, as the Cluster's backend runs
+                       them (``cost.node_collective``: CPU turns a reduce-scatter into an
+                       all-reduce, and its whole reduced tensor is charged to node_usages);
 - node_usages        = per-device (padded) bytes of the node's outputs XLA keeps as buffers
                        (``materialised_outputs``: fused element-wise values cost nothing), except
                        outputs that alias a program input (new params / opt state replace the
@@ -28,27 +30,27 @@ usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes).
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from costmodel.cost import Mesh, collective, compute_time, local_bytes, public_spec, redundant_bytes, reshard_matrix
+from costmodel.cost import (
+    Mesh,
+    compute_time,
+    local_bytes,
+    node_collective,
+    public_spec,
+    redundant_bytes,
+    reshard_coverage,
+    reshard_matrix,
+)
 from costmodel.graph import OpGraph
-from costmodel.primitives import REDUCTIONS, SCATTER_COMBINE, WINDOWED
+from costmodel.memory import EXPENSIVE, MATERIALISING, NON_FUSIBLE, TRANSPARENT, materialised_outputs, operand_copies
 from costmodel.problem import Problem, ProblemMeta
-from costmodel.strategies import MAX_STRATEGIES, RESHAPES, SCANS, enumerate_strategies, node_key
+from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key
 
-#: consumers XLA does not fuse their operands into: the operand is a materialised buffer.
-NON_FUSIBLE = (frozenset({"dot_general", "conv_general_dilated", "fft", "gather", "scatter", "sort",
-                          "dynamic_update_slice", "while", "cond", "scan", "select_and_scatter_add"})
-               | SCATTER_COMBINE | SCANS | WINDOWED)
-#: heads whose own result is always a buffer (non-fusible ops and reductions).
-MATERIALISING = NON_FUSIBLE | REDUCTIONS
-#: unfolded nodes that are a bitcast of their operand (no buffer of their own).
-TRANSPARENT = RESHAPES
-#: element-wise ops XLA will not duplicate into several consumers (InstructionFusion::IsExpensive).
-EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sqrt", "rsqrt", "cbrt",
-                       "div", "pow", "erf", "erfc", "erf_inv", "atan2", "sin", "cos", "tan", "lgamma",
-                       "digamma"})
-
+__all__ = ["build_problem", "strategies_of", "EXPENSIVE", "MATERIALISING", "NON_FUSIBLE", "TRANSPARENT",
+           "materialised_outputs", "operand_copies"]
 
 def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None,
                   max_strategies: int = MAX_STRATEGIES) -> Problem:
@@ -120,12 +122,12 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             rows = []
             for st in strats[i]:
                 t, imb = compute_time(st.flops, mesh)
-                cb = 0.0
+                cb = mem = red = 0.0
                 for kind, ax, B in st.collectives:
-                    dt, ds = collective(kind, ax, B, mesh)
+                    dt, ds, extra = node_collective(kind, ax, B, mesh)
                     t += dt
                     cb += ds
-                mem = red = 0.0
+                    mem += extra
                 for k, ten, bmin in copy_ops[i]:  # resharded operand copies, live during the step
                     lb = local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.operand_specs[k], mesh)
                     if lb > bmin:
@@ -165,6 +167,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     # ---- edges ----
     edge_parts: dict = {}
     mat_cache: dict = {}
+    covered = [0, 0]  # resharding pairs priced from XLA's measured table / by the fallback rules
 
     def add(u, v, T_, C_):
         got = edge_parts.get((u, v))
@@ -186,6 +189,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             if m is None:
                 m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
                 mat_cache[mk] = m
+                covered[:] = np.add(covered, reshard_coverage(src, dst, mesh))
             add(u, v, m[0], m[1])
     for w, u, oi in alias_edges:
         ten = nodes[u].outputs[oi]
@@ -229,7 +233,12 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         input_index=[nd.input_index for nd in nodes],
         input_path=[nd.input_path for nd in nodes],
         graph=graph,
+        reshard_stats={"measured_pairs": int(covered[0]), "fallback_pairs": int(covered[1])},
     )
+    if covered[1]:
+        warnings.warn(f"build_problem: {covered[1]} of {sum(covered)} resharding pairs are priced by the hand rules "
+                      f"(no measured table entry on mesh {tuple(cluster.mesh_shape)}; build one with python -m "
+                      "shardgym.reshard_probe); see problem.meta.reshard_stats", stacklevel=2)
     limit = float(cluster.memory_limit_bytes)
     if memory_cap_bytes is not None:
         if not memory_cap_bytes > 0:
@@ -251,137 +260,6 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
     )
-
-
-def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[list[int]], set[int]]:
-    """Which outputs of each node XLA keeps as a buffer (what ``node_usages`` counts), and the
-    unfolded nodes that are bitcasts of their operand (``transparent``: no buffer of their own).
-
-    Rule (XLA's fusion boundaries, approximately). XLA fuses element-wise ops, broadcasts,
-    reshapes and transposes into the fusion of their consumer and recomputes a fused value in every
-    consumer that needs it (forward and backward alike), so the buffers of a step are: the results
-    of non-fusible ops and reductions (``MATERIALISING``), the operands of non-fusible ops
-    (``NON_FUSIBLE``: dot, conv, fft, gather/scatter, sort, scans, control flow — the fusion feeding
-    them writes its result out), and the program outputs. Per node:
-      * a group whose head is in ``MATERIALISING`` keeps the head's own result (XLA's dot / conv /
-        reduce writes it out; the folded chain's values are recomputed from it; for a group with
-        folded ops it is counted as one extra buffer of output 0's shape and spec, since the head's
-        value is usually not among the exposed outputs) plus every output that is *materialised*,
-        plus — when the chain holds an ``EXPENSIVE`` op (exp, tanh, div, ...) whose value is read
-        more than once — one more exposed output: XLA does not duplicate expensive ops into
-        several consumers, it writes them out (GELU's tanh, softmax's exp);
-      * any other node (element-wise, broadcast, slice, pad, concatenate, ...) keeps only its
-        materialised outputs — none, when all its consumers fuse it;
-      * an unfolded reshape / squeeze / expand_dims / transpose with one operand is ``transparent``:
-        it keeps nothing, and its producer's buffer lives as long as it is used (builder extends the
-        producer's interval).
-    An output is *materialised* when it is a program output that aliases no input, or when one of
-    its consumers takes it as a head operand of a ``NON_FUSIBLE`` op — looking through transparent
-    nodes (``reshape(x) @ w`` materialises x's producer's output).
-    Residual error (results/fidelity.json): which exposed output holds the expensive value is not
-    recorded in the graph (any one of the head's shape is taken); a dot operand that is a transpose of a buffer may be copied
-    (layout change) instead of folded into the dot: under-count; transient buffers of a group (the
-    dot result before a bias add) overlap only briefly and are not counted: under-count near a peak;
-    buffers XLA's scheduler reuses in place (element-wise outputs written over a dead operand) are
-    counted separately: over-count; XLA's figure includes the temp allocation's fragmentation
-    (its live-range peak is 10-30% below ``temp`` on small models): under-count.
-    """
-    nodes = graph.nodes
-    consumers: dict = {}
-    for nd in nodes:
-        nh = int(nd.params.get("num_head_operands", len(nd.operands)))
-        for k, (src, oi) in enumerate(nd.operands):
-            if src >= 0:
-                consumers.setdefault((src, oi), []).append((nd.id, k < nh))
-    transparent = {nd.id for nd in nodes
-                   if nd.primitive in TRANSPARENT and not nd.folded and len(nd.outputs) == 1
-                   and len([1 for s, _ in nd.operands if s >= 0]) == 1 and nd.operands[0][0] >= 0
-                   and not nd.params.get("replicate_only") and nd.supported}
-    memo: dict = {}
-
-    def feeds_buffer(i, o, depth=0):
-        key = (i, o)
-        got = memo.get(key)
-        if got is not None:
-            return got
-        res = key in plain_out
-        for c, head in consumers.get(key, ()):
-            if res:
-                break
-            cn = nodes[c]
-            if c in transparent:
-                res = depth < 64 and feeds_buffer(c, 0, depth + 1)
-            elif head and (cn.primitive in NON_FUSIBLE or cn.params.get("replicate_only") or not cn.supported):
-                res = True
-        memo[key] = res
-        return res
-
-    kept: list[list[int]] = []
-    for nd in nodes:
-        i = nd.id
-        if nd.is_input:
-            kept.append(list(range(len(nd.outputs))))
-            continue
-        if i in transparent:
-            kept.append([o for o in range(len(nd.outputs)) if (i, o) in plain_out])
-            continue
-        head_buffer = (nd.primitive in MATERIALISING or nd.params.get("replicate_only") or not nd.supported)
-        ko = [o for o in range(len(nd.outputs)) if (o == 0 and head_buffer and not nd.folded) or feeds_buffer(i, o)]
-        if head_buffer and nd.folded:
-            ko.append(-1)  # the head's own result, which the folded chain reads (see docstring)
-        if (nd.primitive in EXPENSIVE or any(f in EXPENSIVE for f in nd.folded)):
-            rest = [o for o in range(len(nd.outputs)) if o not in ko
-                    and len(consumers.get((i, o), ())) + sum(len(consumers.get((i, q), ())) for q in ko) >= 2]
-            ko += rest[:1]
-        kept.append(sorted(ko))
-    return kept, transparent
-
-
-def operand_copies(graph: OpGraph, strats, mesh: Mesh) -> list[list[tuple]]:
-    """Per node: the operands whose resharded copy is charged to the node's own usage, as
-    (operand index k, Tensor, b_min) with b_min = the fewest per-device bytes any strategy of the
-    producer stores that value in.
-
-    A consumer that reads a program input (parameter, optimizer state, batch) in a less-sharded
-    layout than the input can be stored in holds an extra buffer: the all-gathered copy (an FSDP
-    parameter gathered for its matmul). XLA gathers it once and reuses it (CSE) for every consumer
-    of that layout, so the copy lives from the forward use to the backward use — about the
-    consumer's own interval for a forward matmul, which is what the copy is charged over here. The IOPDDL
-    format has per-node usages only, so the copy cannot depend on both endpoints' strategies; the
-    approximation charges consumer strategy s the local bytes of operand k under s's operand spec
-    whenever they exceed b_min, over the consumer's interval. Exact-ish when the input is stored at
-    b_min (FSDP storage); an over-count of one copy when the stored layout already matches (a
-    replicated weight read by a replicated matmul under DP: the weight counted twice while the
-    matmul's result lives). Activations are not charged: their producer's buffer is already
-    counted and a copy would only be live for one step, which one interval per node cannot say
-    (under-count where a plan gathers activations). Only head operands of
-    ``NON_FUSIBLE`` consumers (dot, conv, fft, gather/scatter, ...) are charged: their operands are
-    buffers; element-wise consumers are fused with the slice/gather producing their operands.
-    On the CPU backend the charge also stands in for the copies XLA makes of weights in the layout
-    its dot kernels want (``copy.N`` of parameters, live from the forward to the backward matmul).
-    Measured (results/fidelity.json): moves FSDP rows from 0.3-0.6x to 0.6-0.9x of XLA and
-    replicated / DP rows by -5% to +20%.
-    """
-    nodes = graph.nodes
-    bmin_cache: dict = {}
-    out: list[list[tuple]] = []
-    for nd in nodes:
-        res = []
-        if not nd.is_input and nd.primitive in NON_FUSIBLE and len(strats[nd.id]) > 1:
-            nh = int(nd.params.get("num_head_operands", len(nd.operands)))
-            for k, (u, oi) in enumerate(nd.operands[:nh]):
-                if u < 0 or not nodes[u].is_input:
-                    continue
-                key = (id(strats[u]), oi)
-                b = bmin_cache.get(key)
-                if b is None:
-                    t = nodes[u].outputs[oi]
-                    it = np.dtype(t.dtype).itemsize
-                    b = min(local_bytes(t.shape, it, s.out_specs[oi], mesh) for s in strats[u])
-                    bmin_cache[key] = b
-                res.append((k, nd.operand_types[k], b))
-        out.append(res)
-    return out
 
 
 def _public(st, cache):

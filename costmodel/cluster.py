@@ -3,7 +3,10 @@
 An n-D device mesh with axis names; per mesh axis the link bandwidth (bytes/s each device can
 send along that axis) and latency (s per collective step); per device the memory (bytes) and peak
 FLOP/s, which may differ from device to device (heterogeneous clusters, slow devices); and an
-efficiency factor (achieved / peak FLOP/s) applied to all compute.
+efficiency factor (achieved / peak FLOP/s) applied to all compute; and the ``backend`` XLA
+compiles for, where it changes what runs: "cpu" lowers a reduce-scatter to an all-reduce plus a
+slice fused into the consumers (measured, DESIGN.md), so it sends 2x the bytes and the whole reduced
+tensor lives as long as the output; "gpu" and "tpu" run a real reduce-scatter.
 
 Devices are laid out in row-major mesh order: device d has mesh coordinates
 ``np.unravel_index(d, mesh_shape)``. By convention the LAST axis is the fastest (within a node):
@@ -24,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 GiB = 1024 ** 3
+BACKENDS = ("cpu", "gpu", "tpu")
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 1024, "mib": 1024 ** 2, "gib": GiB, "tib": 1024 ** 4}
 
@@ -48,6 +52,7 @@ class Cluster:
     device_memory_bytes: tuple[float, ...]
     device_flops: tuple[float, ...]
     efficiency: float = 0.5
+    backend: str = "gpu"
 
     def __post_init__(self):
         nd = len(self.mesh_shape)
@@ -72,6 +77,8 @@ class Cluster:
             raise ValueError(f"cluster {self.name!r}: axis_latency_s must be >= 0")
         if not (0 < self.efficiency <= 1):
             raise ValueError(f"cluster {self.name!r}: efficiency must be in (0, 1], got {self.efficiency}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"cluster {self.name!r}: backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
 
     # ---- derived -----------------------------------------------------------------------
     @property
@@ -155,6 +162,7 @@ class Cluster:
                 device_memory_bytes=per("device_memory_bytes", n, parse_bytes),
                 device_flops=per("device_flops", n),
                 efficiency=float(d.get("efficiency", 0.5)),
+                backend=str(d.get("backend", "gpu")),
             )
         except ValueError as exc:
             msg = str(exc)
@@ -197,10 +205,10 @@ class Cluster:
         return replace(self, **kw)
 
 
-def _uniform(name, mesh, axes, bw, lat, mem, flops, eff=0.5) -> Cluster:
+def _uniform(name, mesh, axes, bw, lat, mem, flops, eff=0.5, backend="gpu") -> Cluster:
     n = int(math.prod(mesh))
     return Cluster(name, tuple(mesh), tuple(axes), tuple(float(b) for b in bw), tuple(float(x) for x in lat),
-                   (float(mem),) * n, (float(flops),) * n, eff)
+                   (float(mem),) * n, (float(flops),) * n, eff, backend)
 
 
 def _hetero() -> Cluster:
@@ -214,9 +222,11 @@ def _hetero() -> Cluster:
 # Figures: per-device unidirectional link bandwidth and a per-step latency; FLOP/s at TF32/fp32-class
 # rates since the zoo trains in float32. CPU figures are nominal (the 8 virtual devices share 2 cores).
 _PRESETS = {
-    "cpu-2x4": lambda: _uniform("cpu-2x4", (2, 4), ("x", "y"), (5e9, 10e9), (20e-6, 10e-6), 2 * GiB, 50e9),
+    "cpu-2x4": lambda: _uniform("cpu-2x4", (2, 4), ("x", "y"), (5e9, 10e9), (20e-6, 10e-6), 2 * GiB, 50e9,
+                                backend="cpu"),
     "a100-1x8": lambda: _uniform("a100-1x8", (1, 8), ("node", "gpu"), (25e9, 300e9), (10e-6, 3e-6), 80 * GiB, 156e12),
     "h100-2x8": lambda: _uniform("h100-2x8", (2, 8), ("node", "gpu"), (50e9, 450e9), (10e-6, 3e-6), 80 * GiB, 495e12),
-    "tpu-4x4": lambda: _uniform("tpu-4x4", (4, 4), ("x", "y"), (90e9, 90e9), (5e-6, 5e-6), 32 * GiB, 275e12),
+    "tpu-4x4": lambda: _uniform("tpu-4x4", (4, 4), ("x", "y"), (90e9, 90e9), (5e-6, 5e-6), 32 * GiB, 275e12,
+                                backend="tpu"),
     "a100-hetero-2x4": _hetero,
 }

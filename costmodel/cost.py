@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel import reshard_table
+
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 
 
@@ -68,6 +70,8 @@ class Mesh:
         self.lat = {a: float(x) for a, x in zip(cluster.axis_names, cluster.axis_latency_s)}
         self.index = {a: i for i, a in enumerate(cluster.axis_names)}
         self.num_devices = int(cluster.num_devices)
+        self.shape = tuple(int(n) for n in cluster.mesh_shape)
+        self.backend = str(getattr(cluster, "backend", "gpu"))
         f = np.asarray(cluster.device_flops, dtype=np.float64)
         self.min_flops = float(f.min()) * float(cluster.efficiency)
         self.mean_flops = float(f.mean()) * float(cluster.efficiency)
@@ -168,6 +172,22 @@ def collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float]:
     return t, sent
 
 
+def lowered_kind(kind: str, mesh: Mesh) -> str:
+    """The collective the backend runs for ``kind``: on "cpu" a reduce-scatter is an all-reduce
+    (then a slice fused into the consumers; measured on XLA CPU), elsewhere ``kind`` itself."""
+    return "all-reduce" if kind == "reduce-scatter" and mesh.backend == "cpu" else kind
+
+
+def node_collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float, float]:
+    """(seconds, bytes sent per device, extra live bytes) of a node's own collective as the backend
+    runs it (``lowered_kind``). Extra live bytes: on CPU a reduce-scatter's whole reduced tensor
+    (B per device) stays live with the output instead of its B / n slice, so B − B/n more."""
+    run = lowered_kind(kind, mesh)
+    t, sent = collective(run, axes, B, mesh)
+    extra = float(B) - float(B) / mesh.shards(axes) if run != kind else 0.0
+    return t, sent, extra
+
+
 # ---- compute ----------------------------------------------------------------------------------
 def compute_time(flops_per_device: float, mesh: Mesh) -> tuple[float, float]:
     """(seconds, imbalance seconds) of ``flops_per_device`` (the padded shard's FLOPs; every
@@ -182,8 +202,50 @@ def compute_time(flops_per_device: float, mesh: Mesh) -> tuple[float, float]:
 
 # ---- resharding ----------------------------------------------------------------------------------
 def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
-    """(seconds, bytes sent per device) to turn a tensor laid out as ``src`` into ``dst``
-    (internal specs). Per mesh axis, comparing where it shards the tensor in src and dst (within a
+    """(seconds, bytes sent per device) to turn a tensor laid out as ``src`` into ``dst`` (internal
+    specs), as XLA does it: the collectives XLA compiled for this transition on this mesh shape
+    (``reshard_table.lookup``), each priced with the α-β model of the axes it runs over
+    (``transition_time``); bytes sent = the measured fraction x the tensor's bytes. Pairs no table
+    holds fall back to ``reshard_rules`` (``reshard_measured`` tells which one applies)."""
+    src = tuple(src)
+    dst = tuple(dst)
+    if src == dst:
+        return 0.0, 0.0
+    tr = reshard_measured(src, dst, mesh)
+    if tr is None:
+        return reshard_rules(shape, itemsize, src, dst, mesh)
+    whole = float(itemsize * math.prod(int(d) for d in shape))
+    return transition_time(tr, whole, mesh), tr.sent_frac * whole
+
+
+def reshard_measured(src, dst, mesh: Mesh):
+    """The measured Transition for src -> dst on ``mesh`` (None: not probed, the rules apply)."""
+    return reshard_table.lookup(mesh.shape, spec_name(src, mesh.axis_names), spec_name(dst, mesh.axis_names))
+
+
+def transition_time(tr, whole_bytes: float, mesh: Mesh) -> float:
+    """Seconds of a measured transition on a tensor of ``whole_bytes``: Σ over its collectives of
+    ``collective`` on the mesh axes it ran over with B = its buffer (bytes_frac x whole_bytes;
+    for all-to-all B = group size x the per-device operand, ``collective``'s convention), and for
+    a collective-permute wire bytes / the slowest of its axes' bandwidth + that axis's latency."""
+    t = 0.0
+    for kind, axes, bfrac, wfrac, count in tr.collectives:
+        names = tuple(mesh.axis_names[a] for a in axes)
+        if not names:
+            continue
+        if kind == "collective-permute":
+            slow = min(names, key=lambda a: mesh.bw[a])
+            dt = wfrac * whole_bytes / mesh.bw[slow] + mesh.lat[slow]
+        else:
+            B = bfrac * whole_bytes * (mesh.shards(names) if kind == "all-to-all" else 1)
+            dt = collective(kind, names, B, mesh)[0]
+        t += count * dt
+    return t
+
+
+def reshard_rules(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
+    """The hand-written rules ``reshard`` falls back to for transitions no table holds: (seconds,
+    bytes sent per device) to turn ``src`` into ``dst``. Per mesh axis, comparing where it shards the tensor in src and dst (within a
     dim, the common major prefix of the two axis tuples stays; the rest is "removed"/"added"):
       in dst only                     -> local slice, free (done first: it shrinks what moves);
       removed from dim i, added to j≠i -> all-to-all over that axis, B = local bytes · n_axis;
@@ -194,7 +256,10 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
     full rematerialization"): an axis move together with any other move or all-gather is priced as
     XLA runs it — all-gather of src to fully replicated (as ``reshard(src -> replicated)``), then a free
     slice; e.g. S01R -> RS1 and S0S1 -> S1S0 (the SPMD partitioner has no one-step all-to-all for a
-    transposed device order and falls back to replicating; seen in its warnings on cpu-2x4)."""
+    transposed device order and falls back to replicating; seen in its warnings on cpu-2x4).
+    Measured against XLA on f32[8,32,64] over 2x4 these rules were wrong on 5 of 11 pairs (e.g.
+    S01RR -> RRS01 is one all-to-all of 1/8 the tensor, S1RR -> RRS0 a full rematerialisation):
+    they are only a fallback."""
     src = tuple(src)
     dst = tuple(dst)
     if src == dst:
@@ -218,7 +283,7 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
     if moves and moves + gathers >= 2:
         # XLA's SPMD partitioner cannot chain these ("involuntary full rematerialization"): it
         # all-gathers the tensor to replicated over every axis of src, then slices (free).
-        return reshard(shape, itemsize, src, ((),) * nd, mesh)
+        return reshard_rules(shape, itemsize, src, ((),) * nd, mesh)
     cur = [list(e) for e in src]
     # 1. free slices: axes only in dst
     for a, d in added.items():
@@ -247,6 +312,20 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
     return t_total, sent_total
 
 
+def reshard_coverage(srcs, dsts, mesh: Mesh) -> tuple[int, int]:
+    """(pairs priced from a measured table, pairs priced by the fallback rules) among the
+    src != dst pairs of ``reshard_matrix(…, srcs, dsts, mesh)``."""
+    measured = fallback = 0
+    for s in srcs:
+        for d in dsts:
+            if tuple(s) != tuple(d):
+                if reshard_measured(s, d, mesh) is None:
+                    fallback += 1
+                else:
+                    measured += 1
+    return measured, fallback
+
+
 @lru_cache(maxsize=None)
 def _reshard_cached(shape, itemsize, src, dst, mesh_key):
     return reshard(shape, itemsize, src, dst, _MESHES[mesh_key])
@@ -266,3 +345,9 @@ def reshard_matrix(shape, itemsize: int, srcs, dsts, mesh: Mesh) -> tuple[np.nda
         for j, d in enumerate(dsts):
             T[i, j], C[i, j] = _reshard_cached(shape, itemsize, s, d, key)
     return T, C
+
+
+def clear_reshard_cache() -> None:
+    """Forget memoised reshard prices and loaded tables (after a table is rebuilt)."""
+    _reshard_cached.cache_clear()
+    reshard_table.clear_cache()

@@ -39,6 +39,8 @@ class ProblemMeta:
     ``graph_node[i]`` is the OpGraph node behind problem node i; ``out_specs[i][s]`` is the
     PartitionSpec of node i's output 0 under strategy s, as a tuple with one entry per dim:
     None, an axis name, or a tuple of axis names. ``operand_specs[i][s]`` likewise per operand.
+    ``reshard_stats``: how many distinct resharding pairs were priced from XLA's measured table
+    (``measured_pairs``) and how many by the fallback rules (``fallback_pairs``).
     """
 
     mesh_shape: tuple[int, ...]
@@ -54,6 +56,7 @@ class ProblemMeta:
     input_index: list[int | None] = field(default_factory=list)
     input_path: list[str | None] = field(default_factory=list)
     graph: Any = None
+    reshard_stats: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)

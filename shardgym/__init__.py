@@ -1,7 +1,7 @@
 """shardgym: learn to plan how a model is sharded over a device mesh.
 
 Public surface (see README and ../shared/DESIGN.md):
-``trace, Cluster, build_problem, Problem, solve, evaluate, execute, Plan``.
+``trace, Cluster, build_problem, Problem, solve, evaluate, execute, verify, Plan``.
 Importing shardgym registers the gymnasium environment ``shardgym/Sharding-v0``.
 """
 from shardgym.api import (  # noqa: F401
@@ -15,6 +15,7 @@ from shardgym.api import (  # noqa: F401
     execute,
     solve,
     trace,
+    verify,
 )
 
 try:  # registering the env must never break the planner API
@@ -22,4 +23,5 @@ try:  # registering the env must never break the planner API
 except ImportError:  # pragma: no cover - env package still being built
     pass
 
-__all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace"]
+__all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace",
+           "verify"]

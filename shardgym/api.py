@@ -1,4 +1,4 @@
-"""The functions users call: trace, build_problem, solve, evaluate, execute.
+"""The functions users call: trace, build_problem, solve, evaluate, execute, verify.
 
 This module only dispatches; the work lives in costmodel/, agent/ and shardgym/runtime.py.
 """
@@ -11,7 +11,8 @@ from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem, evaluate
 
-__all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace"]
+__all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace",
+           "verify"]
 
 METHODS = ("ilp", "policy", "dp", "megatron", "fsdp", "replicated")
 OBJECTIVES = ("time", "memory", "redundancy")
@@ -173,3 +174,12 @@ def execute(fn, args, graph: OpGraph, plan: Plan, **kw):
     """Run ``fn(*args)`` sharded as ``plan`` says on the local devices; see shardgym/runtime.py."""
     from shardgym.runtime import execute as _execute
     return _execute(fn, args, graph, plan, **kw)
+
+
+def verify(fn, args, graph: OpGraph, problem: Problem, plan: Plan | None = None, **kw):
+    """Compile the plan (abstractly), compare XLA's memory with the model's, charge what the model
+    missed from XLA's buffer assignment and re-solve, for a bounded number of rounds; returns a
+    ``shardgym.verify.Verified`` (plan, charged problem, every round, XLA's fits verdict)."""
+    from shardgym.verify import verify as _verify
+    return _verify(fn, args, graph, problem, plan, solve=solve, **kw)
+

@@ -101,6 +101,14 @@ def cmd_plan(args) -> int:
     with err.status(f"solving with {args.method} ({args.objective}) ..."):
         plan, cost = workflow.solve_and_price(problem, args.method, args.objective, args.memory_cap,
                                               args.max_step_time, args.time_limit)
+    if args.verify:  # compile with XLA (abstractly), charge what the model missed, re-solve
+        import shardgym as sg
+        with err.status(f"verifying against XLA (up to {args.verify} compiles) ..."):
+            v = sg.verify(fn, fargs, graph, problem, plan, rounds=args.verify, memory_cap_bytes=args.memory_cap,
+                          method=args.method, objective=args.objective, max_step_time_s=args.max_step_time,
+                          time_limit_s=args.time_limit)
+        out.print(v.summary())
+        plan, cost = v.plan, sg.evaluate(v.problem, v.plan)
     validate.check_divisible(validate.replicate_keys(plan, fargs), fargs, graph=graph)
     plan.meta.update(source.meta(), **validate.cluster_meta(cluster, args.memory_cap))
     out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{source.label} on {cluster.name}"))
@@ -200,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the plan as JSON here")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                    help="with --out, write PNG plots next to the plan")
+    p.add_argument("--verify", type=int, nargs="?", const=3, default=0, metavar="ROUNDS",
+                   help="compile the plan with XLA (abstractly), charge the buffers the model missed and "
+                        "re-solve, at most ROUNDS compiles (default 3); the plan is XLA-checked")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("compare", help="every method side by side for one model and cluster")

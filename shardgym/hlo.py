@@ -4,7 +4,8 @@
 collective-permute (synchronous, or the ``-start`` half of an async pair; ``-done`` is skipped) and
 returns one :class:`Collective` per instruction, each counted as often as its computation runs
 (a while loop with a ``known_trip_count`` multiplies its body's collectives; an unknown trip count
-counts once). ``summarize`` aggregates them per kind.
+counts once). ``summarize`` aggregates them per kind; ``mesh_axes`` names the mesh axes one runs over
+(from its replica group, ``replica_groups``, or its moving ``permute_pairs``).
 
 Per instruction, with n = the replica-group size and all sizes per device (the SPMD program is the
 per-device program):
@@ -60,6 +61,8 @@ class Collective:
     computation: str = ""
     op_name: str = ""
     shape: str = ""
+    group: tuple = ()
+    pairs: tuple = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,6 +143,75 @@ def group_size(attrs: str, num_devices: int | None = None) -> int:
             raise ValueError("replica_groups={} means all devices: pass num_devices")
         return int(num_devices)
     raise ValueError(f"cannot read replica_groups in {attrs[:200]!r}")
+
+
+def _iota_ids(text: str) -> np.ndarray:
+    """``[d0,d1,...]T(p0,p1,...)`` (or without ``T(...)``) -> iota(prod d) reshaped to d,
+    transposed by p, flattened; a plain list ``0,4,1,5`` -> those ids."""
+    m = re.match(r"\s*\[([\d,\s]*)\](?:T\(([\d,\s]*)\))?", text)
+    if m is None:
+        return np.array([int(x) for x in re.findall(r"\d+", text)], dtype=np.int64)
+    dims = [int(x) for x in m.group(1).split(",") if x.strip()]
+    ids = np.arange(int(np.prod(dims)), dtype=np.int64).reshape(dims)
+    if m.group(2):
+        ids = ids.transpose([int(x) for x in m.group(2).split(",") if x.strip()])
+    return ids.reshape(-1)
+
+
+def replica_groups(attrs: str, num_devices: int | None = None) -> np.ndarray:
+    """The replica groups of an instruction as an int array [groups, group size] of device ids
+    (every form of the module doc; Shardy's ``mesh[...] device_ids=(...) {axes}`` included, with
+    sub-axes ``'a':(pre)size`` = the size-``size`` factor of axis a below the major ``pre`` devices).
+    ``replica_groups={}`` (or none) is one group of all ``num_devices``."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([^)]*\)?)\))?\s*(?:\{([^}]*)\})?", attrs)
+    if m:
+        names = re.findall(r"'([^']+)'\s*=\s*(\d+)", m.group(1))
+        sizes = [int(n) for _, n in names]
+        ids = (_iota_ids(m.group(2)) if m.group(2) else np.arange(int(np.prod(sizes)), dtype=np.int64))
+        picked = []  # (axis index, pre, size)
+        for item in _split_top(m.group(3) or ",".join(f"'{a}'" for a, _ in names)):
+            item = item.strip()
+            if not item:
+                continue
+            name = re.match(r"'([^']+)'", item)
+            ax = [a for a, _ in names].index(name.group(1)) if name else -1
+            if ax < 0:
+                raise ValueError(f"cannot read the replica group axis {item!r} in {attrs[:200]!r}")
+            sub = re.search(r":\s*\((\d+)\)\s*(\d+)", item)
+            picked.append((ax, int(sub.group(1)), int(sub.group(2))) if sub else (ax, 1, sizes[ax]))
+        factors, where = [], {}
+        for ax, n in enumerate(sizes):  # split each axis at the sub-axis boundaries it is used with
+            cuts = sorted({1, n} | {c for a, pre, sz in picked if a == ax for c in (pre, pre * sz)})
+            for lo, hi in zip(cuts, cuts[1:]):
+                where[(ax, lo)] = len(factors)
+                factors.append(hi // lo)
+        grid = ids.reshape(factors)
+        sel = []
+        for ax, pre, sz in picked:
+            k, acc = where[(ax, pre)], 1
+            while acc < sz:
+                sel.append(k)
+                acc *= factors[k]
+                k += 1
+        rest = [k for k in range(len(factors)) if k not in sel]
+        return grid.transpose(rest + sel).reshape(-1, int(np.prod([factors[k] for k in sel], dtype=np.int64)))
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=(\[[\d,\s]*\](?:T\([\d,\s]*\))?)", attrs)
+    if m:
+        return _iota_ids(m.group(3)).reshape(int(m.group(1)), int(m.group(2)))
+    m = re.search(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)+)\}", attrs)
+    if m:
+        groups = [[int(x) for x in g.split(",") if x.strip()] for g in re.findall(r"\{([\d,\s]*)\}", m.group(1))]
+        return np.array(groups, dtype=np.int64)
+    if num_devices is None:
+        raise ValueError("replica_groups={} means all devices: pass num_devices")
+    return np.arange(int(num_devices), dtype=np.int64).reshape(1, -1)
+
+
+def permute_pairs(attrs: str) -> list[tuple[int, int]]:
+    """The (source, target) pairs of a collective-permute that move data (a pair {i,i} does not)."""
+    m = re.search(r"source_target_pairs=\{(.*?)\}\}", attrs)
+    pairs = re.findall(r"\{(\d+),(\d+)\}", m.group(0)) if m else []
+    return [(int(a), int(b)) for a, b in pairs if a != b]
 
 
 def _permute_moving_fraction(attrs: str) -> tuple[float, int]:
@@ -241,10 +313,12 @@ def parse_collectives(text: str, num_devices: int | None = None) -> list[Collect
             if opcode.endswith("-start") and kind in ("all-gather", "collective-permute"):
                 # async start returns (operands..., results...): the results are the second half
                 res_bytes = max(res_bytes - op_bytes, 0.0)
+            group, pairs = (), ()
             if kind == "collective-permute":
                 frac, n = _permute_moving_fraction(attrs)
                 b = op_bytes
                 wire = b * frac
+                pairs = tuple(permute_pairs(attrs))
             else:
                 n = group_size(attrs, num_devices)
                 if kind == "all-gather":
@@ -253,11 +327,28 @@ def parse_collectives(text: str, num_devices: int | None = None) -> list[Collect
                     b = op_bytes
                 factor = 2.0 * (n - 1) / n if kind == "all-reduce" else (n - 1) / n
                 wire = b * factor
+                if num_devices is not None or "replica_groups={}" not in attrs:
+                    group = tuple(int(d) for d in replica_groups(attrs, num_devices)[0])
             meta = re.search(r'op_name="([^"]*)"', attrs)
             out.append(Collective(kind=kind, name=iname, bytes=b * 1.0, wire_bytes=wire,
                                   group_size=int(n), count=k, computation=cname,
-                                  op_name=meta.group(1) if meta else "", shape=shape.strip()))
+                                  op_name=meta.group(1) if meta else "", shape=shape.strip(),
+                                  group=group, pairs=pairs))
     return out
+
+
+def mesh_axes(c: Collective, mesh_shape) -> tuple[int, ...]:
+    """The mesh axes (indices) a collective runs over, for devices numbered row-major on a mesh of
+    ``mesh_shape``: the axes along which the members of its (first) replica group differ, or, for
+    a collective-permute, the axes along which any moving source and target differ."""
+    shape = tuple(int(n) for n in mesh_shape)
+    if c.kind == "collective-permute":
+        ends = [np.unravel_index(list(p), shape) for p in c.pairs]
+        return tuple(a for a in range(len(shape)) if any(e[a][0] != e[a][1] for e in ends))
+    if not c.group:
+        return tuple(a for a in range(len(shape)) if shape[a] > 1)
+    coords = np.array(np.unravel_index(list(c.group), shape))
+    return tuple(a for a in range(len(shape)) if len(set(coords[a].tolist())) > 1)
 
 
 def summarize(collectives: list[Collective]) -> list[dict]:

@@ -16,6 +16,10 @@ and XLA's own memory and collective figures beside the cost model's.
 5. reads ``compiled.memory_analysis()`` (per device) and the collectives of ``compiled.as_text()``
    (shardgym/hlo.py), and prices the same plan with the cost model.
 
+With ``jax.ShapeDtypeStruct`` args (``zoo.build(..., abstract=True)``) steps 1-3 and 5 run and step 4
+stops after compiling: nothing is allocated (GPT-125M compiles in ~5-80 s under 4 GB RSS), and the
+Report's numerics fields and step times are None (``compiled_only=True``).
+
 Numerics (see DESIGN.md): ``max_rel_err`` is the largest per-leaf ‖sharded − ref‖₂ / ‖ref‖₂ (AdamW
 turns 1e-9 gradient noise into lr-sized elementwise differences where |g| ~ eps, so an elementwise
 relative error would be meaningless); ``max_abs_err`` is the largest elementwise |sharded − ref|;
@@ -36,8 +40,12 @@ import numpy as np
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
+from shardgym.hlo import parse_collectives, summarize
 from shardgym.validate import constrain, is_key, plan_cluster
 
+#: every equation of graph node i is traced under jax.named_scope(f"{NODE_SCOPE}{i}"), so an HLO
+#: instruction's op_name metadata says which node it came from (shardgym/verify.py reads it).
+NODE_SCOPE = "sg_node_"
 CPU_DEVICES_HINT = ("run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (set before jax is "
                     "imported) to get {n} virtual CPU devices")
 
@@ -54,16 +62,18 @@ class Report:
     ``predicted_collectives``: per kind {kind, count, wire_bytes} (see predicted_collectives).
     ``collective_list``: every collective instruction (hlo.Collective as a dict, with op_name).
     ``predicted_*`` are None when no Problem could be built for the plan.
+    ``compiled_only``: the args were ``jax.ShapeDtypeStruct``s, so the plan was lowered and compiled
+    without allocating anything; the numerics fields and step times are then None.
     """
 
-    max_abs_err: float
-    max_rel_err: float
-    zero_grad_rel_err: float
+    max_abs_err: float | None
+    max_rel_err: float | None
+    zero_grad_rel_err: float | None
     zero_grad_leaves: tuple
-    loss_abs_err: float
-    loss_rel_err: float
-    loss: float
-    ref_loss: float
+    loss_abs_err: float | None
+    loss_rel_err: float | None
+    loss: float | None
+    ref_loss: float | None
     worst_leaf: str
     xla_memory_bytes: float
     xla_peak_memory_bytes: float
@@ -76,13 +86,14 @@ class Report:
     predicted_collectives: tuple
     predicted_comm_bytes: float | None
     compile_time_s: float
-    step_time_s: float
-    ref_step_time_s: float
+    step_time_s: float | None
+    ref_step_time_s: float | None
     mesh_shape: tuple
     axis_names: tuple
     num_constraints: int
     method: str = ""
     notes: tuple = field(default_factory=tuple)
+    compiled_only: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -98,19 +109,23 @@ class Report:
         coll = ", ".join(f"{c['kind']} x{c['count']} {c['wire_bytes'] * mb:.3f} MiB" for c in self.collectives) or "none"
         pcoll = ", ".join(f"{c['kind']} x{c['count']} {c['wire_bytes'] * mb:.3f} MiB"
                           for c in self.predicted_collectives) or "none"
+        numerics = ("numerics: not run (compiled only, from ShapeDtypeStructs)" if self.compiled_only else
+                    f"numerics: loss {self.loss:.6g} (ref {self.ref_loss:.6g}, |d| {self.loss_abs_err:.2e}), "
+                    f"max_rel_err {self.max_rel_err:.2e} ({self.worst_leaf}), max_abs_err {self.max_abs_err:.2e}"
+                    + (f"; {len(self.zero_grad_leaves)} zero-gradient params (rel err {self.zero_grad_rel_err:.2g}, "
+                       "not counted)" if self.zero_grad_leaves else ""))
+        timing = (f"compile {self.compile_time_s:.2f} s" if self.step_time_s is None else
+                  f"compile {self.compile_time_s:.2f} s, step {self.step_time_s * 1e3:.2f} ms"
+                  + ("" if self.ref_step_time_s is None else f" (unsharded {self.ref_step_time_s * 1e3:.2f} ms)"))
         lines = [
             f"plan {self.method or '?'} on mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
             f"{self.num_constraints} sharding constraints",
-            f"numerics: loss {self.loss:.6g} (ref {self.ref_loss:.6g}, |d| {self.loss_abs_err:.2e}), "
-            f"max_rel_err {self.max_rel_err:.2e} ({self.worst_leaf}), max_abs_err {self.max_abs_err:.2e}"
-            + (f"; {len(self.zero_grad_leaves)} zero-gradient params (rel err {self.zero_grad_rel_err:.2g}, "
-               "not counted)" if self.zero_grad_leaves else ""),
+            numerics,
             f"memory/device: XLA {self.xla_memory_bytes * mb:.3f} MiB (peak {self.xla_peak_memory_bytes * mb:.3f}), "
             f"predicted {pred_mem}",
             f"collectives (bytes sent/device): XLA {coll}; total {self.collective_wire_bytes * mb:.3f} MiB",
             f"predicted: {pcoll}; total {pred_comm}",
-            f"compile {self.compile_time_s:.2f} s, step {self.step_time_s * 1e3:.2f} ms "
-            f"(unsharded {self.ref_step_time_s * 1e3:.2f} ms)",
+            timing,
         ]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -336,7 +351,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
     split), count = edges that move bytes."""
     from costmodel.builder import strategies_of
     from costmodel.cluster import Cluster
-    from costmodel.cost import Mesh, collective
+    from costmodel.cost import Mesh, lowered_kind, node_collective
     cluster = cluster if isinstance(cluster, Cluster) else Cluster.preset(cluster)
     strats = strategies_of(graph, cluster)
     k = problem.num_strategies
@@ -347,7 +362,8 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
     acc: dict[str, dict] = {}
     for i, si in enumerate(s):
         for kind, axes, B in strats[i][si].collectives:
-            _, sent = collective(kind, axes, B, mesh)
+            _, sent, _ = node_collective(kind, axes, B, mesh)
+            kind = lowered_kind(kind, mesh)  # as the backend runs it (CPU: no reduce-scatter)
             d = acc.setdefault(kind, {"kind": kind, "count": 0, "wire_bytes": 0.0})
             d["count"] += 1
             d["wire_bytes"] += sent
@@ -473,7 +489,8 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                     fft_sh = op_sharding.get((nid, ins[0])) or sharding_of.get(ins[0])
                     if fft_sh is not None:
                         ops = [_row_major(ops[0], fft_sh), *ops[1:]]
-                res = _eval_step(kind, payload, ops)
+                with jax.named_scope(f"{NODE_SCOPE}{nid}"):  # XLA's op_name names the node (verify)
+                    res = _eval_step(kind, payload, ops)
                 if fft_sh is not None:
                     res = [_row_major(r, fft_sh) for r in res]
             for o, x in zip(outs, res):
@@ -565,8 +582,9 @@ def _block(x):
 
 def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, donate: bool = True,
             warmup: int = 1, iters: int = 3, problem=None, devices=None,
-            constrain_operands: bool = True) -> Report:
-    """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring."""
+            constrain_operands: bool = True, compiler_options: dict | None = None) -> Report:
+    """Run ``fn(*args)`` sharded as ``plan`` says; see the module docstring. ``compiler_options``
+    go to XLA's compile (e.g. ``{"xla_dump_to": DIR}`` for its buffer assignment)."""
     import jax
 
     if warmup < 0 or iters < 1:
@@ -575,8 +593,10 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
         raise ValueError("args must be the tuple of positional arguments of fn, e.g. (params, opt_state, batch)")
     args = tuple(args)
     leaves = jax.tree.leaves(args)
-    if any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
-        raise ValueError("execute needs real arrays, not ShapeDtypeStructs: build the args with abstract=False")
+    abstract = any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+    if abstract and not all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
+        raise ValueError("execute: args mix arrays and ShapeDtypeStructs; give all real arrays (to run) or all "
+                         "ShapeDtypeStructs (to compile only), e.g. zoo.build(..., abstract=True)")
     mesh = make_mesh(plan, devices)
     in_sh = input_shardings(args, plan, mesh)
     out_sh, out_shape = output_shardings(fn, args, graph, in_sh, mesh)
@@ -588,15 +608,29 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
             problem = None
     run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh, problem if constrain_operands else None)
 
-    host_args = jax.tree.map(lambda x: x if is_key(x) else np.asarray(x), args)  # donation invalidates buffers: keep a copy
     donate_argnums = tuple(i for i in (0, 1) if i < len(args)) if donate else ()
     jitted = jax.jit(run_fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate_argnums)
 
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-        compiled = jitted.lower(*args).compile()
+        compiled = jitted.lower(*args).compile(compiler_options=compiler_options)
     compile_time_s = time.perf_counter() - t0
+    mem, coll_list = xla_figures(compiled, math.prod(plan.mesh_shape))
+    pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
+    common = dict(
+        xla_memory_bytes=mem["total"], xla_peak_memory_bytes=mem["peak"], xla_memory_breakdown=mem["breakdown"],
+        predicted_memory_bytes=pred_mem, collectives=tuple(summarize(coll_list)),
+        collective_list=tuple(c.to_dict() for c in coll_list), collective_bytes=float(sum(c.bytes * c.count for c in coll_list)),
+        collective_wire_bytes=float(sum(c.wire_bytes * c.count for c in coll_list)),
+        predicted_collectives=tuple(pred_colls), predicted_comm_bytes=pred_comm, compile_time_s=compile_time_s,
+        mesh_shape=tuple(plan.mesh_shape), axis_names=tuple(plan.axis_names), num_constraints=n_constraints,
+        method=plan.method, notes=tuple(notes))
+    if abstract:  # compile-only: nothing was allocated, nothing runs
+        return Report(max_abs_err=None, max_rel_err=None, zero_grad_rel_err=None, zero_grad_leaves=(),
+                      loss_abs_err=None, loss_rel_err=None, loss=None, ref_loss=None, worst_leaf="",
+                      step_time_s=None, ref_step_time_s=None, compiled_only=True, **common)
+    host_args = jax.tree.map(lambda x: x if is_key(x) else np.asarray(x), args)  # donation invalidates buffers: keep a copy
 
     def run_once():
         placed = _block(jax.device_put(host_args, in_sh))
@@ -630,26 +664,18 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
             loss_abs = abs(loss - ref_loss)
             loss_rel = loss_abs / abs(ref_loss) if ref_loss else loss_abs
 
-    ma = compiled.memory_analysis()
-    breakdown = {k: float(getattr(ma, k + "_size_in_bytes", 0) or 0) for k in ("argument", "output", "alias", "temp")}
-    xla_mem = breakdown["argument"] + breakdown["output"] - breakdown["alias"] + breakdown["temp"]
-    xla_peak = float(getattr(ma, "peak_memory_in_bytes", 0) or 0)
-
-    from shardgym.hlo import parse_collectives, summarize
-    coll_list = parse_collectives(compiled.as_text(), num_devices=math.prod(plan.mesh_shape))
-    colls = summarize(coll_list)
-    pred_mem, pred_comm, pred_colls, notes = predict(graph, plan, problem)
-
     return Report(
         max_abs_err=max_abs, max_rel_err=max_rel, zero_grad_rel_err=zero_rel,
         zero_grad_leaves=tuple(sorted(zero_grad)), loss_abs_err=loss_abs, loss_rel_err=loss_rel,
-        loss=loss, ref_loss=ref_loss, worst_leaf=worst,
-        xla_memory_bytes=xla_mem, xla_peak_memory_bytes=xla_peak, xla_memory_breakdown=breakdown,
-        predicted_memory_bytes=pred_mem,
-        collectives=tuple(colls), collective_list=tuple(c.to_dict() for c in coll_list), collective_bytes=float(sum(c["bytes"] for c in colls)),
-        collective_wire_bytes=float(sum(c["wire_bytes"] for c in colls)),
-        predicted_collectives=tuple(pred_colls), predicted_comm_bytes=pred_comm,
-        compile_time_s=compile_time_s, step_time_s=step_time_s, ref_step_time_s=ref_step,
-        mesh_shape=tuple(plan.mesh_shape), axis_names=tuple(plan.axis_names),
-        num_constraints=n_constraints, method=plan.method, notes=tuple(notes),
-    )
+        loss=loss, ref_loss=ref_loss, worst_leaf=worst, step_time_s=step_time_s, ref_step_time_s=ref_step, **common)
+
+
+def xla_figures(compiled, num_devices: int) -> tuple[dict, list]:
+    """XLA's view of a compiled program: ({"total": argument + output − alias + temp bytes,
+    "peak": peak_memory_in_bytes, "breakdown": {argument, output, alias, temp}}, every collective
+    (shardgym.hlo.Collective)), per device."""
+    ma = compiled.memory_analysis()
+    breakdown = {k: float(getattr(ma, k + "_size_in_bytes", 0) or 0) for k in ("argument", "output", "alias", "temp")}
+    total = breakdown["argument"] + breakdown["output"] - breakdown["alias"] + breakdown["temp"]
+    mem = {"total": total, "peak": float(getattr(ma, "peak_memory_in_bytes", 0) or 0), "breakdown": breakdown}
+    return mem, parse_collectives(compiled.as_text(), num_devices=num_devices)

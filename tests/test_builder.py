@@ -136,3 +136,23 @@ def test_zoo_every_model_every_preset(zoo_graphs):
             assert c.comm_bytes == 0.0 and c.edge_cost == 0.0, (name, preset)
             assert c.redundant_memory_bytes == pytest.approx((cl.num_devices - 1) * unique), (name, preset)
             assert c.total == pytest.approx(g.total_flops / (min(cl.device_flops) * cl.efficiency)), (name, preset)
+
+
+def test_cpu_backend_reduce_scatter_is_all_reduce_and_slice(cpu):
+    """h = x @ w with the contraction over y: on XLA CPU a reduce-scatter runs as an all-reduce of
+    the whole (8, 32) f32 result (1024 B; ring: 2·3/4·1024 = 1536 B sent) then a slice fused into the
+    consumers, so the whole reduced tensor stays live with the output: the same bytes and memory as
+    the all-reduce strategy. On a GPU backend it is a real reduce-scatter: 3/4·1024 sent, 256 B out."""
+    rs, ar = "S1R = RS1 x S1R (reduce-scatter y)", "RR = RS1 x S1R (all-reduce y)"
+    on = {b: build_problem(hand_graph(), cpu.with_(backend=b)) for b in ("cpu", "gpu")}
+    assert cpu.backend == "cpu" and Cluster.preset("a100-1x8").backend == "gpu"
+    p = on["cpu"]
+    i_rs, i_ar = p.node_slice(2).start + strat(p, 2, rs), p.node_slice(2).start + strat(p, 2, ar)
+    assert p.node_comm_bytes[i_rs] == p.node_comm_bytes[i_ar] == pytest.approx(1536)
+    assert p.node_usages[i_rs] == p.node_usages[i_ar]
+    assert p.node_costs[i_rs] == pytest.approx(p.node_costs[i_ar])
+    g = on["gpu"]
+    assert g.node_comm_bytes[i_rs] == pytest.approx(768)
+    assert g.node_usages[i_rs] == pytest.approx(p.node_usages[i_rs] - 1024 + 256)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        cpu.with_(backend="npu")

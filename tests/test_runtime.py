@@ -239,8 +239,23 @@ def test_execute_bad_inputs(mlp):
         execute(fn, args, None, too_big)
     with pytest.raises(ValueError, match="axis_names"):
         execute(fn, args, None, Plan(strategies=[], mesh_shape=(2, 4), axis_names=("a",)))
-    with pytest.raises(ValueError, match="ShapeDtypeStruct"):
-        execute(fn, jax.eval_shape(lambda: args), None, _hand_plan(args, {}))
+    mixed = (jax.eval_shape(lambda: args[0]), args[1], args[2])
+    with pytest.raises(ValueError, match="mix arrays and ShapeDtypeStructs"):
+        execute(fn, mixed, None, _hand_plan(args, {}))
+
+
+def test_execute_compile_only(mlp):
+    """ShapeDtypeStruct args: the tensor-parallel plan above is lowered and compiled, not run. XLA's
+    figures are the same program's (argument bytes by hand as in the executed test); numerics None."""
+    fn, args = mlp
+    specs = {"[0]['w1']": (None, "b"), "[0]['w2']": ("b", None), "[1]['w1']": (None, "b"),
+             "[1]['w2']": ("b", None), "[2]['x']": ("a", None), "[2]['y']": ("a", None)}
+    r = execute(fn, jax.eval_shape(lambda: args), None, _hand_plan(args, specs))
+    assert r.compiled_only and r.max_rel_err is None and r.loss is None and r.step_time_s is None
+    assert r.xla_memory_breakdown["argument"] == 3072 * 2 / 4 + (32 * 16 + 32 * 8) * 4 / 2
+    assert r.xla_memory_bytes > r.xla_memory_breakdown["argument"] and r.compile_time_s > 0
+    assert any(c["kind"] == "all-reduce" for c in r.collectives)
+    assert "compiled only" in r.summary()
 
 
 # ---- the whole pipeline: zoo model -> trace -> Problem -> plan -> execute -------------------------

@@ -1,0 +1,201 @@
+"""Verify a plan against XLA, charge what the cost model missed, re-solve: ``verify(...)``.
+
+Each round compiles the plan without running it (``runtime.execute`` on ShapeDtypeStructs, with
+``--xla_dump_to`` a fresh directory) and compares XLA's per-device memory (argument + output −
+alias + temp) with the model's prediction for the same plan. Where the prediction is more than
+``tol`` off, or XLA's figure breaks the cap, it reads XLA's buffer assignment at its peak (the
+dump's ``*live-range.txt``: every buffer live at the peak, with its bytes), names each buffer's
+Problem node (the runtime traces node i under ``jax.named_scope("sg_node_<i>")``, so the HLO
+instruction's ``op_name`` carries i; entry parameters map to input nodes by argument number), and
+charges node i's *chosen* strategy the bytes XLA holds for it beyond what the model charged
+(``node_usages``, over the node's interval); then it re-solves the charged Problem. At most
+``rounds`` compiles. Every round is reported (``Round``).
+
+Guarantee: the plan returned is one XLA compiled, and ``Verified.fits`` is XLA's verdict on it
+(XLA memory <= cap); a plan XLA says breaks the cap is never reported as fitting. Among the rounds,
+the first whose figure is within ``tol`` and fits is returned; otherwise the round with the least
+XLA memory among those that fit, otherwise the one with the least XLA memory (``fits`` False).
+
+Approximate: a charged buffer is charged over the node's whole interval (XLA's may be shorter:
+an over-count at other time points), and buffers whose instruction carries no node (XLA-made
+copies without metadata) are reported as ``unattributed`` and not charged.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.problem import Plan, Problem, as_strategy_array, evaluate
+from shardgym import runtime
+
+_PEAK = re.compile(r"^\s*([\w.\-]+)\{[^}]*\}:\s*(\d+)\s*bytes")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([a-z][\w\-]*)\((.*)$")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One compile of the loop (bytes per device). ``missed``: (node, bytes charged) for the
+    nodes charged after this round, largest first; ``unattributed_bytes``: XLA's peak buffers
+    that name no node."""
+
+    index: int
+    strategies: tuple
+    predicted_memory_bytes: float
+    xla_memory_bytes: float
+    ratio: float
+    fits: bool | None
+    charged_bytes: float
+    missed: tuple
+    unattributed_bytes: float
+    compile_time_s: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["strategies"] = list(self.strategies)
+        return d
+
+
+@dataclass(frozen=True)
+class Verified:
+    plan: Plan
+    problem: Problem        # the Problem with every charge of the loop
+    rounds: tuple
+    fits: bool | None       # XLA's verdict on ``plan`` (None: no cap)
+    within_tol: bool
+
+    def summary(self) -> str:
+        mib = 2.0 ** -20
+        lines = [f"round {r.index}: predicted {r.predicted_memory_bytes * mib:.3f} MiB, XLA "
+                 f"{r.xla_memory_bytes * mib:.3f} MiB ({r.ratio:.2f}x), fits {r.fits}, charged "
+                 f"{r.charged_bytes * mib:.3f} MiB on {len(r.missed)} nodes" for r in self.rounds]
+        return "\n".join(lines + [f"plan of round {self.plan.info['verify']['chosen_round']}: fits {self.fits}, "
+                                  f"within tolerance {self.within_tol}"])
+
+
+def peak_buffers(dump_dir) -> list[tuple[str, float]]:
+    """(instruction, bytes) of every buffer live at XLA's peak, from the dump's live-range file."""
+    files = sorted(Path(dump_dir).glob("*after_optimizations-live-range.txt"))
+    if not files:
+        raise ValueError(f"{dump_dir}: no *live-range.txt (XLA's dump of the buffer assignment) was written")
+    out, on = [], False
+    for line in files[-1].read_text().splitlines():
+        if "(peak):" in line:
+            on = True
+            continue
+        m = _PEAK.match(line) if on else None
+        if m:
+            out.append((m.group(1), float(m.group(2))))
+        elif on and line.strip() and not line.startswith(" " * 4):
+            break
+    return out
+
+
+def instruction_nodes(hlo_text: str, problem: Problem) -> dict[str, int]:
+    """HLO instruction name -> Problem node: from the ``sg_node_<i>`` scope in its op_name, or for
+    an entry parameter(k) the input node of flat argument k."""
+    m = problem.meta
+    of_graph = {int(g): i for i, g in enumerate(m.graph_node)}
+    of_input = {int(k): i for i, k in enumerate(m.input_index or []) if k is not None}
+    scope = re.compile(re.escape(runtime.NODE_SCOPE) + r"(\d+)")
+    out = {}
+    for line in hlo_text.splitlines():
+        g = _INSTR.match(line)
+        if not g:
+            continue
+        name, _, opcode, rest = g.groups()
+        if opcode == "parameter":
+            k = re.match(r"\s*(\d+)\)", rest)
+            if k and int(k.group(1)) in of_input:
+                out.setdefault(name, of_input[int(k.group(1))])
+            continue
+        hit = scope.findall(rest)
+        if hit and int(hit[-1]) in of_graph:
+            out[name] = of_graph[int(hit[-1])]
+    return out
+
+
+def charge(problem: Problem, plan, dump_dir, hlo_text: str) -> tuple[Problem, list, float]:
+    """(the Problem with node i's chosen strategy charged the bytes XLA holds for i at its peak
+    beyond node_usages, [(node, bytes)] largest first, unattributed bytes)."""
+    s = as_strategy_array(problem, plan)
+    flat = problem.strategy_offsets[:-1] + s
+    names = instruction_nodes(hlo_text, problem)
+    held: dict[int, float] = {}
+    lost = 0.0
+    for instr, b in peak_buffers(dump_dir):
+        i = names.get(instr)
+        if i is None:
+            lost += b
+        else:
+            held[i] = held.get(i, 0.0) + b
+    usages = problem.node_usages.copy()
+    missed = []
+    for i, b in held.items():
+        extra = b - usages[flat[i]]
+        if extra > 0:
+            usages[flat[i]] += extra
+            missed.append((int(i), float(extra)))
+    missed.sort(key=lambda x: -x[1])
+    return replace(problem, node_usages=usages), missed, lost
+
+
+def _abstract(args):
+    import jax
+    return jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype),
+                        args)
+
+
+def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, rounds: int = 3, tol: float = 0.10,
+           memory_cap_bytes: float | None = None, solve=None, **solve_kw) -> Verified:
+    """Compile ``plan`` (or ``solve(problem, memory_cap_bytes=..., **solve_kw)``'s), charge what XLA
+    holds beyond the model, re-solve, for at most ``rounds`` compiles (see module doc). ``solve``
+    defaults to ``shardgym.api.solve``; ``solve_kw`` e.g. method="ilp", objective="memory"."""
+    if rounds < 1:
+        raise ValueError(f"verify: rounds must be >= 1, got {rounds}")
+    if problem.meta is None:
+        raise ValueError("verify needs a traced Problem (build_problem), not an IOPDDL instance")
+    if solve is None:
+        from shardgym.api import solve
+    cap = memory_cap_bytes if memory_cap_bytes is not None else problem.usage_limit
+    abstract = _abstract(tuple(args))
+    cur = problem if memory_cap_bytes is None else problem.with_usage_limit(min(memory_cap_bytes, problem.usage_limit or np.inf))
+    if plan is None:
+        plan = solve(cur, memory_cap_bytes=memory_cap_bytes, **solve_kw)
+    done: list[Round] = []
+    plans: list[Plan] = []
+    note = ""
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="shardgym-verify-") as d:
+            rep = runtime.execute(fn, abstract, graph, plan, problem=cur, compiler_options={"xla_dump_to": d})
+            pred = float(evaluate(cur, plan).peak_memory_bytes)
+            xla = float(rep.xla_memory_bytes)
+            fits = None if cap is None else bool(xla <= cap)
+            ratio = pred / xla if xla else 1.0
+            ok = abs(ratio - 1) <= tol and fits is not False
+            missed, lost = [], 0.0
+            nxt = cur
+            if not ok:
+                text = next(iter(sorted(Path(d).glob("*after_optimizations.txt"))), None)
+                nxt, missed, lost = charge(cur, plan, d, text.read_text() if text else "")
+        done.append(Round(r, tuple(int(x) for x in plan.strategies), pred, xla, ratio, fits,
+                          float(sum(b for _, b in missed)), tuple(missed[:20]), lost, rep.compile_time_s))
+        plans.append(plan)
+        if ok or r == rounds - 1 or not missed:
+            break
+        cur = nxt
+        try:
+            plan = solve(cur, memory_cap_bytes=memory_cap_bytes, **solve_kw)
+        except ValueError as exc:  # the charged Problem has no plan under the cap: stop, keep what XLA saw
+            note = f"re-solve after round {r} found no plan: {exc}"
+            break
+    good = [r for r in done if abs(r.ratio - 1) <= tol and r.fits is not False]
+    fitting = [r for r in done if r.fits is not False]
+    best = good[0] if good else min(fitting or done, key=lambda r: r.xla_memory_bytes)
+    out = plans[best.index]
+    out.info = dict(out.info, verify={"rounds": [x.to_dict() for x in done], "chosen_round": best.index,
+                                      "xla_memory_bytes": best.xla_memory_bytes, "fits_xla": best.fits, "note": note})
+    return Verified(out, cur, tuple(done), best.fits, bool(good))
