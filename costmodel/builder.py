@@ -34,7 +34,7 @@ from costmodel.cost import Mesh, collective, compute_time, local_bytes, public_s
 from costmodel.graph import OpGraph
 from costmodel.primitives import REDUCTIONS, SCATTER_COMBINE, WINDOWED
 from costmodel.problem import Problem, ProblemMeta
-from costmodel.strategies import MAX_STRATEGIES, RESHAPES, SCANS, enumerate_strategies, node_key
+from costmodel.strategies import MAX_STRATEGIES, RESHAPES, SCANS, enumerate_strategies, node_key, search_space
 
 #: consumers XLA does not fuse their operands into: the operand is a materialised buffer.
 NON_FUSIBLE = (frozenset({"dot_general", "conv_general_dilated", "fft", "gather", "scatter", "sort",
@@ -51,8 +51,10 @@ EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic
 
 
 def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None,
-                  max_strategies: int = MAX_STRATEGIES) -> Problem:
-    """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta."""
+                  max_strategies: int = MAX_STRATEGIES, space="full") -> Problem:
+    """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta.
+    ``space``: "full" (default), "alpa" (batch / feature sharding only: no spatial conv, fft
+    replicated) or a ``costmodel.strategies.SearchSpace``."""
     from costmodel.cluster import Cluster
     if isinstance(cluster, str):
         cluster = Cluster.preset(cluster)
@@ -62,6 +64,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         raise ValueError("build_problem: the OpGraph has no nodes")
     if max_strategies < 1:
         raise ValueError(f"max_strategies must be >= 1, got {max_strategies}")
+    search = search_space(space)
     mesh = Mesh(cluster)
     nodes = graph.nodes
     n = len(nodes)
@@ -76,7 +79,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         key = node_key(nd)
         st = cache.get(key)
         if st is None:
-            st = enumerate_strategies(nd, mesh, max_strategies)
+            st = enumerate_strategies(nd, mesh, max_strategies, search)
             cache[key] = st
         strats.append(st)
 
@@ -125,7 +128,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     dt, ds = collective(kind, ax, B, mesh)
                     t += dt
                     cb += ds
-                mem = red = 0.0
+                mem, red = st.extra_bytes, 0.0   # extra: a conv's haloed lhs copy (costmodel.halo)
                 for k, ten, bmin in copy_ops[i]:  # resharded operand copies, live during the step
                     lb = local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.operand_specs[k], mesh)
                     if lb > bmin:
@@ -394,7 +397,8 @@ def _public(st, cache):
     return got
 
 
-def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES):
+def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES, space="full"):
     """The per-node strategy lists build_problem uses (for inspection and the runtime)."""
     mesh = Mesh(cluster)
-    return [enumerate_strategies(nd, mesh, max_strategies) for nd in graph.nodes]
+    search = search_space(space)
+    return [enumerate_strategies(nd, mesh, max_strategies, search) for nd in graph.nodes]

@@ -52,8 +52,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.cost import Mesh, collective, compute_time, local_bytes, spec_name
+from costmodel.cost import Mesh, collective, compute_time, local_bytes, local_shape, spec_name
+from costmodel.fft_plan import fft_strategies
 from costmodel.graph import Node
+from costmodel.halo import conv_halo, spatial_dims
 
 MAX_STRATEGIES = 32
 #: XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10) all-gathers an FFT's operand whenever it is
@@ -68,6 +70,33 @@ SCANS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
 SCATTER_ADD = {"scatter-add", "scatter_add", "scatter-sub", "scatter_sub", "scatter-mul", "scatter_mul",
                "scatter-min", "scatter_min", "scatter-max", "scatter_max"}
 RESHAPES = {"reshape", "squeeze", "expand_dims"}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which strategy families beyond Alpa's the enumerator offers (``build_problem(space=...)``).
+
+    ``spatial_conv``: conv spatial dims are shardable (halo exchange, costmodel.halo); off = Alpa's
+    space (batch / feature sharding only, spatial dims ``fixed``).
+    ``distributed_fft``: fft nodes get batch-sharded and transposing (slab / pencil) strategies
+    (costmodel.fft_plan; the runtime runs them with shard_map); off = replicated, as XLA runs it."""
+
+    spatial_conv: bool = True
+    distributed_fft: bool = True
+
+
+FULL = SearchSpace()
+ALPA = SearchSpace(spatial_conv=False, distributed_fft=False)
+SPACES = {"full": FULL, "alpa": ALPA}
+
+
+def search_space(space) -> SearchSpace:
+    """A SearchSpace from itself or a name in ``SPACES``."""
+    if isinstance(space, SearchSpace):
+        return space
+    if isinstance(space, str) and space in SPACES:
+        return SPACES[space]
+    raise ValueError(f"space must be a SearchSpace or one of {sorted(SPACES)}, got {space!r}")
 
 
 @dataclass(frozen=True)
@@ -92,6 +121,7 @@ class Strategy:
     operand_specs: tuple
     flops: float
     collectives: tuple
+    extra_bytes: float = 0.0   # per-device temporaries the strategy adds (a conv's haloed lhs copy)
 
 
 # ---- iteration spaces ---------------------------------------------------------------------------
@@ -143,7 +173,7 @@ def _reshape_map(in_shape, out_shape):
     return tuple(res)
 
 
-def space_of(node: Node) -> Space | None:
+def space_of(node: Node, search: SearchSpace = FULL) -> Space | None:
     """The iteration space of ``node`` (see the module docstring); None = replicate only."""
     prim = node.primitive
     outs = [t.shape for t in node.outputs]
@@ -205,8 +235,18 @@ def space_of(node: Node) -> Space | None:
             rm[rs[0]] = om[os_[1]] = kf
             kc = new(lhs[ls[1]], "sum")
             lm[ls[1]] = rm[rs[1]] = kc
-        for d in os_[2:] if not grouped else [d for d in range(len(out0)) if d != os_[0]]:
-            om[d] = new(out0[d], "fixed")
+        if grouped or not search.spatial_conv:
+            for d in os_[2:] if not grouped else [d for d in range(len(out0)) if d != os_[0]]:
+                om[d] = new(out0[d], "fixed")
+        else:  # spatial dims (costmodel.halo): output-partitioned ``par`` or window-partitioned ``sum``
+            for i, sd in enumerate(spatial_dims(p, lhs, rhs, out0)):
+                if sd.regime == "out":
+                    k = new(sd.out)
+                    lm[ls[2 + i]] = om[os_[2 + i]] = k
+                else:
+                    k = new(sd.window, "sum")
+                    lm[ls[2 + i]] = rm[rs[2 + i]] = k
+                    om[os_[2 + i]] = new(sd.out, "fixed")
         head_maps = [tuple(lm), tuple(rm)]
         out_map = tuple(om)
     elif prim in REDUCTIONS:
@@ -356,10 +396,15 @@ def _divides(shape, spec, mesh: Mesh) -> bool:
     return all(not e or d % mesh.shards(e) == 0 for d, e in zip(shape, spec))
 
 
-def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRATEGIES) -> list[Strategy]:
+def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRATEGIES,
+                         search: SearchSpace = FULL) -> list[Strategy]:
     """All candidate strategies of ``node`` on ``mesh`` (capped, see module docstring).
     The fully replicated strategy is always index 0."""
-    space = space_of(node)
+    space = space_of(node, search)
+    conv_spatial = node.primitive == "conv_general_dilated" and space is not None and search.spatial_conv
+    if node.primitive == "fft" and search.distributed_fft and space is not None:
+        return fft_strategies(node, mesh, max_strategies, lambda o, i, f, c: _fft_strategy(node, space, o, i, f, c, mesh),
+                              _cap)
     axes = mesh.axis_names
     ops = [t.shape for t in node.operand_types]
     outs = [t.shape for t in node.outputs]
@@ -403,6 +448,14 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
             frac *= -(-space.sizes[k] // n) / space.sizes[k]
         flops = float(node.flops) * frac
         coll = []
+        extra = 0.0
+        allow_rs = True
+        if conv_spatial:
+            halo, allow_rs = _conv_halo(node, space, assign, op_specs, mesh)
+            if halo is None:
+                continue
+            coll += halo.collectives
+            extra = halo.copy_bytes
         for k, v in assign.items():
             if space.kinds[k] == "whole":
                 n = mesh.shards(v)
@@ -412,10 +465,10 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
         sum_axes = tuple(a for a in axes if any(a in assign.get(k, ()) for k in sum_dims))
         if sum_axes and not is_input:
             B = local_bytes(outs[0], out_item, out_specs[0], mesh)
-            cands.append((assign, out_specs, op_specs, flops, tuple(coll) + (("all-reduce", sum_axes, B),)))
+            cands.append((assign, out_specs, op_specs, flops, tuple(coll) + (("all-reduce", sum_axes, B),), extra))
             # reduce-scatter variants: the result comes out sharded on a par output dim
             nsum = mesh.shards(sum_axes)
-            for d, k in enumerate(space.out_maps[0]):
+            for d, k in enumerate(space.out_maps[0] if allow_rs else ()):
                 if k is None or space.kinds[k] != "par":
                     continue
                 if outs[0][d] < mesh.shards(assign.get(k, ())) * nsum:
@@ -423,14 +476,66 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
                 rs_out = tuple(_spec(m, assign, k, sum_axes) for m in space.out_maps)
                 if not all(_fits(s, sp, mesh) for s, sp in zip(outs, rs_out)):
                     continue
-                cands.append((assign, rs_out, op_specs, flops, tuple(coll) + (("reduce-scatter", sum_axes, B),)))
+                cands.append((assign, rs_out, op_specs, flops, tuple(coll) + (("reduce-scatter", sum_axes, B),), extra))
         else:
-            cands.append((assign, out_specs, op_specs, flops, tuple(coll)))
+            cands.append((assign, out_specs, op_specs, flops, tuple(coll), extra))
     strategies = []
-    for assign, out_specs, op_specs, flops, coll in cands:
+    for assign, out_specs, op_specs, flops, coll, extra in cands:
         strategies.append(Strategy(_name(node, out_specs, op_specs, coll, axes, space), out_specs, op_specs,
-                                   flops, coll))
+                                   flops, coll, extra))
     return _cap(strategies, node, mesh, max_strategies)
+
+
+def _fft_strategy(node: Node, space: Space, out_spec, in_spec, flops: float, coll: tuple, mesh: Mesh) -> Strategy:
+    """A Strategy of an fft node from its operand and result specs (costmodel.fft_plan): the fft's
+    iteration dims are its result dims, so every other tensor of the group follows ``out_spec``."""
+    def follow(m):
+        return tuple(tuple(out_spec[k]) if k is not None else () for k in m)
+    out_specs = tuple(follow(m) for m in space.out_maps)
+    literal = [src < 0 for src, _ in node.operands]
+    op_specs = tuple(tuple(in_spec) if i == 0 else (((),) * len(node.operand_types[i].shape) if literal[i] else follow(m))
+                     for i, m in enumerate(space.operand_maps))
+    return Strategy(_name(node, out_specs, op_specs, coll, mesh.axis_names, space), out_specs, op_specs, flops, coll)
+
+
+def _conv_halo(node: Node, space: Space, assign: dict, op_specs, mesh: Mesh):
+    """(costmodel.halo.conv_halo of a conv strategy, whether reduce-scatter variants are offered).
+    The halo is None — the strategy is not offered — where the spatial split is not exact, or where
+    XLA's SPMD partitioner does not run it as a halo exchange (tests/test_halo.py compiles every
+    spatial strategy of stride 1 / 2, dilation 2 and transposed convs, forward and gradients, on the
+    2x4 CPU mesh). Measured and so left out:
+    - a forward / data-gradient conv (``out`` regime) split spatially and on its out-feature dim:
+      XLA all-gathers the kernel and all-reduces partial outputs;
+    - a weight-gradient conv (``window`` regime) split spatially together with any other dim
+      (batch, features) all-gathers or all-reduces once per axis; split spatially over only some of
+      the mesh axes, XLA uses the idle axes too and all-reduces over every device; its
+      reduce-scatter variant all-reduces over every device; with lhs dilation (the weight gradient
+      of a transposed conv) it all-gathers. So a window-regime split is offered only
+      with every mesh axis on window spatial dims, with one all-reduce over all of them (XLA's flat
+      ring over the group moves the same bytes as costmodel.cost's hierarchical all-reduce)."""
+    p = node.params
+    lhs, rhs = node.operand_types[0], node.operand_types[1]
+    dims = spatial_dims(p, lhs.shape, rhs.shape, node.outputs[0].shape)
+    ls = p["dimension_numbers"]["lhs_spec"]
+    lsp = [ls[2 + i] for i in range(len(dims))]
+    lmap = space.operand_maps[0]
+    ax_of = [tuple(assign.get(lmap[d], ())) for d in lsp]
+    window = {lmap[d] for d, sd in zip(lsp, dims) if sd.regime == "window"}
+    spatial = {lmap[d] for d in lsp}
+    allow_rs = True
+    if any(k in window for k in assign):
+        used = {a for v in assign.values() for a in v}
+        dilated = any(sd.lhs_dilation > 1 and lmap[d] in assign for d, sd in zip(lsp, dims))
+        if dilated or any(k not in window for k in assign) or any(mesh.size[a] > 1 and a not in used
+                                                               for a in mesh.axis_names):
+            return None, False
+        allow_rs = False
+    elif any(k in spatial for k in assign):
+        out_feature = space.operand_maps[1][p["dimension_numbers"]["rhs_spec"][0]]
+        if out_feature in assign:
+            return None, False
+    return conv_halo(dims, local_shape(lhs.shape, op_specs[0], mesh), lsp, np.dtype(lhs.dtype).itemsize,
+                     ax_of, [mesh.shards(a) for a in ax_of]), allow_rs
 
 
 def _name(node, out_specs, op_specs, coll, axes, space) -> str:
