@@ -483,7 +483,11 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
     for assign, out_specs, op_specs, flops, coll, extra in cands:
         strategies.append(Strategy(_name(node, out_specs, op_specs, coll, axes, space), out_specs, op_specs,
                                    flops, coll, extra))
-    return _cap(strategies, node, mesh, max_strategies)
+    beyond = None
+    if conv_spatial:  # spatial strategies are beyond Alpa's space: the cap keeps Alpa's first
+        sp = {space.operand_maps[0][d] for d in node.params["dimension_numbers"]["lhs_spec"][2:]}
+        beyond = [any(k in sp for k, v in a.items() if v) for a, *_ in cands]
+    return _cap(strategies, node, mesh, max_strategies, beyond)
 
 
 def _fft_strategy(node: Node, space: Space, out_spec, in_spec, flops: float, coll: tuple, mesh: Mesh) -> Strategy:
@@ -558,7 +562,10 @@ def own_time(st: Strategy, mesh: Mesh) -> float:
     return t
 
 
-def _cap(strategies, node, mesh, cap):
+def _cap(strategies, node, mesh, cap, beyond=None):
+    """The replicated strategy, then up to cap - 1 others by (beyond Alpa's space, own time,
+    memory, order): with ``beyond`` flags (spatial conv splits, distributed FFTs) the full space
+    keeps every strategy Alpa's space has before adding its own, so it is never smaller."""
     rep = [i for i, s in enumerate(strategies)
            if all(not e for sp in s.out_specs for e in sp) and all(not e for sp in s.operand_specs for e in sp)]
     first = rep[0] if rep else 0
@@ -570,7 +577,7 @@ def _cap(strategies, node, mesh, cap):
     def key(i):
         s = strategies[i]
         mem = sum(local_bytes(t.shape, it, sp, mesh) for t, it, sp in zip(node.outputs, item, s.out_specs))
-        return (own_time(s, mesh), mem, i)
+        return (bool(beyond[i]) if beyond is not None else False, own_time(s, mesh), mem, i)
 
     rest = sorted(order[1:], key=key)[:cap - 1]
     rest.sort()  # keep enumeration order among the kept
