@@ -2,7 +2,8 @@
 unsharded numerics, and a plan that picks them executes end to end."""
 from __future__ import annotations
 
-import dataclasses
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,9 @@ from costmodel.strategies import enumerate_strategies
 from costmodel.trace import flatten_program
 from shardgym import dist_fft
 from shardgym.hlo import parse_collectives, summarize
+
+sys.path.insert(0, os.path.dirname(__file__))
+from plan_helpers import forced_plan  # noqa: E402
 
 CASES = {
     "rfft2": (lambda x: jnp.fft.rfft2(x), (2, 4, 16, 16), jnp.float32),
@@ -88,15 +92,7 @@ def test_fno_plan_with_distributed_ffts_executes():
     fn, args = zoo.build("fno", "tiny", batch_size=1)
     g = sg.trace(fn, *args)
     p = sg.build_problem(g, "cpu-2x4")
-    pen = p.node_costs.copy()
-    o = p.strategy_offsets
-    for i, nd in enumerate(g.nodes):
-        if nd.primitive == "fft":
-            for s, nm in enumerate(p.meta.strategy_names[i]):
-                if "all-to-all" not in nm:
-                    pen[o[i] + s] += 1.0
-    plan = sg.solve(dataclasses.replace(p, node_costs=pen), method="ilp", time_limit_s=20)
-    ffts = [p.meta.strategy_names[i][s] for i, s in enumerate(plan.strategies) if g.nodes[i].primitive == "fft"]
+    plan, ffts = forced_plan(p, g, "fft", "all-to-all")
     assert len(ffts) == 8 and all("all-to-all" in n for n in ffts)
     r = sg.execute(fn, args, g, plan, problem=p, iters=1)
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5

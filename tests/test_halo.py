@@ -1,7 +1,8 @@
 """Spatial partitioning of convolutions: halo widths by hand, and what XLA compiles for them."""
 from __future__ import annotations
 
-import dataclasses
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,9 @@ from costmodel.halo import SpatialDim, conv_halo, halo_widths
 from costmodel.strategies import enumerate_strategies
 from costmodel.trace import flatten_program
 from shardgym.hlo import parse_collectives, summarize
+
+sys.path.insert(0, os.path.dirname(__file__))
+from plan_helpers import forced_plan  # noqa: E402
 
 
 def test_halo_widths_by_hand():
@@ -135,16 +139,7 @@ def test_spatial_plan_executes():
     step, args = _conv_stack()
     g = sg.trace(step, *args)
     p = sg.build_problem(g, "cpu-2x4")
-    pen = p.node_costs.copy()
-    o = p.strategy_offsets
-    for i, nd in enumerate(g.nodes):
-        if nd.primitive == "conv_general_dilated":
-            for s, nm in enumerate(p.meta.strategy_names[i]):
-                if "collective-permute" not in nm:
-                    pen[o[i] + s] += 1.0
-    plan = sg.solve(dataclasses.replace(p, node_costs=pen), method="ilp", time_limit_s=20)
-    chosen = [p.meta.strategy_names[i][s] for i, s in enumerate(plan.strategies)
-              if g.nodes[i].primitive == "conv_general_dilated"]
+    plan, chosen = forced_plan(p, g, "conv_general_dilated", "collective-permute")
     assert len(chosen) == 5 and all("collective-permute" in c for c in chosen)
     r = sg.execute(step, args, g, plan, problem=p)
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
