@@ -36,6 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from costmodel.cost import local_shape
+
 
 @dataclass(frozen=True)
 class SpatialDim:
@@ -135,3 +139,45 @@ def conv_halo(dims: list[SpatialDim], lhs_local_shape, lhs_spatial_axes, itemsiz
         tile[ax] += w[0] + w[1]
     copy = float(math.prod(tile) * itemsize) if colls else 0.0
     return Halo(tuple(colls), copy if copy > base else 0.0)
+
+
+def strategy_halo(node, operand_maps, assign: dict, lhs_spec, mesh):
+    """(``conv_halo`` of a conv strategy, whether reduce-scatter variants are offered). ``operand_maps``:
+    the conv's iteration-space maps (costmodel.strategies.Space); ``assign``: iteration dim -> mesh
+    axes; ``lhs_spec``: the strategy's lhs spec.
+    The halo is None — the strategy is not offered — where the spatial split is not exact, or where
+    XLA's SPMD partitioner does not run it as a halo exchange (tests/test_halo.py compiles every
+    spatial strategy of stride 1 / 2, dilation 2 and transposed convs, forward and gradients, on the
+    2x4 CPU mesh). Measured and so left out:
+    - a forward / data-gradient conv (``out`` regime) split spatially and on its out-feature dim:
+      XLA all-gathers the kernel and all-reduces partial outputs;
+    - a weight-gradient conv (``window`` regime) split spatially together with any other dim
+      (batch, features) all-gathers or all-reduces once per axis; split spatially over only some of
+      the mesh axes, XLA uses the idle axes too and all-reduces over every device; its
+      reduce-scatter variant all-reduces over every device; with lhs dilation (the weight gradient
+      of a transposed conv) it all-gathers. So a window-regime split is offered only
+      with every mesh axis on window spatial dims, with one all-reduce over all of them (XLA's flat
+      ring over the group moves the same bytes as costmodel.cost's hierarchical all-reduce)."""
+    p = node.params
+    lhs, rhs = node.operand_types[0], node.operand_types[1]
+    dims = spatial_dims(p, lhs.shape, rhs.shape, node.outputs[0].shape)
+    ls = p["dimension_numbers"]["lhs_spec"]
+    lsp = [ls[2 + i] for i in range(len(dims))]
+    lmap = operand_maps[0]
+    ax_of = [tuple(assign.get(lmap[d], ())) for d in lsp]
+    window = {lmap[d] for d, sd in zip(lsp, dims) if sd.regime == "window"}
+    spatial = {lmap[d] for d in lsp}
+    allow_rs = True
+    if any(k in window for k in assign):
+        used = {a for v in assign.values() for a in v}
+        dilated = any(sd.lhs_dilation > 1 and lmap[d] in assign for d, sd in zip(lsp, dims))
+        if dilated or any(k not in window for k in assign) or any(mesh.size[a] > 1 and a not in used
+                                                               for a in mesh.axis_names):
+            return None, False
+        allow_rs = False
+    elif any(k in spatial for k in assign):
+        out_feature = operand_maps[1][p["dimension_numbers"]["rhs_spec"][0]]
+        if out_feature in assign:
+            return None, False
+    return conv_halo(dims, local_shape(lhs.shape, lhs_spec, mesh), lsp, np.dtype(lhs.dtype).itemsize,
+                     ax_of, [mesh.shards(a) for a in ax_of]), allow_rs

@@ -15,13 +15,17 @@ output(s) and operands follow from the maps. Kinds:
             strategy) a reduce-scatter whose result is sharded along a ``par`` output dim on them;
 - ``whole`` must be unsharded while computing (the transformed dims of fft): sharding it costs an
             all-to-all of the operand to make it whole and one of the result to shard it back;
-- ``fixed`` never sharded (conv spatial dims, cumsum/sort dims, replicate-only nodes).
+- ``fixed`` never sharded (conv spatial dims in Alpa's space, cumsum/sort dims, replicate-only nodes).
 
 Per node kind (``space_of``): dot_general (batch / lhs-free / rhs-free ``par``, contracting
 ``sum``), conv_general_dilated (batch, out-feature ``par``, in-feature ``sum`` when
-feature_group_count = batch_group_count = 1; spatial ``fixed``), reductions (reduced dims ``sum``),
-cumulative ops / sort (scan dim ``fixed``), fft (replicated only, as XLA runs it; see
-``XLA_FFT_REPLICATED``; else transformed dims ``whole``), gather (index batch
+feature_group_count = batch_group_count = 1; spatial dims, see ``SearchSpace``: ``fixed`` in Alpa's
+space, else ``par`` where the output is split and ``sum`` where the window is — a weight gradient —
+with the halo exchange of costmodel.halo and only the splits XLA runs as one, see ``costmodel.halo.strategy_halo``),
+reductions (reduced dims ``sum``), cumulative ops / sort (scan dim ``fixed``), fft (Alpa's space:
+replicated only, as XLA runs it, see ``XLA_FFT_REPLICATED``, else transformed dims ``whole``; full
+space: costmodel.fft_plan's batch-sharded and transposing strategies, which the runtime runs with
+shard_map), gather (index batch
 dims and full-slice window dims ``par``, point-indexed operand dims ``sum``: masked lookup +
 all-reduce, Megatron's vocab-parallel embedding), scatter-add (window dims and scattered-into
 operand dims ``par``: each device applies the updates that land in its rows; update/index dims
@@ -41,8 +45,9 @@ Input nodes (storage layouts) are the exception: jit arguments must split evenly
 layout whose axes do not divide the dim is excluded.
 
 Cap: at most ``max_strategies`` per node (default 32). Rule: always keep the fully replicated
-strategy, then the others by (own time = compute + the node's collectives, per-device memory,
-enumeration order) ascending. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
+strategy, then the others by (beyond Alpa's space, own time = compute + the node's collectives,
+per-device memory, enumeration order) ascending: a conv keeps all its Alpa-space strategies before
+any spatial one, so the full space contains Alpa's. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
 """
 from __future__ import annotations
 
@@ -52,10 +57,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.cost import Mesh, collective, compute_time, local_bytes, local_shape, spec_name
+from costmodel.cost import Mesh, collective, compute_time, local_bytes, spec_name
 from costmodel.fft_plan import fft_strategies
 from costmodel.graph import Node
-from costmodel.halo import conv_halo, spatial_dims
+from costmodel.halo import spatial_dims, strategy_halo
 
 MAX_STRATEGIES = 32
 #: XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10) all-gathers an FFT's operand whenever it is
@@ -451,7 +456,7 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
         extra = 0.0
         allow_rs = True
         if conv_spatial:
-            halo, allow_rs = _conv_halo(node, space, assign, op_specs, mesh)
+            halo, allow_rs = strategy_halo(node, space.operand_maps, assign, op_specs[0], mesh)
             if halo is None:
                 continue
             coll += halo.collectives
@@ -500,46 +505,6 @@ def _fft_strategy(node: Node, space: Space, out_spec, in_spec, flops: float, col
     op_specs = tuple(tuple(in_spec) if i == 0 else (((),) * len(node.operand_types[i].shape) if literal[i] else follow(m))
                      for i, m in enumerate(space.operand_maps))
     return Strategy(_name(node, out_specs, op_specs, coll, mesh.axis_names, space), out_specs, op_specs, flops, coll)
-
-
-def _conv_halo(node: Node, space: Space, assign: dict, op_specs, mesh: Mesh):
-    """(costmodel.halo.conv_halo of a conv strategy, whether reduce-scatter variants are offered).
-    The halo is None — the strategy is not offered — where the spatial split is not exact, or where
-    XLA's SPMD partitioner does not run it as a halo exchange (tests/test_halo.py compiles every
-    spatial strategy of stride 1 / 2, dilation 2 and transposed convs, forward and gradients, on the
-    2x4 CPU mesh). Measured and so left out:
-    - a forward / data-gradient conv (``out`` regime) split spatially and on its out-feature dim:
-      XLA all-gathers the kernel and all-reduces partial outputs;
-    - a weight-gradient conv (``window`` regime) split spatially together with any other dim
-      (batch, features) all-gathers or all-reduces once per axis; split spatially over only some of
-      the mesh axes, XLA uses the idle axes too and all-reduces over every device; its
-      reduce-scatter variant all-reduces over every device; with lhs dilation (the weight gradient
-      of a transposed conv) it all-gathers. So a window-regime split is offered only
-      with every mesh axis on window spatial dims, with one all-reduce over all of them (XLA's flat
-      ring over the group moves the same bytes as costmodel.cost's hierarchical all-reduce)."""
-    p = node.params
-    lhs, rhs = node.operand_types[0], node.operand_types[1]
-    dims = spatial_dims(p, lhs.shape, rhs.shape, node.outputs[0].shape)
-    ls = p["dimension_numbers"]["lhs_spec"]
-    lsp = [ls[2 + i] for i in range(len(dims))]
-    lmap = space.operand_maps[0]
-    ax_of = [tuple(assign.get(lmap[d], ())) for d in lsp]
-    window = {lmap[d] for d, sd in zip(lsp, dims) if sd.regime == "window"}
-    spatial = {lmap[d] for d in lsp}
-    allow_rs = True
-    if any(k in window for k in assign):
-        used = {a for v in assign.values() for a in v}
-        dilated = any(sd.lhs_dilation > 1 and lmap[d] in assign for d, sd in zip(lsp, dims))
-        if dilated or any(k not in window for k in assign) or any(mesh.size[a] > 1 and a not in used
-                                                               for a in mesh.axis_names):
-            return None, False
-        allow_rs = False
-    elif any(k in spatial for k in assign):
-        out_feature = space.operand_maps[1][p["dimension_numbers"]["rhs_spec"][0]]
-        if out_feature in assign:
-            return None, False
-    return conv_halo(dims, local_shape(lhs.shape, op_specs[0], mesh), lsp, np.dtype(lhs.dtype).itemsize,
-                     ax_of, [mesh.shards(a) for a in ax_of]), allow_rs
 
 
 def _name(node, out_specs, op_specs, coll, axes, space) -> str:
