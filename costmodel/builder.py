@@ -47,14 +47,17 @@ from costmodel.cost import (
 from costmodel.graph import OpGraph
 from costmodel.memory import EXPENSIVE, MATERIALISING, NON_FUSIBLE, TRANSPARENT, materialised_outputs, operand_copies
 from costmodel.problem import Problem, ProblemMeta
-from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key
+from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 
 __all__ = ["build_problem", "strategies_of", "EXPENSIVE", "MATERIALISING", "NON_FUSIBLE", "TRANSPARENT",
            "materialised_outputs", "operand_copies"]
 
+
 def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None,
-                  max_strategies: int = MAX_STRATEGIES) -> Problem:
-    """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta."""
+                  max_strategies: int = MAX_STRATEGIES, space="full") -> Problem:
+    """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta.
+    ``space``: "full" (default), "alpa" (batch / feature sharding only: no spatial conv, fft
+    replicated) or a ``costmodel.strategies.SearchSpace``."""
     from costmodel.cluster import Cluster
     if isinstance(cluster, str):
         cluster = Cluster.preset(cluster)
@@ -64,6 +67,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         raise ValueError("build_problem: the OpGraph has no nodes")
     if max_strategies < 1:
         raise ValueError(f"max_strategies must be >= 1, got {max_strategies}")
+    search = search_space(space)
     mesh = Mesh(cluster)
     nodes = graph.nodes
     n = len(nodes)
@@ -78,7 +82,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         key = node_key(nd)
         st = cache.get(key)
         if st is None:
-            st = enumerate_strategies(nd, mesh, max_strategies)
+            st = enumerate_strategies(nd, mesh, max_strategies, search)
             cache[key] = st
         strats.append(st)
 
@@ -122,7 +126,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             rows = []
             for st in strats[i]:
                 t, imb = compute_time(st.flops, mesh)
-                cb = mem = red = 0.0
+                cb, red = 0.0, 0.0
+                mem = float(st.extra_bytes)   # a conv's haloed lhs copy (costmodel.halo)
                 for kind, ax, B in st.collectives:
                     dt, ds, extra = node_collective(kind, ax, B, mesh)
                     t += dt
@@ -272,7 +277,8 @@ def _public(st, cache):
     return got
 
 
-def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES):
+def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES, space="full"):
     """The per-node strategy lists build_problem uses (for inspection and the runtime)."""
     mesh = Mesh(cluster)
-    return [enumerate_strategies(nd, mesh, max_strategies) for nd in graph.nodes]
+    search = search_space(space)
+    return [enumerate_strategies(nd, mesh, max_strategies, search) for nd in graph.nodes]

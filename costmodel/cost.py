@@ -20,7 +20,7 @@ import numpy as np
 
 from costmodel import reshard_table
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
 # ---- specs --------------------------------------------------------------------------------
@@ -145,10 +145,13 @@ def collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float]:
         (e.g. all-reduce over (x, y), y fastest = RS_y(B) + AR_x(B/n_y) + AG_y(B))
       all-to-all over (a1..ak) = Σ_j all-to-all over a_j on B·n_j/N (N = Π n_j; an approximation:
         the exchange is done one axis at a time, each moving the local pieces of its group).
+      collective-permute: B = the bytes each device sends to its neighbour (``permute_time``).
     """
     axes = mesh.fastest_first(axes)
     if not axes or B <= 0:
         return 0.0, 0.0
+    if kind == "collective-permute":
+        return permute_time(axes, B, mesh), float(B)
     t = sent = 0.0
     if kind == "all-to-all":
         N = mesh.shards(axes)
@@ -186,6 +189,13 @@ def node_collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float
     t, sent = collective(run, axes, B, mesh)
     extra = float(B) - float(B) / mesh.shards(axes) if run != kind else 0.0
     return t, sent, extra
+
+
+def permute_time(axes, B: float, mesh: Mesh) -> float:
+    """Seconds of a collective-permute in which every device sends B bytes to one neighbour along
+    ``axes`` (a halo exchange): B / bw + α of the slowest of the axes (a neighbour along a dim
+    sharded over several axes may sit across the slower one). Bytes sent per device = B."""
+    return float(B) / min(mesh.bw[a] for a in axes) + max(mesh.lat[a] for a in axes)
 
 
 # ---- compute ----------------------------------------------------------------------------------

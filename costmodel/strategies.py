@@ -15,13 +15,17 @@ output(s) and operands follow from the maps. Kinds:
             strategy) a reduce-scatter whose result is sharded along a ``par`` output dim on them;
 - ``whole`` must be unsharded while computing (the transformed dims of fft): sharding it costs an
             all-to-all of the operand to make it whole and one of the result to shard it back;
-- ``fixed`` never sharded (conv spatial dims, cumsum/sort dims, replicate-only nodes).
+- ``fixed`` never sharded (conv spatial dims in Alpa's space, cumsum/sort dims, replicate-only nodes).
 
 Per node kind (``space_of``): dot_general (batch / lhs-free / rhs-free ``par``, contracting
 ``sum``), conv_general_dilated (batch, out-feature ``par``, in-feature ``sum`` when
-feature_group_count = batch_group_count = 1; spatial ``fixed``), reductions (reduced dims ``sum``),
-cumulative ops / sort (scan dim ``fixed``), fft (replicated only, as XLA runs it; see
-``XLA_FFT_REPLICATED``; else transformed dims ``whole``), gather (index batch
+feature_group_count = batch_group_count = 1; spatial dims, see ``SearchSpace``: ``fixed`` in Alpa's
+space, else ``par`` where the output is split and ``sum`` where the window is — a weight gradient —
+with the halo exchange of costmodel.halo and only the splits XLA runs as one, see ``costmodel.halo.strategy_halo``),
+reductions (reduced dims ``sum``), cumulative ops / sort (scan dim ``fixed``), fft (Alpa's space:
+replicated only, as XLA runs it, see ``XLA_FFT_REPLICATED``, else transformed dims ``whole``; full
+space: costmodel.fft_plan's batch-sharded and transposing strategies, which the runtime runs with
+shard_map), gather (index batch
 dims and full-slice window dims ``par``, point-indexed operand dims ``sum``: masked lookup +
 all-reduce, Megatron's vocab-parallel embedding), scatter-add (window dims and scattered-into
 operand dims ``par``: each device applies the updates that land in its rows; update/index dims
@@ -41,8 +45,9 @@ Input nodes (storage layouts) are the exception: jit arguments must split evenly
 layout whose axes do not divide the dim is excluded.
 
 Cap: at most ``max_strategies`` per node (default 32). Rule: always keep the fully replicated
-strategy, then the others by (own time = compute + the node's collectives, per-device memory,
-enumeration order) ascending. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
+strategy, then the others by (beyond Alpa's space, own time = compute + the node's collectives,
+per-device memory, enumeration order) ascending: a conv keeps all its Alpa-space strategies before
+any spatial one, so the full space contains Alpa's. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
 """
 from __future__ import annotations
 
@@ -53,7 +58,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.cost import Mesh, collective, compute_time, local_bytes, spec_name
+from costmodel.fft_plan import fft_strategies
 from costmodel.graph import Node
+from costmodel.halo import spatial_dims, strategy_halo
 
 MAX_STRATEGIES = 32
 #: XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10) all-gathers an FFT's operand whenever it is
@@ -68,6 +75,33 @@ SCANS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
 SCATTER_ADD = {"scatter-add", "scatter_add", "scatter-sub", "scatter_sub", "scatter-mul", "scatter_mul",
                "scatter-min", "scatter_min", "scatter-max", "scatter_max"}
 RESHAPES = {"reshape", "squeeze", "expand_dims"}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which strategy families beyond Alpa's the enumerator offers (``build_problem(space=...)``).
+
+    ``spatial_conv``: conv spatial dims are shardable (halo exchange, costmodel.halo); off = Alpa's
+    space (batch / feature sharding only, spatial dims ``fixed``).
+    ``distributed_fft``: fft nodes get batch-sharded and transposing (slab / pencil) strategies
+    (costmodel.fft_plan; the runtime runs them with shard_map); off = replicated, as XLA runs it."""
+
+    spatial_conv: bool = True
+    distributed_fft: bool = True
+
+
+FULL = SearchSpace()
+ALPA = SearchSpace(spatial_conv=False, distributed_fft=False)
+SPACES = {"full": FULL, "alpa": ALPA}
+
+
+def search_space(space) -> SearchSpace:
+    """A SearchSpace from itself or a name in ``SPACES``."""
+    if isinstance(space, SearchSpace):
+        return space
+    if isinstance(space, str) and space in SPACES:
+        return SPACES[space]
+    raise ValueError(f"space must be a SearchSpace or one of {sorted(SPACES)}, got {space!r}")
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,7 @@ class Strategy:
     operand_specs: tuple
     flops: float
     collectives: tuple
+    extra_bytes: float = 0.0   # per-device temporaries the strategy adds (a conv's haloed lhs copy)
 
 
 # ---- iteration spaces ---------------------------------------------------------------------------
@@ -143,7 +178,7 @@ def _reshape_map(in_shape, out_shape):
     return tuple(res)
 
 
-def space_of(node: Node) -> Space | None:
+def space_of(node: Node, search: SearchSpace = FULL) -> Space | None:
     """The iteration space of ``node`` (see the module docstring); None = replicate only."""
     prim = node.primitive
     outs = [t.shape for t in node.outputs]
@@ -205,8 +240,18 @@ def space_of(node: Node) -> Space | None:
             rm[rs[0]] = om[os_[1]] = kf
             kc = new(lhs[ls[1]], "sum")
             lm[ls[1]] = rm[rs[1]] = kc
-        for d in os_[2:] if not grouped else [d for d in range(len(out0)) if d != os_[0]]:
-            om[d] = new(out0[d], "fixed")
+        if grouped or not search.spatial_conv:
+            for d in os_[2:] if not grouped else [d for d in range(len(out0)) if d != os_[0]]:
+                om[d] = new(out0[d], "fixed")
+        else:  # spatial dims (costmodel.halo): output-partitioned ``par`` or window-partitioned ``sum``
+            for i, sd in enumerate(spatial_dims(p, lhs, rhs, out0)):
+                if sd.regime == "out":
+                    k = new(sd.out)
+                    lm[ls[2 + i]] = om[os_[2 + i]] = k
+                else:
+                    k = new(sd.window, "sum")
+                    lm[ls[2 + i]] = rm[rs[2 + i]] = k
+                    om[os_[2 + i]] = new(sd.out, "fixed")
         head_maps = [tuple(lm), tuple(rm)]
         out_map = tuple(om)
     elif prim in REDUCTIONS:
@@ -356,10 +401,15 @@ def _divides(shape, spec, mesh: Mesh) -> bool:
     return all(not e or d % mesh.shards(e) == 0 for d, e in zip(shape, spec))
 
 
-def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRATEGIES) -> list[Strategy]:
+def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRATEGIES,
+                         search: SearchSpace = FULL) -> list[Strategy]:
     """All candidate strategies of ``node`` on ``mesh`` (capped, see module docstring).
     The fully replicated strategy is always index 0."""
-    space = space_of(node)
+    space = space_of(node, search)
+    conv_spatial = node.primitive == "conv_general_dilated" and space is not None and search.spatial_conv
+    if node.primitive == "fft" and search.distributed_fft and space is not None:
+        return fft_strategies(node, mesh, max_strategies, lambda o, i, f, c: _fft_strategy(node, space, o, i, f, c, mesh),
+                              _cap)
     axes = mesh.axis_names
     ops = [t.shape for t in node.operand_types]
     outs = [t.shape for t in node.outputs]
@@ -403,6 +453,14 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
             frac *= -(-space.sizes[k] // n) / space.sizes[k]
         flops = float(node.flops) * frac
         coll = []
+        extra = 0.0
+        allow_rs = True
+        if conv_spatial:
+            halo, allow_rs = strategy_halo(node, space.operand_maps, assign, op_specs[0], mesh)
+            if halo is None:
+                continue
+            coll += halo.collectives
+            extra = halo.copy_bytes
         for k, v in assign.items():
             if space.kinds[k] == "whole":
                 n = mesh.shards(v)
@@ -412,10 +470,10 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
         sum_axes = tuple(a for a in axes if any(a in assign.get(k, ()) for k in sum_dims))
         if sum_axes and not is_input:
             B = local_bytes(outs[0], out_item, out_specs[0], mesh)
-            cands.append((assign, out_specs, op_specs, flops, tuple(coll) + (("all-reduce", sum_axes, B),)))
+            cands.append((assign, out_specs, op_specs, flops, tuple(coll) + (("all-reduce", sum_axes, B),), extra))
             # reduce-scatter variants: the result comes out sharded on a par output dim
             nsum = mesh.shards(sum_axes)
-            for d, k in enumerate(space.out_maps[0]):
+            for d, k in enumerate(space.out_maps[0] if allow_rs else ()):
                 if k is None or space.kinds[k] != "par":
                     continue
                 if outs[0][d] < mesh.shards(assign.get(k, ())) * nsum:
@@ -423,14 +481,30 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
                 rs_out = tuple(_spec(m, assign, k, sum_axes) for m in space.out_maps)
                 if not all(_fits(s, sp, mesh) for s, sp in zip(outs, rs_out)):
                     continue
-                cands.append((assign, rs_out, op_specs, flops, tuple(coll) + (("reduce-scatter", sum_axes, B),)))
+                cands.append((assign, rs_out, op_specs, flops, tuple(coll) + (("reduce-scatter", sum_axes, B),), extra))
         else:
-            cands.append((assign, out_specs, op_specs, flops, tuple(coll)))
+            cands.append((assign, out_specs, op_specs, flops, tuple(coll), extra))
     strategies = []
-    for assign, out_specs, op_specs, flops, coll in cands:
+    for assign, out_specs, op_specs, flops, coll, extra in cands:
         strategies.append(Strategy(_name(node, out_specs, op_specs, coll, axes, space), out_specs, op_specs,
-                                   flops, coll))
-    return _cap(strategies, node, mesh, max_strategies)
+                                   flops, coll, extra))
+    beyond = None
+    if conv_spatial:  # spatial strategies are beyond Alpa's space: the cap keeps Alpa's first
+        sp = {space.operand_maps[0][d] for d in node.params["dimension_numbers"]["lhs_spec"][2:]}
+        beyond = [any(k in sp for k, v in a.items() if v) for a, *_ in cands]
+    return _cap(strategies, node, mesh, max_strategies, beyond)
+
+
+def _fft_strategy(node: Node, space: Space, out_spec, in_spec, flops: float, coll: tuple, mesh: Mesh) -> Strategy:
+    """A Strategy of an fft node from its operand and result specs (costmodel.fft_plan): the fft's
+    iteration dims are its result dims, so every other tensor of the group follows ``out_spec``."""
+    def follow(m):
+        return tuple(tuple(out_spec[k]) if k is not None else () for k in m)
+    out_specs = tuple(follow(m) for m in space.out_maps)
+    literal = [src < 0 for src, _ in node.operands]
+    op_specs = tuple(tuple(in_spec) if i == 0 else (((),) * len(node.operand_types[i].shape) if literal[i] else follow(m))
+                     for i, m in enumerate(space.operand_maps))
+    return Strategy(_name(node, out_specs, op_specs, coll, mesh.axis_names, space), out_specs, op_specs, flops, coll)
 
 
 def _name(node, out_specs, op_specs, coll, axes, space) -> str:
@@ -453,7 +527,10 @@ def own_time(st: Strategy, mesh: Mesh) -> float:
     return t
 
 
-def _cap(strategies, node, mesh, cap):
+def _cap(strategies, node, mesh, cap, beyond=None):
+    """The replicated strategy, then up to cap - 1 others by (beyond Alpa's space, own time,
+    memory, order): with ``beyond`` flags (spatial conv splits, distributed FFTs) the full space
+    keeps every strategy Alpa's space has before adding its own, so it is never smaller."""
     rep = [i for i, s in enumerate(strategies)
            if all(not e for sp in s.out_specs for e in sp) and all(not e for sp in s.operand_specs for e in sp)]
     first = rep[0] if rep else 0
@@ -465,7 +542,7 @@ def _cap(strategies, node, mesh, cap):
     def key(i):
         s = strategies[i]
         mem = sum(local_bytes(t.shape, it, sp, mesh) for t, it, sp in zip(node.outputs, item, s.out_specs))
-        return (own_time(s, mesh), mem, i)
+        return (bool(beyond[i]) if beyond is not None else False, own_time(s, mesh), mem, i)
 
     rest = sorted(order[1:], key=key)[:cap - 1]
     rest.sort()  # keep enumeration order among the kept

@@ -40,6 +40,7 @@ import numpy as np
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
+from shardgym import dist_fft
 from shardgym.hlo import parse_collectives, summarize
 from shardgym.validate import constrain, is_key, plan_cluster
 
@@ -351,7 +352,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
     split), count = edges that move bytes."""
     from costmodel.builder import strategies_of
     from costmodel.cluster import Cluster
-    from costmodel.cost import Mesh, lowered_kind, node_collective
+    from costmodel.cost import COLLECTIVES, Mesh, lowered_kind, node_collective
     cluster = cluster if isinstance(cluster, Cluster) else Cluster.preset(cluster)
     strats = strategies_of(graph, cluster)
     k = problem.num_strategies
@@ -367,7 +368,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
             d = acc.setdefault(kind, {"kind": kind, "count": 0, "wire_bytes": 0.0})
             d["count"] += 1
             d["wire_bytes"] += sent
-    rows = [acc[kd] for kd in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") if kd in acc]
+    rows = [acc[kd] for kd in COLLECTIVES if kd in acc]
     if problem.num_edges:
         u, v = problem.edges[:, 0], problem.edges[:, 1]
         eidx = problem.edge_offsets[:-1] + s[u] * k[v] + s[v]
@@ -459,6 +460,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                 if len(ops[k]) == len(shape):
                     op_sharding[(nid, v)] = NamedSharding(mesh, _pspec(ops[k]))
     out_treedef = jax.tree.structure(jax.eval_shape(fn, *args))
+    fft_dist = _distributed_ffts(problem, plan, g) if graph is not None and problem is not None else {}
 
     def run(*call_args):
         leaves = jax.tree.leaves(call_args)
@@ -485,6 +487,12 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                         raise ValueError(f"runtime: operand {k} of {payload!r} is a constant the tracer did not "
                                          "recover; this program cannot be re-evaluated with per-node constraints")
                 fft_sh = None
+                if kind == "eqn" and nid in fft_dist and payload.primitive.name == "fft":
+                    res = [dist_fft.apply(payload.params, ops[0], *fft_dist[nid], mesh)]
+                    for o, x in zip(outs, res):
+                        sh = sharding_of.get(o)
+                        env[o] = constrain(x, sh) if sh is not None else x
+                    continue
                 if kind == "eqn" and payload.primitive.name == "fft" and ins and ins[0] is not None:
                     fft_sh = op_sharding.get((nid, ins[0])) or sharding_of.get(ins[0])
                     if fft_sh is not None:
@@ -500,6 +508,23 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
         return jax.tree.unflatten(out_treedef, out)
 
     return run, len(sharding_of) + len(op_sharding)
+
+
+def _distributed_ffts(problem, plan: Plan, graph: OpGraph) -> dict[int, tuple]:
+    """graph node id -> (operand spec, result spec) of every fft node whose chosen strategy is a
+    distributed FFT (shardgym/dist_fft.py runs those; the replicated one stays XLA's)."""
+    m = getattr(problem, "meta", None)
+    if m is None or not m.operand_specs or len(plan.strategies) != problem.num_nodes:
+        return {}
+    out = {}
+    for i, si in enumerate(plan.strategies):
+        nid = int(m.graph_node[i])
+        if graph.nodes[nid].primitive != "fft":
+            continue
+        ins, res = m.operand_specs[i][int(si)][0], m.out_specs[i][int(si)]
+        if dist_fft.is_distributed(ins, res):
+            out[nid] = (ins, res)
+    return out
 
 
 def _row_major(x, sharding):

@@ -177,13 +177,17 @@ def test_input_layouts_and_unsupported(mesh):
 
 
 def test_fft_runs_replicated_as_xla_does(mesh):
-    """XLA all-gathers a sharded FFT operand (even batch-sharded): one replicated strategy, and the
-    gather is the edge from a batch-sharded producer: S01R -> RR of the 4096-B tensor = gather over x
-    on 1024 B (sends 512) then over y on 4096 B (sends 3/4 of it: 3072)."""
+    """XLA all-gathers a sharded FFT operand (even batch-sharded): in Alpa's space (what plain XLA
+    runs) one replicated strategy, and the gather is the edge from a batch-sharded producer: S01R ->
+    RR of the 4096-B tensor = gather over x on 1024 B (sends 512) then over y on 4096 B (sends 3/4
+    of it: 3072). The full space adds the distributed FFTs the runtime runs with shard_map."""
+    from costmodel.strategies import ALPA
     x = Node(1, "fft", ((0, 0),), (Tensor((8, 64), "complex64"),), (Tensor((8, 64), "complex64"),),
              params={"fft_type": "FFT", "fft_lengths": [64]}, flops=5.0 * 64 * 6 * 8, order=1)
-    st = enumerate_strategies(x, mesh)
+    st = enumerate_strategies(x, mesh, search=ALPA)
     assert [s.name for s in st] == ["RR = RR"] and st[0].flops == x.flops
+    full = by_name(enumerate_strategies(x, mesh))
+    assert full["S01R = S01R"].collectives == () and full["S01R = S01R"].flops == x.flops / 8
     _, sent = reshard((8, 64), 8, (("x", "y"), ()), ((), ()), mesh)
     assert sent == pytest.approx(512 + 3072)
 
@@ -193,7 +197,7 @@ def test_fft_whole_dims_cost_all_to_all(mesh, monkeypatch):
     monkeypatch.setattr(S, "XLA_FFT_REPLICATED", False)  # the issue's all-to-all strategies
     x = Node(1, "fft", ((0, 0),), (Tensor((8, 64), "complex64"),), (Tensor((8, 64), "complex64"),),
              params={"fft_type": "FFT", "fft_lengths": [64]}, flops=5.0 * 64 * 6 * 8, order=1)
-    st = by_name(enumerate_strategies(x, mesh))
+    st = by_name(enumerate_strategies(x, mesh, search=S.ALPA))
     assert st["S0R = S0R"].collectives == ()
     s = st["RS1 = RS1 (all-to-all y) (all-to-all y)"]
     kinds = [c[0] for c in s.collectives]

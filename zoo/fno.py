@@ -1,11 +1,17 @@
-"""FNO: a 2-D Fourier neural operator (Li et al. 2021) learning the heat-equation solution operator.
+"""FNO: a 2-D (or 3-D, ``dims=3``) Fourier neural operator (Li et al. 2021) learning the heat-equation
+solution operator.
 
 lift (Dense on [a(x), x, y]) -> n_layers x [spectral conv + pointwise Dense skip, gelu (not after
 the last)] -> projection MLP. Spectral conv: jnp.fft.rfft2 over the two spatial axes, keep the
 `modes` lowest frequencies (first axis: both the positive block [:modes] and the negative block
 [-modes:]; second axis: [:modes] of the half spectrum), multiply by complex weights with a complex
 einsum over channels (weights stored as two real params, `w_real`/`w_imag`), scatter into a zero
-spectrum, jnp.fft.irfft2 back. Loss = MSE against the target field.
+spectrum, jnp.fft.irfft2 back. 3-D (``SpectralConv3d``): jnp.fft.rfftn over the three spatial axes,
+the four low-mode corner blocks (positive/negative on the first two axes, [:modes] of the half
+spectrum on the last), irfftn back. Loss = MSE against the target field.
+
+Scientific sizes (batch below the device count, as PDE / weather training runs): hires-512 and
+hires-1024 (2-D, batch 2 and 1), 3d-tiny (runs on the CPU mesh) and 3d-128 (a 128^3 field).
 """
 from __future__ import annotations
 
@@ -27,11 +33,16 @@ class FNOConfig:
     out_channels: int = 1
     proj: int = 128
     diffusivity: float = 0.01  # heat-equation time x diffusivity of the target operator
+    dims: int = 2  # spatial dims: 2 or 3
 
 
 SIZES = {
     "tiny": FNOConfig(grid=32, width=16, modes=8, n_layers=2, batch=8),
     "large": FNOConfig(grid=256, width=64, modes=16, n_layers=4, batch=16),
+    "hires-512": FNOConfig(grid=512, width=128, modes=32, n_layers=4, batch=2, proj=256),
+    "hires-1024": FNOConfig(grid=1024, width=64, modes=32, n_layers=4, batch=1, proj=256),
+    "3d-tiny": FNOConfig(grid=16, width=8, modes=4, n_layers=2, batch=1, proj=32, dims=3),
+    "3d-128": FNOConfig(grid=128, width=32, modes=12, n_layers=4, batch=1, proj=128, dims=3),
 }
 
 
@@ -55,6 +66,27 @@ class SpectralConv2d(nn.Module):
         return jnp.fft.irfft2(out_ft, s=(h, w), axes=(1, 2))
 
 
+class SpectralConv3d(nn.Module):
+    features: int
+    modes: int
+
+    @nn.compact
+    def __call__(self, x):
+        b, d1, d2, d3, c = x.shape
+        m = self.modes
+        scale = 1.0 / (c * self.features)
+        init = lambda key, shape: scale * jax.random.uniform(key, shape, jnp.float32)
+        shape = (4, m, m, m, c, self.features)  # corners: (+,+), (-,+), (+,-), (-,-) on the first two axes
+        weights = jax.lax.complex(self.param("w_real", init, shape), self.param("w_imag", init, shape))
+        x_ft = jnp.fft.rfftn(x, axes=(1, 2, 3))  # (b, d1, d2, d3//2+1, c) complex64
+        out_ft = jnp.zeros((b, d1, d2, d3 // 2 + 1, self.features), jnp.complex64)
+        for k, (s1, s2) in enumerate([(slice(0, m), slice(0, m)), (slice(d1 - m, d1), slice(0, m)),
+                                      (slice(0, m), slice(d2 - m, d2)), (slice(d1 - m, d1), slice(d2 - m, d2))]):
+            block = jnp.einsum("bxyzi,xyzio->bxyzo", x_ft[:, s1, s2, :m, :], weights[k])
+            out_ft = out_ft.at[:, s1, s2, :m, :].set(block)
+        return jnp.fft.irfftn(out_ft, s=(d1, d2, d3), axes=(1, 2, 3))
+
+
 class FNO(nn.Module):
     cfg: FNOConfig
 
@@ -62,12 +94,13 @@ class FNO(nn.Module):
     def __call__(self, batch):
         cfg = self.cfg
         a = batch["a"]
-        b, h, w, _ = a.shape
-        gy, gx = jnp.meshgrid(jnp.linspace(0.0, 1.0, h), jnp.linspace(0.0, 1.0, w), indexing="ij")
-        grid = jnp.broadcast_to(jnp.stack([gy, gx], axis=-1)[None], (b, h, w, 2))
+        b, *space, _ = a.shape
+        coords = jnp.meshgrid(*[jnp.linspace(0.0, 1.0, n) for n in space], indexing="ij")
+        grid = jnp.broadcast_to(jnp.stack(coords, axis=-1)[None], (b, *space, len(space)))
         x = nn.Dense(cfg.width, name="lift")(jnp.concatenate([a, grid], axis=-1))
+        spectral = SpectralConv2d if cfg.dims == 2 else SpectralConv3d
         for i in range(cfg.n_layers):
-            y = SpectralConv2d(cfg.width, cfg.modes, name=f"spectral_{i}")(x)
+            y = spectral(cfg.width, cfg.modes, name=f"spectral_{i}")(x)
             y = y + nn.Dense(cfg.width, name=f"skip_{i}")(x)
             x = nn.gelu(y) if i < cfg.n_layers - 1 else y
         x = nn.gelu(nn.Dense(cfg.proj, name="proj_0")(x))
@@ -77,17 +110,20 @@ class FNO(nn.Module):
 def model(cfg: FNOConfig) -> nn.Module:
     if not (0 < cfg.modes <= cfg.grid // 2):
         raise ValueError(f"FNOConfig.modes={cfg.modes} must be in 1..grid//2={cfg.grid // 2}")
+    if cfg.dims not in (2, 3):
+        raise ValueError(f"FNOConfig.dims={cfg.dims} must be 2 or 3")
     return FNO(cfg)
 
 
 def make_batch(cfg: FNOConfig, key) -> dict:
     """Input a(x): white noise; target u(x): the heat equation's solution, exp(-D|k|^2) in Fourier space."""
-    n = cfg.grid
-    a = jax.random.normal(key, (cfg.batch, n, n, cfg.in_channels), jnp.float32)
-    ky = jnp.fft.fftfreq(n) * n
-    kx = jnp.fft.rfftfreq(n) * n
-    decay = jnp.exp(-cfg.diffusivity * (ky[:, None] ** 2 + kx[None, :] ** 2))[None, :, :, None]
-    u = jnp.fft.irfft2(jnp.fft.rfft2(a, axes=(1, 2)) * decay, s=(n, n), axes=(1, 2))
+    n, k = cfg.grid, cfg.dims
+    a = jax.random.normal(key, (cfg.batch,) + (n,) * k + (cfg.in_channels,), jnp.float32)
+    freqs = [jnp.fft.fftfreq(n) * n] * (k - 1) + [jnp.fft.rfftfreq(n) * n]
+    k2 = sum(f.reshape([-1 if i == j else 1 for j in range(k)]) ** 2 for i, f in enumerate(freqs))
+    decay = jnp.exp(-cfg.diffusivity * k2)[None, ..., None]
+    axes = tuple(range(1, k + 1))
+    u = jnp.fft.irfftn(jnp.fft.rfftn(a, axes=axes) * decay, s=(n,) * k, axes=axes)
     return {"a": a, "u": u[..., : cfg.out_channels].astype(jnp.float32)}
 
 

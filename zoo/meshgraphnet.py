@@ -45,6 +45,7 @@ class MeshGraphNetConfig:
 SIZES = {
     "tiny": MeshGraphNetConfig(n_nodes=64, n_edges=256, latent=32, n_blocks=2),
     "large": MeshGraphNetConfig(n_nodes=65536, n_edges=393216, latent=128, n_blocks=15),
+    "mesh-131k": MeshGraphNetConfig(n_nodes=131072, n_edges=786432, latent=128, n_blocks=15),
 }
 
 
