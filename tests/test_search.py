@@ -65,7 +65,8 @@ def test_main_iopddl_infeasible_prints_empty(tmp_path):
     path = str(tmp_path / "tight.json")
     p.to_iopddl(path)
     buf = io.StringIO()
-    assert main_iopddl(path, 5, out=buf) == []
+    with pytest.raises(ValueError, match="usage_limit 49 fits no plan"):   # the CLI: one line, exit 2
+        main_iopddl(path, 5, out=buf)
     assert buf.getvalue().strip().splitlines()[-1] == "[]"
 
 
