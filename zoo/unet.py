@@ -37,6 +37,7 @@ SIZES = {
     "hires-1024": UNetConfig(image=1024, channels=3, base=8, levels=4, batch=1, groups=4),
     "3d-tiny": UNetConfig(image=16, channels=1, base=4, levels=2, batch=1, groups=2, dims=3),
     "3d-128": UNetConfig(image=128, channels=1, base=8, levels=3, batch=1, groups=4, dims=3),
+    "3d-256": UNetConfig(image=256, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
 }
 
 
