@@ -203,7 +203,9 @@ def main(argv=None):
         print_table([{"method": k, **v} for k, v in summary_capped.items()],
                     ["method", "median", "median_proven", "mean", "max", "all_feasible"],
                     title=f"summary over the {len(capped_rows)} problems whose cap binds")
-    print(f"{big.num_nodes}-node problem: first call {first_s:.2f}s, warm {warm_s:.2f}s")
+    if big_row is not None:
+        print(f"{big_row['nodes']}-node problem: first call {big_row['plan_s_first_call']:.2f}s, "
+              f"warm {big_row['plan_s_warm']:.2f}s")
     if args.skip_policy:     # a partial run: its own file, the full evaluation's is left alone
         write_results("eval_policy_baselines", {"rows": rows, "summary": summary, "summary_capped": summary_capped},
                       config=vars(args), seed=args.seed)
