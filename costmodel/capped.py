@@ -19,14 +19,15 @@ Phases, each against one deadline:
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP
 or the search. ``bound`` = the larger of BP's bound and HiGHS's (−inf when neither applies);
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
-called on every new best plan (the IOPDDL command's watchdog streams them to its parent process,
-so a native call that overruns loses nothing). Time is approximate by one HiGHS call's set-up or
-one search step (the callers keep a margin).
+called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
+or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
+streams its plans and is killed at the limit, so the answer is never late.
 """
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,7 @@ MILP_SHARE = 0.6                # of the time left after the starts
 BP_SHARE = 0.1                  # of the budget for BP (and at most BP_MAX_S)
 BP_MAX_S = 6.0
 SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
+GUARD_MARGIN_S = 1.0            # solve_guarded: the child's budget is this much shorter
 SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
 
 
@@ -148,6 +150,70 @@ def _result(best, bound, info, t0, proven) -> CappedResult:
     gap = None if not np.isfinite(bound) else max(0.0, cost - bound) / max(abs(cost), 1e-300)
     return CappedResult(best[0], cost, bound, 0.0 if closed else gap, "optimal" if closed else "time_limit",
                         best[2], time.perf_counter() - t0, info)
+
+
+def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None, relax_cap: bool = False,
+                  threads: int | None = None) -> CappedResult:
+    """``solve_capped`` in a forked child that streams every new best plan through a pipe; at
+    ``time_limit_s`` the child is killed, so a native call (HiGHS) that overruns its own limit
+    cannot delay the answer, and the best plan streamed so far is returned (checked here: a plan
+    over the limit is never returned). The child gets ``time_limit_s`` − ``GUARD_MARGIN_S``.
+    Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
+    when it finishes in time; otherwise "time_limit" and the bound −inf."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit_s)
+    say = progress or (lambda msg: None)
+    if not hasattr(os, "fork") or time_limit_s < 2 * GUARD_MARGIN_S:
+        return solve_capped(problem, max(time_limit_s, 0.1), seeds=seeds, progress=progress,
+                            relax_cap=relax_cap, threads=threads)
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            r = solve_capped(problem, time_limit_s - GUARD_MARGIN_S, seeds=seeds, progress=progress,
+                             on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
+                             threads=threads)
+            send.send(("done", r))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    with warnings.catch_warnings():   # JAX warns on any fork; the child runs numpy and HiGHS only
+        warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+        proc.start()
+    send.close()
+    best, best_cost, done = None, float("inf"), None
+    while True:
+        wait = deadline - time.perf_counter()
+        if wait <= 0 or not recv.poll(wait):
+            say(f"deadline: stopping the solver ({time.perf_counter() - t0:.1f}s)")
+            break
+        try:
+            msg = recv.recv()
+        except EOFError:
+            break
+        if msg[0] == "done":
+            done = msg[1]
+            break
+        if msg[1] < best_cost:
+            best, best_cost = msg
+    if proc.is_alive():
+        proc.kill()
+    proc.join(timeout=1.0)
+    if done is not None and done.plan is not None and done.cost <= best_cost:
+        best, best_cost = done.plan, done.cost
+    if best is not None and not evaluate(problem, best).feasible:
+        say("the solver's plan is over the usage limit: not returned")
+        best, best_cost = None, float("inf")
+    if best is None:
+        status = "infeasible" if done is not None and done.status == "infeasible" else "time_limit"
+        return CappedResult(None, float("inf"), -float("inf"), None, status, "none", time.perf_counter() - t0)
+    if done is not None:
+        return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
+                            time.perf_counter() - t0, done.milp_info)
+    return CappedResult(best, best_cost, -float("inf"), None, "time_limit", "streamed", time.perf_counter() - t0)
 
 
 def _closed(cost: float, bound: float) -> bool:

@@ -78,55 +78,12 @@ def check_fits(problem: Problem, path: str = "problem") -> None:
 
 
 def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
-    """The capped-solving core (``costmodel.capped.solve_capped``) in a forked child that streams
-    every new best plan to this process through a pipe; at the deadline the child is killed, so a
-    native solver call (HiGHS) that overruns its limit cannot delay the answer. Without fork
-    (not POSIX) it runs inline."""
-    from costmodel.capped import solve_capped
-    left = deadline - time.perf_counter()
-    if not hasattr(os, "fork") or left < 1.0:
-        r = solve_capped(problem, max(left, 0.1), progress=_say)
-        return r.plan or []
-    import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-
-    def child():
-        try:
-            r = solve_capped(problem, max(left - 1.0, 0.1), progress=_say,
-                             on_plan=lambda plan, cost: send.send((plan, cost)))
-            send.send(("done", r.bound, r.status))
-        finally:
-            send.close()
-
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    send.close()
-    best, best_cost = [], float("inf")
-    while True:
-        wait = deadline - time.perf_counter()
-        if wait <= 0 or not recv.poll(wait):
-            _say(f"deadline: stopping the solver ({time.perf_counter() - t0:.1f}s)")
-            break
-        try:
-            msg = recv.recv()
-        except EOFError:
-            break
-        if msg[0] == "done":
-            _say(f"done: bound={msg[1]:.10g} status={msg[2]} ({time.perf_counter() - t0:.1f}s)")
-            break
-        plan, cost = msg
-        if cost < best_cost:
-            best, best_cost = plan, cost
-    if proc.is_alive():
-        proc.kill()
-    proc.join(timeout=1.0)
-    if best:
-        c = evaluate(problem, best)            # the parent checks the plan it prints
-        if not c.feasible:
-            _say("the solver's plan is over the usage limit: not printed")
-            best = []
-    return best
+    """The capped-solving core under its watchdog (``costmodel.capped.solve_guarded``: a forked
+    child streams each new best plan and is killed at the deadline, so no native call overruns)."""
+    from costmodel.capped import solve_guarded
+    r = solve_guarded(problem, deadline - time.perf_counter(), progress=_say)
+    _say(f"{r.status}: cost={r.cost:.10g} bound={r.bound:.10g} ({time.perf_counter() - t0:.1f}s)")
+    return r.plan or []
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m costmodel.iopddl_cli FILE T

@@ -72,6 +72,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
     ap.add_argument("--only", default="", help="evaluate only problems whose name contains this text")
+    ap.add_argument("--skip-policy", action="store_true",
+                    help="only the rows that need no policy (random, greedy_cost, bp, bp_lagrangian); the cap "
+                         "counts as binding when the uncapped ILP plan is over it")
     args = ap.parse_args(argv)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
@@ -118,7 +121,7 @@ def main(argv=None):
                 row[key + "_s"] = seconds
 
         planner = Planner(base.params, base.config, source=base.source)
-        for pol in (False, True):
+        for pol in (() if args.skip_policy else (False, True)):
             sfx = "" if pol else "_raw"
             t = time.perf_counter()
             plan, info = planner.plan(p, mode="greedy", polish=pol, seed=args.seed, return_info=True)
@@ -128,10 +131,14 @@ def main(argv=None):
             t = time.perf_counter()
             record("policy_best16" + sfx, planner.plan(p, mode="greedy", samples=args.samples, polish=pol, seed=args.seed),
                    time.perf_counter() - t)
-        t = time.perf_counter()
-        record("policy_greedy_norefine", planner.plan(p, mode="greedy", refine_time_s=0.0, seed=args.seed),
-               time.perf_counter() - t)
-        if args.finetune_seconds > 0:
+        if args.skip_policy:
+            free = solve_ilp(p.with_usage_limit(None), objective="time", time_limit_s=args.ilp_seconds)[0]
+            row["cap_binds"] = p.usage_limit is not None and not evaluate(p, free).feasible
+        else:
+            t = time.perf_counter()
+            record("policy_greedy_norefine", planner.plan(p, mode="greedy", refine_time_s=0.0, seed=args.seed),
+                   time.perf_counter() - t)
+        if args.finetune_seconds > 0 and not args.skip_policy:
             planner.finetune(p, args.finetune_seconds, seed=args.seed)
             for pol in (False, True):
                 sfx = "" if pol else "_raw"
@@ -153,15 +160,17 @@ def main(argv=None):
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
     # planning time on a large problem
-    big = random_problem(np.random.default_rng(args.seed), args.big_nodes, 8)
-    t = time.perf_counter()
-    base.plan(big)
-    first_s = time.perf_counter() - t
-    t = time.perf_counter()
-    big_plan = base.plan(big)
-    warm_s = time.perf_counter() - t
-    big_row = {"nodes": big.num_nodes, "edges": big.num_edges, "plan_s_first_call": first_s, "plan_s_warm": warm_s,
-               "feasible": evaluate(big, big_plan).feasible}
+    big_row = None
+    if not args.skip_policy:
+        big = random_problem(np.random.default_rng(args.seed), args.big_nodes, 8)
+        t = time.perf_counter()
+        base.plan(big)
+        first_s = time.perf_counter() - t
+        t = time.perf_counter()
+        big_plan = base.plan(big)
+        warm_s = time.perf_counter() - t
+        big_row = {"nodes": big.num_nodes, "edges": big.num_edges, "plan_s_first_call": first_s,
+                   "plan_s_warm": warm_s, "feasible": evaluate(big, big_plan).feasible}
 
     methods = ["policy_greedy", "policy_greedy_norefine", "policy_best16", "policy_finetuned", "random",
                "greedy_cost", "bp", "bp_lagrangian"]
@@ -194,7 +203,13 @@ def main(argv=None):
         print_table([{"method": k, **v} for k, v in summary_capped.items()],
                     ["method", "median", "median_proven", "mean", "max", "all_feasible"],
                     title=f"summary over the {len(capped_rows)} problems whose cap binds")
-    print(f"{big.num_nodes}-node problem: first call {first_s:.2f}s, warm {warm_s:.2f}s")
+    if big_row is not None:
+        print(f"{big_row['nodes']}-node problem: first call {big_row['plan_s_first_call']:.2f}s, "
+              f"warm {big_row['plan_s_warm']:.2f}s")
+    if args.skip_policy:     # a partial run: its own file, the full evaluation's is left alone
+        write_results("eval_policy_baselines", {"rows": rows, "summary": summary, "summary_capped": summary_capped},
+                      config=vars(args), seed=args.seed)
+        return
     write_results("eval_policy", {"rows": rows, "summary": summary, "summary_capped": summary_capped,
                                   "big_problem": big_row,
                                   "planner": base.describe()}, config=vars(args), seed=args.seed)

@@ -132,7 +132,7 @@ def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: fl
     holds (``costmodel.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first path. The seeds' time counts
     against the limit. Falls back to ``solve_ilp`` (for its infeasibility report) when no plan
     fits."""
-    from costmodel.capped import solve_capped
+    from costmodel.capped import solve_guarded
     from costmodel.ilp import solve_ilp
     capped = problem.with_usage_limit(cap)
     seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
@@ -142,8 +142,8 @@ def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: fl
         seeds.append(replicated)
         if evaluate(capped, replicated).peak_memory_bytes > cap:
             seeds += _baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
-    left = max(1.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_capped(capped, left, seeds=seeds, threads=threads, relax_cap=True)
+    left = max(3.0, time_limit_s - (time.perf_counter() - t0))
+    r = solve_guarded(capped, left, seeds=seeds, threads=threads, relax_cap=True)
     if r.plan is None:
         return solve_ilp(problem, objective="time", memory_cap_bytes=cap, time_limit_s=left)[0], {}
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
