@@ -230,7 +230,12 @@ def reshard(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, float]:
 
 def reshard_measured(src, dst, mesh: Mesh):
     """The measured Transition for src -> dst on ``mesh`` (None: not probed, the rules apply)."""
-    return reshard_table.lookup(mesh.shape, spec_name(src, mesh.axis_names), spec_name(dst, mesh.axis_names))
+    return _measured_cached(tuple(src), tuple(dst), mesh.shape, mesh.axis_names)
+
+
+@lru_cache(maxsize=None)
+def _measured_cached(src, dst, shape, axis_names):
+    return reshard_table.lookup(shape, spec_name(src, axis_names), spec_name(dst, axis_names))
 
 
 def transition_time(tr, whole_bytes: float, mesh: Mesh) -> float:
@@ -360,4 +365,5 @@ def reshard_matrix(shape, itemsize: int, srcs, dsts, mesh: Mesh) -> tuple[np.nda
 def clear_reshard_cache() -> None:
     """Forget memoised reshard prices and loaded tables (after a table is rebuilt)."""
     _reshard_cached.cache_clear()
+    _measured_cached.cache_clear()
     reshard_table.clear_cache()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -57,8 +58,10 @@ class Transition:
                    float(d["sent"]), bool(d["remat"]), float(d["temp"]), bool(d.get("stable", True)))
 
 
+@lru_cache(maxsize=1)
 def jax_version() -> str:
-    """The installed jax's version (tables are per version); "none" without jax."""
+    """The installed jax's version (tables are per version); "none" without jax. Cached: reading
+    package metadata takes milliseconds and every resharding lookup asks."""
     try:
         return metadata.version("jax")
     except metadata.PackageNotFoundError:
@@ -85,6 +88,7 @@ def table_paths(mesh_shape, version: str | None = None) -> list[Path]:
 
 
 _TABLES: dict[tuple, dict[str, Transition]] = {}
+_VERSION: list[str] = []   # the version the loaded tables are for (lookup's fast path)
 
 
 def read(path) -> tuple[dict, dict[str, Transition]]:
@@ -124,12 +128,14 @@ def table(mesh_shape) -> dict[str, Transition]:
             if p.exists():
                 got.update(read(p)[1])
         _TABLES[key] = got
+        _VERSION[:] = [key[1]]
     return got
 
 
 def lookup(mesh_shape, src_name: str, dst_name: str) -> Transition | None:
     """The measured src -> dst transition on ``mesh_shape``, or None when it was not probed."""
-    return table(mesh_shape).get(pair_key(src_name, dst_name))
+    got = _TABLES.get((mesh_shape, _VERSION[0])) if _VERSION else None
+    return (got if got is not None else table(mesh_shape)).get(pair_key(src_name, dst_name))
 
 
 def clear_cache() -> None:

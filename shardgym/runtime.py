@@ -478,8 +478,9 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                         if sh is None:
                             ops.append(env[r])
                         else:
-                            if (nid, r) not in cache:
-                                cache[(nid, r)] = constrain(env[r], sh)
+                            if (nid, r) not in cache:  # the resharded copy is the consumer's (verify)
+                                with jax.named_scope(f"{NODE_SCOPE}{nid}"):
+                                    cache[(nid, r)] = constrain(env[r], sh)
                             ops.append(cache[(nid, r)])
                     elif k < len(consts) and not _is_missing(consts[k]):
                         ops.append(consts[k])

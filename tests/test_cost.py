@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from costmodel.cluster import Cluster
-from costmodel.cost import (Mesh, collective, compute_time, local_bytes, norm_spec, public_spec, redundant_bytes,
-                            reshard, reshard_rules)
+from costmodel.cost import (
+    Mesh,
+    collective,
+    compute_time,
+    local_bytes,
+    norm_spec,
+    public_spec,
+    redundant_bytes,
+    reshard,
+    reshard_rules,
+)
 from costmodel.graph import Node, Tensor
 from costmodel.strategies import enumerate_strategies
 
