@@ -231,11 +231,11 @@ def _bc_phase(run: _Run, a, cfg, demos):
     from agent.ppo import PPOTrainer
     if run.state.get("phase") in ("ppo", "done"):
         return
-    trainer = PPOTrainer(cfg) if not os.path.exists(run.path(BC)) else PPOTrainer.load(run.path(BC))
-    if not demos:
+    if not demos:   # checked before building a trainer (its environments cost seconds of the budget)
         print("no demonstrations: PPO starts from random weights", flush=True)
         run.save(phase="ppo", bc_history=[])
         return
+    trainer = PPOTrainer(cfg) if not os.path.exists(run.path(BC)) else PPOTrainer.load(run.path(BC))
     seconds = None if a.bc_epochs is not None else max(run.left() * a.bc_fraction, 1.0)
     epochs = a.bc_epochs if a.bc_epochs is not None else 10_000
     done_epochs = int(run.state.get("bc_epochs_done", 0))
