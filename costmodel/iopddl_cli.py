@@ -21,8 +21,7 @@ import os
 import sys
 import time
 
-from costmodel.problem import Problem, evaluate
-
+from costmodel.problem import Problem
 
 
 def _say(msg: str) -> None:

@@ -531,12 +531,12 @@ class _Contraction:
                     inv_mu = np.empty_like(mu)
                     inv_mu[mu] = np.arange(len(mu))
                     tau = inv_mu[inv_sig[mv]]        # root_v strategy -> root_u strategy
-                    keep, Mk, Mo = rv, Mv, Mu
+                    keep, Mo = rv, Mu
                 else:
                     inv_mv = np.empty_like(mv)
                     inv_mv[mv] = np.arange(len(mv))
                     tau = inv_mv[sig[mu]]            # root_u strategy -> root_v strategy
-                    keep, Mk, Mo = ru, Mu, Mv
+                    keep, Mo = ru, Mv
                 gone = rv if keep == ru else ru
                 for w in Mo:                         # the smaller side is re-rooted: O(n log n) moves
                     rows[w] = row(w)[tau]
