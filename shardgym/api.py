@@ -77,6 +77,8 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     elif method == "policy":
         from agent.planner import Planner
         planner = Planner.load(kw.pop("checkpoint", "pretrained"))
+        if not kw.pop("search", True):   # the raw decode: one forward pass + the masked decode, no polish/refine
+            kw["polish"] = False
         strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)
         info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     else:

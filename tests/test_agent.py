@@ -181,3 +181,18 @@ def test_planner_refines_only_when_the_cap_binds(monkeypatch):
     plan, info = planner.plan(p, memory_cap_bytes=lo, refine_time_s=None, return_info=True)
     assert info["cap_binds"] and calls == [REFINE_TIME_S]
     assert evaluate(p.with_usage_limit(lo), plan).feasible
+
+
+def test_solve_policy_search_false_is_the_raw_decode():
+    """sg.solve(method="policy", search=False) is Planner.plan without polish or refine, and it
+    honours memory_cap_bytes."""
+    import shardgym as sg
+    from agent.planner import Planner
+    p = random_problem(np.random.default_rng(7), 30, 5)
+    raw = Planner.load("pretrained").plan(p, polish=False)
+    plan = sg.solve(p, method="policy", search=False)
+    assert list(plan.strategies) == list(raw)
+    least = sg.evaluate(p, [int(np.argmin(p.node_usages[a:b])) for a, b in
+                            zip(p.strategy_offsets[:-1], p.strategy_offsets[1:])]).peak_memory_bytes
+    capped = sg.solve(p, method="policy", search=False, memory_cap_bytes=1.5 * least)
+    assert sg.evaluate(p.with_usage_limit(1.5 * least), capped).feasible
