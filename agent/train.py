@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from agent.checkpoints import write_atomic
+from agent.cliutil import OneLineParser
 
 STATE = "state.json"
 TEACHER = "teacher.msgpack"
@@ -62,14 +63,6 @@ def teacher_plan(problem, teacher: str, ilp_seconds: float):
         except (RuntimeError, ValueError) as exc:  # infeasible or solver trouble: keep the heuristic
             info["ilp_error"] = f"{type(exc).__name__}: {exc}"[:200]
     return plan, info
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with the CLI's error contract: one ``shardgym: error:`` line, exit 2."""
-
-    def error(self, message):
-        print(f"shardgym: error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(2)
 
 
 def build_parser(prog: str = "shardgym train") -> argparse.ArgumentParser:

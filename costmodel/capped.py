@@ -104,7 +104,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
     small = milp_ok(problem)
-    if small and left() > 2.0:        # on contest-size graphs BP's plans lose to the search's
+    short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
+    if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True,
                      time_limit_s=min(BP_SHARE * budget, BP_MAX_S, 0.5 * left()))
         consider(r.plan, "bp")
@@ -112,9 +113,10 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             bound = max(bound, r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info = None
-    if left() > 1.0:
-        t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small else left()
-        plan = solve_large(problem, max(min(t_search, left() - 0.5), 0.1), progress=say, use_lns=not small,
+    if left() > (0.1 if short else 1.0):
+        t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small and not short else left()
+        margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
+        plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"))
         consider(plan, "search")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent

@@ -192,7 +192,7 @@ def cmd_iopddl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.train import OneLineParser
+    from agent.cliutil import OneLineParser
     from shardgym import workflow
     from shardgym.api import METHODS, OBJECTIVES
     ap = OneLineParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
