@@ -196,3 +196,18 @@ def test_solve_policy_search_false_is_the_raw_decode():
                             zip(p.strategy_offsets[:-1], p.strategy_offsets[1:])]).peak_memory_bytes
     capped = sg.solve(p, method="policy", search=False, memory_cap_bytes=1.5 * least)
     assert sg.evaluate(p.with_usage_limit(1.5 * least), capped).feasible
+
+
+def test_shipped_checkpoint_carries_a_checksum():
+    """The shipped policy is format /2: its weights are covered by a SHA-256, so a flipped byte in
+    them is an error, not a silently different policy."""
+    import os
+
+    from flax import serialization
+
+    from agent.checkpoints import FORMAT
+    path = os.path.join(os.path.dirname(__import__("agent").__file__), "pretrained", "policy.msgpack")
+    with open(path, "rb") as f:
+        state = serialization.msgpack_restore(f.read())
+    assert state["format"] == FORMAT and len(state["checksum"]) == 64
+    load_checkpoint(path)   # the checksum matches
