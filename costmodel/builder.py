@@ -240,10 +240,11 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         graph=graph,
         reshard_stats={"measured_pairs": int(covered[0]), "fallback_pairs": int(covered[1])},
     )
-    if covered[1]:
-        warnings.warn(f"build_problem: {covered[1]} of {sum(covered)} resharding pairs are priced by the hand rules "
-                      f"(no measured table entry on mesh {tuple(cluster.mesh_shape)}; build one with python -m "
-                      "shardgym.reshard_probe); see problem.meta.reshard_stats", stacklevel=2)
+    if covered[1]:   # one text per mesh shape (the counts are in meta.reshard_stats), so Python's
+        # default warning filter says it once per mesh and call site instead of once per problem
+        warnings.warn(f"build_problem: resharding on mesh {tuple(cluster.mesh_shape)} is partly priced by the hand "
+                      "rules (no measured table entry; build one with python -m shardgym.reshard_probe); "
+                      "problem.meta.reshard_stats has the counts", stacklevel=2)
     limit = float(cluster.memory_limit_bytes)
     if memory_cap_bytes is not None:
         if not memory_cap_bytes > 0:
