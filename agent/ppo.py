@@ -452,7 +452,7 @@ class PPOTrainer:
         """Run updates until ``num_updates`` more are done or ``seconds`` pass (whichever first).
         Ctrl-C saves a checkpoint (if a path is given) and returns cleanly, with
         ``self.interrupted`` set."""
-        self.interrupted = False
+        self.interrupted, self.interrupt = False, None
         if num_updates is None and seconds is None:
             raise ValueError("give num_updates or seconds")
         if (self.config.wandb if log_wandb is None else log_wandb) and self._wandb is None:
@@ -474,8 +474,8 @@ class PPOTrainer:
                                                     f"ratio {st.get('charts/cost_ratio', float('nan')):.3f}")
                     if checkpoint_path and checkpoint_every and self.update_count % checkpoint_every == 0:
                         self.save(checkpoint_path)
-            except KeyboardInterrupt:
-                self.interrupted = True
+            except KeyboardInterrupt as exc:
+                self.interrupted, self.interrupt = True, exc
                 if checkpoint_path:
                     self.save(checkpoint_path)
                 print(f"interrupted after update {self.update_count}; "

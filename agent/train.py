@@ -22,9 +22,11 @@ params, optimizer state, key and update counter, all in the checkpoint).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 
@@ -41,6 +43,32 @@ POLICY = "policy.msgpack"
 
 class Interrupted(Exception):
     """Ctrl-C in a phase after its state was saved."""
+
+
+class BudgetSpent(KeyboardInterrupt):
+    """The ``--minutes`` budget ran out inside a step that has no time check of its own (building
+    the PPO environments, a rollout). A KeyboardInterrupt, so the trainer's interrupt path restores
+    the state before the unfinished update and saves it; the run then ends normally."""
+
+
+@contextlib.contextmanager
+def _budget_alarm(seconds: float):
+    """Raise BudgetSpent in the main thread once ``seconds`` have passed (SIGALRM; a no-op where
+    there is none, or off the main thread)."""
+    if not hasattr(signal, "setitimer") or seconds == float("inf"):
+        yield
+        return
+    try:
+        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(BudgetSpent()))
+    except ValueError:    # not the main thread
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, max(float(seconds), 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _write_json(path: str, doc: dict) -> None:
@@ -245,27 +273,49 @@ def _bc_phase(run: _Run, a, cfg, demos):
     trainer.close()
 
 
-def _ppo_phase(run: _Run, a, cfg) -> None:
+def _start_trainer(run: _Run, cfg, env_fn=None):
+    """The PPO trainer at update 0: BC's weights if there are any, else a fresh initialisation."""
     from agent.ppo import PPOTrainer
-    ck = run.path(POLICY)
-    if os.path.exists(ck):
-        trainer = PPOTrainer.load(ck)
-    else:
-        trainer = PPOTrainer(cfg)
-        if os.path.exists(run.path(BC)):
-            from flax import serialization
+    trainer = PPOTrainer(cfg, env_fn=env_fn)
+    if os.path.exists(run.path(BC)):
+        from flax import serialization
 
-            from agent.checkpoints import load_checkpoint
-            trainer.params = serialization.from_state_dict(trainer.params, load_checkpoint(run.path(BC))["params"])
-            trainer.opt_state = trainer.optimizer.init(trainer.params)
-        trainer.save(ck)   # update 0: a resume before the first PPO checkpoint starts from here
-    todo = None if a.updates is None else max(a.updates - trainer.update_count, 0)
-    hist = []
-    if (todo is None or todo > 0) and run.left() > 0:
-        hist = trainer.train(num_updates=todo, seconds=run.left(),
-                             checkpoint_path=ck, checkpoint_every=a.checkpoint_every, progress=not a.no_progress)
+        from agent.checkpoints import load_checkpoint
+        trainer.params = serialization.from_state_dict(trainer.params, load_checkpoint(run.path(BC))["params"])
+        trainer.opt_state = trainer.optimizer.init(trainer.params)
+    return trainer
+
+
+def _ppo_phase(run: _Run, a, cfg) -> None:
+    """PPO until the budget or ``--updates``. The budget is also held inside steps that cannot check
+    the clock (building environments, a rollout): ``_budget_alarm`` ends them, the unfinished update
+    is dropped (the trainer restores its state) and the run ends normally."""
+    from agent.ppo import PPOTrainer, problem_env_fn
+    ck = run.path(POLICY)
+    trainer, spent, hist = None, False, []
+    try:
+        with _budget_alarm(run.left() if a.updates is None else float("inf")):
+            if os.path.exists(ck):
+                trainer = PPOTrainer.load(ck)
+            else:
+                trainer = _start_trainer(run, cfg)
+                trainer.save(ck)   # update 0: a resume before the first PPO checkpoint starts from here
+            todo = None if a.updates is None else max(a.updates - trainer.update_count, 0)
+            if (todo is None or todo > 0) and run.left() > 0:
+                hist = trainer.train(num_updates=todo, seconds=run.left(), checkpoint_path=ck,
+                                     checkpoint_every=a.checkpoint_every, progress=not a.no_progress)
+                spent = isinstance(getattr(trainer, "interrupt", None), BudgetSpent)
+    except BudgetSpent:
+        spent = True
+    if trainer is None:   # the budget ran out while the environments were built: a policy at update 0
+        from env.workloads import random_problem
+        trainer = _start_trainer(run, cfg, env_fn=problem_env_fn(random_problem(np.random.default_rng(0), 8, 4)))
+        trainer.save(ck)
+    if spent:
+        print(f"--minutes budget reached during PPO; the policy is the one after update {trainer.update_count}",
+              flush=True)
     run.save(ppo_updates=trainer.update_count, ppo_history=run.state.get("ppo_history", []) + hist)
-    if getattr(trainer, "interrupted", False):
+    if getattr(trainer, "interrupted", False) and not spent:
         raise Interrupted("PPO")
     trainer.close()
 

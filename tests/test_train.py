@@ -72,3 +72,29 @@ def test_interrupted_run_resumes_bit_identical_and_shipped_policy_untouched(tmp_
     assert weights_digest(os.path.join(a, "policy.msgpack")) == weights_digest(str(b / "policy.msgpack"))
     assert cli.main(["train", *TINY, "--out", a]) == 2          # a checkpoint is there: refused
     assert _digest_dir(SHIPPED) == shipped_before
+
+
+def test_budget_alarm_ends_a_step_that_has_no_clock():
+    """``_budget_alarm`` raises BudgetSpent (a KeyboardInterrupt, so the trainer's interrupt path
+    drops the unfinished update) inside code that never looks at the time; it is off afterwards."""
+    import time
+
+    from agent.train import BudgetSpent, _budget_alarm
+    t0 = time.perf_counter()
+    with pytest.raises(BudgetSpent):
+        with _budget_alarm(0.2):
+            while True:
+                time.sleep(0.01)
+    assert time.perf_counter() - t0 < 5
+    time.sleep(0.3)   # the timer was cancelled: nothing fires now
+
+
+def test_spent_budget_ends_normally_with_a_policy(tmp_path, capsys):
+    """With no --updates and a budget spent before PPO's first update finishes, the run still ends
+    with exit 0 and a loadable policy (not exit 130): the budget is a normal end."""
+    i = TINY.index("--updates")
+    args = TINY[:i] + TINY[i + 2:]
+    out = tmp_path / "run"
+    assert cli.main(["train", *args, "--minutes", "0.01", "--out", str(out)]) == 0
+    assert load_checkpoint(out / "policy.msgpack")["update"] == 0   # no update fits in 0.6 s
+    assert "budget reached" in capsys.readouterr().out
