@@ -58,8 +58,11 @@ def _budget_alarm(seconds: float):
     if not hasattr(signal, "setitimer") or seconds == float("inf"):
         yield
         return
+    def spent(signum, frame):
+        raise BudgetSpent()
+
     try:
-        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(BudgetSpent()))
+        old = signal.signal(signal.SIGALRM, spent)
     except ValueError:    # not the main thread
         yield
         return
