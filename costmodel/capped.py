@@ -10,14 +10,21 @@ Phases, each against one deadline:
    with Lagrangian memory prices (``costmodel.bp``: a plan and a lower bound), then the large-instance search
    (``costmodel.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
    ICM, repair, polish) started from the best of them.
+   With pytoulbar2 installed and a budget of at least ``CFN_MIN_S``, the cost-function-network
+   solver (``costmodel.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
+   bound) runs too: on graphs too big for the MILP first, with ``CFN_SHARE_LARGE`` of the time
+   (the search then starts from its plan and polishes it; a toulbar2 round with no plan gives the
+   time back to the search, as on IOPDDL S); on MILP-sized graphs after the search,
+   with ``CFN_SHARE_SMALL`` of the time left (it proves B and G optimal in seconds), and the MILP
+   is skipped when its bound already closes the gap.
 3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``costmodel.ilp.solve_ilp``)
    warm-started from the best plan, with up to ``MILP_SHARE`` of the time left; it proves the
    optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
    (``search.refine``) from the incumbent for the rest. On larger graphs the search runs with its
    own neighbourhood search to the deadline.
 
-The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP
-or the search. ``bound`` = the larger of BP's bound and HiGHS's (−inf when neither applies);
+The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
+toulbar2 or the search. ``bound`` = the largest of BP's, toulbar2's and HiGHS's (−inf when none applies);
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
@@ -33,6 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.bp import bp_solve
+from costmodel.cfn import available as cfn_available
+from costmodel.cfn import cfn_solve
 from costmodel.problem import Problem, evaluate
 from costmodel.search import refine, solve_large
 
@@ -44,6 +53,9 @@ BP_MAX_S = 6.0
 SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
 GUARD_MARGIN_S = 1.0            # solve_guarded: the child's budget is this much shorter
 SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
+CFN_MIN_S = 5.0                 # toulbar2 (costmodel.cfn, when pytoulbar2 is installed) from this budget on
+CFN_SHARE_LARGE = 0.75          # of the time left, on graphs too big for the MILP (the search gets the rest)
+CFN_SHARE_SMALL = 0.25          # of the time left after BP and the search, on MILP-sized graphs
 
 
 @dataclass(frozen=True)
@@ -113,14 +125,19 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             bound = max(bound, r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info = None
+    use_cfn = cfn_available() and not short and budget >= CFN_MIN_S
+    if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
+        bound = max(bound, _cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True))
     if left() > (0.1 if short else 1.0):
         t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"))
         consider(plan, "search")
+    if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
+        bound = max(bound, _cfn(problem, CFN_SHARE_SMALL * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
-    if small and left() > 2.0:
+    if small and left() > 2.0 and not _closed(best[1], bound):
         info = _milp(problem, max(MILP_SHARE * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
         if info is not None and np.isfinite(info.bound):
             bound = max(bound, float(info.bound))
@@ -130,6 +147,17 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     if proven:
         bound = max(bound, min(best[1], float(info.bound)))
     return _result(best, bound, info, t0, proven)
+
+
+def _cfn(problem, limit_s, best, consider, say, give_up_empty=False) -> float:
+    """toulbar2 rounds at adaptive memory prices (``costmodel.cfn``) from the best plan; its bound.
+    On contest-size graphs a round without a plan hands the rest of the time to the search."""
+    r = cfn_solve(problem, limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty,
+                  on_plan=lambda plan, cost: consider(plan, "cfn"))
+    consider(r.plan, "cfn")
+    if np.isfinite(r.lower_bound):
+        say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+    return r.lower_bound
 
 
 def _milp(problem, limit_s, best, relax_cap, threads, consider, say):

@@ -684,7 +684,8 @@ class _Pruning:
         mu = np.minimum.reduceat(u, g.offs[:-1])
         minlive = g.profile_of(np.where(g.live_mask, mu, 0.0))
         room = g.cap - _range_max(minlive, g.lo, g.hi)
-        return g.live_mask[g.node_of] & (g.usage - mu[g.node_of] > room[g.node_of])
+        slack = 1e-9 * max(abs(g.cap), 1.0)     # float sums: a plan exactly at the limit must survive
+        return g.live_mask[g.node_of] & (g.usage - mu[g.node_of] > room[g.node_of] + slack)
 
     def to_orig(self, s2: np.ndarray) -> np.ndarray:
         return self.orig_local[self.problem.strategy_offsets[:-1] + s2]

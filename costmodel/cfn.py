@@ -1,0 +1,343 @@
+"""Memory-capped solving with a cost-function-network solver (toulbar2, the optional ``pytoulbar2``
+package): the pairwise cost problem is a weighted CSP, and the memory limit an adaptive soft
+penalty (the IOPDDL contest winner's approach).
+
+``cfn_solve(problem, time_limit_s, starts=(), on_plan=None, progress=None) -> CFNResult`` (the best
+feasible plan, its cost, a lower bound, rounds run). ``available()`` says whether pytoulbar2 imports.
+
+* **Model**: the problem is pruned and its permutation ties contracted exactly as the
+  large-instance search does (``costmodel.search``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
+  from 34,932 nodes to 285 with a choice). One toulbar2 variable per component; unary cost
+  functions are the component costs, binary ones the edge matrices. Each function's minimum is
+  kept aside as a constant, so what toulbar2 sees is ≥ 0. Costs are integers in toulbar2: they are
+  multiplied by ``scale`` (1 when they are integers already, as in the contest files; otherwise so
+  that the lowest-usage plan costs about 1e9 units) and rounded **down**, so toulbar2's dual bound
+  stays a valid lower bound of the real costs. Forbidden entries (≥ 1e17) and anything above
+  ``TOP_UNITS`` are clipped to ``TOP_UNITS`` (lowering a cost keeps the bound valid).
+* **Memory** as a Lagrangian penalty: prices λ_t ≥ 0 per compressed time point add
+  usage_i(s)·Σ_{t∈interval(i)} λ_t to the unary costs. A round builds the model at the current
+  prices and runs toulbar2's branch and bound (HBFS) for a slice of the time; its plan is priced on
+  the real problem: if it fits it is a candidate and λ decays by ``DOWN``; if not, the search's
+  greedy repair (``_repair_tied``) is tried and λ grows at the overloaded points only
+  (λ_t ← max(UP·λ_t, base·10·overload_t), base = median cost / median usage; as in
+  ``search._lagrangian_rounds``). Each round's initial upper bound is the priced cost of the best
+  plan so far, so toulbar2 only looks for plans that beat it at these prices.
+* **Lower bound** (weak duality): for any plan x that fits, c(x) ≥ c(x) + Σ_t λ_t (live_t(x) − cap)
+  ≥ min_y priced(y) − cap·Σλ ≥ dual/scale + constants − cap·Σλ, whatever λ; the best over the rounds
+  is kept. It assumes the optimum is free of forbidden entries (the pruning's premise) and is
+  dropped (−inf) when the best plan found is not.
+
+Time: each round runs in its own forked process (toulbar2 keeps global state), killed
+``ROUND_MARGIN_S`` after the deadline, so an overrun costs only the round in flight. toulbar2's
+own limit is whole CPU seconds; the round converts its wall-time slice with the CPU share the
+process got while building the model (under a load of 5 on 2 cores a CPU second took ~2.5 s).
+A slice is a quarter of the budget; a round that times out with no plan doubles it (IOPDDL S takes
+~25 s a round under load: pruning and preprocessing), or ends the rounds (``give_up_empty``). Plans are streamed through ``on_plan`` as
+they are found, so the caller's watchdog (``capped.solve_guarded``) keeps them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.problem import Problem
+from costmodel.search import FORBIDDEN, Graph, _Contraction, _icm, _node_prices, _Pruning, _repair_tied
+
+TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
+TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about this many units
+UP, DOWN = 2.5, 0.9       # price update factors (as in search._lagrangian_rounds)
+WARM_SHARE = 0.1          # of the budget at most for the ICM price warm-up
+ROUND_MARGIN_S = 0.5      # a round's process is killed this long after the deadline
+
+
+@dataclass(frozen=True)
+class CFNResult:
+    """``plan`` (None if no round found one that fits), its ``cost``, the best Lagrangian
+    ``lower_bound`` (−inf without one), ``rounds`` run and ``wall_s``."""
+    plan: list[int] | None
+    cost: float
+    lower_bound: float
+    rounds: int
+    wall_s: float
+
+
+def available() -> bool:
+    try:
+        import pytoulbar2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Model:
+    """The contracted graph's cost tables, grouped by shape for toulbar2's vectorised posting."""
+
+    def __init__(self, gc: Graph, scale: float):
+        self.gc, self.scale = gc, scale
+        k = gc.k
+        self.free = k > 1                                   # variables with a choice
+        self.var = np.cumsum(self.free) - 1                 # component -> toulbar2 variable
+        eu, ev = gc.eu, gc.ev
+        both = self.free[eu] & self.free[ev]
+        # edges with a single-strategy end fold into the other end's unary cost (fixed per model)
+        self.fold = np.zeros(len(gc.cost))
+        self.const = 0.0
+        for e in np.nonzero(~both)[0].tolist():
+            M = gc.matrix(e)
+            u, v = int(eu[e]), int(ev[e])
+            if self.free[u]:
+                self.fold[gc.offs[u]:gc.offs[u + 1]] += M[:, 0]
+            elif self.free[v]:
+                self.fold[gc.offs[v]:gc.offs[v + 1]] += M[0, :]
+            else:
+                self.const += float(M[0, 0])
+        self.pairs = []                                     # (scopes, tables in units, constant)
+        be = np.nonzero(both)[0]
+        shapes = np.stack([k[eu[be]], k[ev[be]]], axis=1) if len(be) else np.zeros((0, 2), int)
+        for shape in np.unique(shapes, axis=0):
+            sel = be[(shapes == shape).all(axis=1)]
+            size = int(shape[0] * shape[1])
+            idx = gc.eoff[sel][:, None] + np.arange(size)[None, :]
+            raw = np.minimum(gc.ec[idx], FORBIDDEN)
+            low = raw.min(axis=1, keepdims=True)
+            self.const += float(low.sum())
+            units = self._units(raw - low).reshape(len(sel), int(shape[0]), int(shape[1]))
+            scopes = np.stack([self.var[eu[sel]], self.var[ev[sel]]], axis=1).astype(np.int64)
+            self.pairs.append((scopes, units))
+
+    def _units(self, x: np.ndarray) -> np.ndarray:
+        return np.minimum(np.floor(x * self.scale), TOP_UNITS)
+
+    def solve(self, unary: np.ndarray, wall_s: float, ub: float | None):
+        """toulbar2 at these unary costs for about ``wall_s`` seconds of wall time: (component plan
+        or None, dual bound in real cost units including the constants, whether it timed out).
+        toulbar2's limit counts CPU seconds; on a shared machine a process gets a fraction of a
+        core, so the limit is the wall time left after building the model times the CPU share
+        this process got while building it (at least 1 s)."""
+        import pytoulbar2
+        w0, c0 = time.perf_counter(), time.process_time()
+        gc = self.gc
+        c = np.minimum(unary + self.fold, FORBIDDEN)
+        low = np.minimum.reduceat(c, gc.offs[:-1])
+        const = self.const + float(low.sum())
+        rel = c - np.repeat(low, gc.k)
+        cfn = pytoulbar2.CFN(ubinit=None if ub is None else max(ub - const, 0.0) * self.scale + 1.0, verbose=-1)
+        w = cfn.CFN.wcsp
+        free = np.nonzero(self.free)[0]
+        for i in free.tolist():
+            w.makeEnumeratedVariable(f"x{i}", 0, int(gc.k[i]) - 1)
+        kf = gc.k[free]
+        for kk in np.unique(kf).tolist():
+            sel = free[kf == kk]
+            tab = self._units(rel[gc.offs[sel][:, None] + np.arange(kk)[None, :]])
+            cfn.AddFunctions(self.var[sel].astype(np.int64), np.ascontiguousarray(tab, dtype=np.float64))
+        for scopes, units in self.pairs:
+            cfn.AddFunctions(scopes, np.ascontiguousarray(units, dtype=np.float64))
+        spent = time.perf_counter() - w0
+        share = min(1.0, max(0.05, (time.process_time() - c0) / max(spent, 1e-3)))
+        limit = max(1, int((wall_s - spent) * share))
+        try:
+            res = cfn.Solve(timeLimit=limit)
+        except Exception:          # toulbar2's Contradiction: nothing below the upper bound
+            res = None
+        dual = cfn.GetDDualBound()
+        bound = const + float(dual) / self.scale if np.isfinite(dual) else -np.inf
+        timed_out = time.perf_counter() - w0 >= spent + 0.9 * limit / share
+        if res is None:
+            return None, bound, timed_out
+        sc = np.zeros(gc.n, dtype=np.int64)
+        sc[free] = np.asarray(res[0], dtype=np.int64)
+        return sc, bound, timed_out
+
+
+def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, progress=None,
+              round_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False) -> CFNResult:
+    """Rounds of toulbar2 at adaptive memory prices within ``time_limit_s`` (see the module
+    docstring). ``starts``: feasible plans found elsewhere (the best is the first upper bound);
+    ``on_plan(plan, cost)`` on every new best plan; ``round_s``: toulbar2's time per round
+    (default a quarter of the budget, at least 1 s); ``max_rounds``: stop after that many;
+    ``give_up_empty``: stop after a round that timed out without a plan (instead of doubling the
+    slice), so that a caller with other solvers gets the time back."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit_s)
+    say = progress or (lambda msg: None)
+    g = Graph(problem)
+    pr = _Pruning(g)
+    g2 = Graph(pr.problem)
+    C = _Contraction(g2, True)
+    gc = Graph(C.problem)
+    best: list = [None, float("inf")]
+
+    def consider(s, tag) -> bool:
+        if s is None or len(s) != g.n:
+            return False
+        s = np.asarray(s, dtype=np.int64)
+        if g.cap is not None and g.profile(s).max() > g.cap:
+            return False
+        c = g.total(s)
+        if c < best[1]:
+            best[:] = [s.copy(), c]
+            say(f"{tag}: {c:.10g} ({time.perf_counter() - t0:.1f}s)")
+            if on_plan is not None:
+                on_plan([int(x) for x in s], c)
+            return True
+        return False
+
+    for s in starts:
+        consider(s, "cfn start")
+    model = _Model(gc, _scale(gc))
+    say(f"cfn: {int(model.free.sum())} variables, {sum(len(s) for s, _ in model.pairs)} binary functions, "
+        f"scale {model.scale:.3g} ({time.perf_counter() - t0:.1f}s)")
+    prices = _Prices(g2)
+    if g2.cap is not None:      # warm prices: ICM on the priced costs until its plan fits
+        prices.warm(C, gc, min(deadline, time.perf_counter() + WARM_SHARE * time_limit_s),
+                    lambda sc: consider(pr.to_orig(C.expand(sc)), "cfn warm-up icm"))
+    bound, rounds = -np.inf, 0
+    slice_s = round_s or max(1.0, time_limit_s / 4.0)
+    while True:
+        t = min(slice_s, deadline - time.perf_counter() - ROUND_MARGIN_S)
+        if t < 1.0 or (max_rounds is not None and rounds >= max_rounds):
+            break
+        unary = prices.unary(C, gc)
+        ub = None
+        if best[0] is not None:
+            b2 = pr.from_orig(best[0])
+            bsc = None if b2 is None else C.contract(b2)
+            if bsc is not None:
+                ub = float(unary[gc.offs[:-1] + bsc].sum()) + _edges(gc, bsc)
+        sc, lb, timed_out = _forked(model.solve, (unary, t, ub), deadline)
+        rounds += 1
+        if sc is None and timed_out:
+            if give_up_empty:
+                say(f"cfn round {rounds}: no plan in {t:.0f} s; giving the time back")
+                break
+            if round_s is None:
+                slice_s *= 2.0    # no plan in the slice (S: ~25 s a round under load): longer rounds
+        bound = max(bound, lb - prices.penalty())
+        if best[0] is not None and bound >= best[1] - 1e-9 * max(abs(best[1]), 1.0):
+            say(f"cfn round {rounds}: optimal ({time.perf_counter() - t0:.1f}s)")
+            break
+        if sc is None:                                 # nothing beats the best plan at these prices
+            prices.lam *= DOWN
+            say(f"cfn round {rounds}: no better plan; bound {bound:.10g} ({time.perf_counter() - t0:.1f}s)")
+            continue
+        if g2.cap is None:
+            consider(pr.to_orig(C.expand(sc)), f"cfn[{rounds}]")
+            break
+        ratio = prices.update(C.expand(sc))
+        if ratio.max() > 1.0:
+            rep = _repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 2.0))
+            if rep is not None:
+                consider(pr.to_orig(C.expand(rep)), f"cfn+repair[{rounds}]")
+        else:
+            consider(pr.to_orig(C.expand(sc)), f"cfn[{rounds}]")
+        say(f"cfn round {rounds}: peak/cap {ratio.max():.3f}; bound {bound:.10g} ({time.perf_counter() - t0:.1f}s)")
+    if best[0] is not None and best[1] >= FORBIDDEN:
+        bound = -np.inf
+    return CFNResult(None if best[0] is None else [int(x) for x in best[0]], best[1], bound, rounds,
+                     time.perf_counter() - t0)
+
+
+class _Prices:
+    """Memory prices λ_t over g's compressed time points and their adaptive update."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        pos = g.usage[g.usage > 0]
+        fin = np.abs(g.cost[np.abs(g.cost) < FORBIDDEN])
+        self.base = (float(np.median(fin)) + 1.0 if len(fin) else 1.0) / (float(np.median(pos)) if len(pos) else 1.0)
+        self.lam = np.zeros(len(g.times))
+
+    def unary(self, C, gc: Graph) -> np.ndarray:
+        return C.penalty(_node_prices(self.g, self.lam)) if self.lam.any() else gc.cost
+
+    def penalty(self) -> float:
+        """cap · Σλ: what the priced minimum overstates a fitting plan's bound by."""
+        return 0.0 if self.g.cap is None else self.g.cap * float(self.lam.sum())
+
+    def update(self, s: np.ndarray) -> np.ndarray:
+        """Grow λ where plan ``s`` (of g) is over the limit, decay it everywhere if it fits; the
+        live/cap ratio per time point."""
+        r = self.g.profile(s) / self.g.cap
+        over = r > 1.0
+        if over.any():
+            self.lam[over] = np.maximum(self.lam[over] * UP, self.base * 10.0 * (r[over] - 1.0))
+        else:
+            self.lam *= DOWN
+        return r
+
+    def warm(self, C, gc: Graph, until: float, consider, fits_needed: int = 3) -> None:
+        """Price rounds with colour-class ICM (a fraction of a toulbar2 round each) until
+        ``fits_needed`` plans have fit or ``until``: toulbar2 then starts near the right prices
+        instead of at λ = 0, whose plan is far over the limit where memory binds (S: 16x)."""
+        classes = gc.colour_classes()
+        sc = gc.seg_argmin(gc.cost)
+        fits = 0
+        while fits < fits_needed and time.perf_counter() < until:
+            sc = _icm(gc, sc, self.unary(C, gc), classes, until, sweeps=4)
+            if self.update(C.expand(sc)).max() <= 1.0:
+                fits += 1
+                consider(sc)
+
+
+def _forked(fn, args, deadline: float):
+    """``fn(*args)`` in a forked child (toulbar2's global state and any overrun stay there),
+    killed ``ROUND_MARGIN_S`` after ``deadline``; (None, −inf, True) if it gives nothing by then.
+    A bare ``os.fork`` (``capped.solve_guarded``'s child is a daemon process, which
+    multiprocessing forbids to have children); the answer comes back pickled through a pipe."""
+    import os
+    import pickle
+    import select
+    import signal
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                       # child: solve, write, exit without cleanup
+        code = 1
+        try:
+            os.close(rfd)
+            data = pickle.dumps(fn(*args))
+            with os.fdopen(wfd, "wb") as f:
+                f.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    chunks, out = [], (None, -np.inf, True)
+    try:
+        while True:
+            wait = deadline + ROUND_MARGIN_S - time.perf_counter()
+            if wait <= 0 or not select.select([rfd], [], [], wait)[0]:
+                break
+            chunk = os.read(rfd, 1 << 20)
+            if not chunk:
+                if chunks:
+                    out = pickle.loads(b"".join(chunks))
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    return out
+
+
+def _edges(gc: Graph, sc: np.ndarray) -> float:
+    if not len(gc.eu):
+        return 0.0
+    return float(gc.ec[gc.eoff[:-1] + sc[gc.eu] * gc.k[gc.ev] + sc[gc.ev]].sum())
+
+
+def _scale(gc: Graph) -> float:
+    """1 for integer costs whose plans stay far below TOP_UNITS; else TARGET_UNITS / a plan's cost."""
+    fin = np.concatenate([gc.cost[gc.cost < FORBIDDEN], gc.ec[gc.ec < FORBIDDEN]])
+    if not len(fin):
+        return 1.0
+    ref = float(np.abs(gc.cost[gc.offs[:-1] + gc.seg_argmin(gc.cost)]).sum()) + float(np.abs(fin).max())
+    if np.all(fin == np.round(fin)) and ref < 1e12:
+        return 1.0
+    return TARGET_UNITS / max(ref, 1e-300)
