@@ -50,6 +50,8 @@ TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about
 UP, DOWN = 2.5, 0.9       # price update factors (as in search._lagrangian_rounds)
 WARM_SHARE = 0.1          # of the budget at most for the ICM price warm-up
 ROUND_MARGIN_S = 0.5      # a round's process is killed this long after the deadline
+MAX_VARS = 20_000         # no rounds above this many contracted variables with a choice: a round
+#                           on synth-65k (49,917) gave no plan in 25 s; M (5,404) gets one in ~13 s
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,10 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
 
     for s in starts:
         consider(s, "cfn start")
+    if int((gc.k > 1).sum()) > MAX_VARS:
+        say(f"cfn: {int((gc.k > 1).sum())} variables with a choice, over {MAX_VARS}: no rounds")
+        return CFNResult(None if best[0] is None else [int(x) for x in best[0]], best[1], -np.inf, 0,
+                         time.perf_counter() - t0)
     model = _Model(gc, _scale(gc))
     say(f"cfn: {int(model.free.sum())} variables, {sum(len(s) for s, _ in model.pairs)} binary functions, "
         f"scale {model.scale:.3g} ({time.perf_counter() - t0:.1f}s)")
