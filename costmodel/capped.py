@@ -43,7 +43,7 @@ from costmodel.bp import bp_solve
 from costmodel.cfn import available as cfn_available
 from costmodel.cfn import cfn_solve
 from costmodel.problem import Problem, evaluate
-from costmodel.search import refine, solve_large
+from costmodel.search import prepare, refine, solve_large
 
 MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries
 MILP_NODES = 5_000              # ... and nodes
@@ -126,13 +126,16 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info = None
     use_cfn = cfn_available() and not short and budget >= CFN_MIN_S
+    prepared = None
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
-        bound = max(bound, _cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True))
+        prepared = prepare(problem)                # pruning and ties, once for both
+        bound = max(bound, _cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True,
+                                prepared=prepared))
     if left() > (0.1 if short else 1.0):
         t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
-                           starts=[best[0]], on_plan=lambda s: consider(s, "search"))
+                           starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         bound = max(bound, _cfn(problem, CFN_SHARE_SMALL * left(), best, consider, say))
@@ -149,10 +152,10 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     return _result(best, bound, info, t0, proven)
 
 
-def _cfn(problem, limit_s, best, consider, say, give_up_empty=False) -> float:
+def _cfn(problem, limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
     """toulbar2 rounds at adaptive memory prices (``costmodel.cfn``) from the best plan; its bound.
     On contest-size graphs a round without a plan hands the rest of the time to the search."""
-    r = cfn_solve(problem, limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty,
+    r = cfn_solve(problem, limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
                   on_plan=lambda plan, cost: consider(plan, "cfn"))
     consider(r.plan, "cfn")
     if np.isfinite(r.lower_bound):

@@ -6,7 +6,7 @@ penalty (the IOPDDL contest winner's approach).
 feasible plan, its cost, a lower bound, rounds run). ``available()`` says whether pytoulbar2 imports.
 
 * **Model**: the problem is pruned and its permutation ties contracted exactly as the
-  large-instance search does (``costmodel.search``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
+  large-instance search does (``costmodel.search.prepare``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
   from 34,932 nodes to 285 with a choice). One toulbar2 variable per component; unary cost
   functions are the component costs, binary ones the edge matrices. Each function's minimum is
   kept aside as a constant, so what toulbar2 sees is ≥ 0. Costs are integers in toulbar2: they are
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import Problem
-from costmodel.search import FORBIDDEN, Graph, _Contraction, _icm, _node_prices, _Pruning, _repair_tied
+from costmodel.search import FORBIDDEN, Graph, _icm, _node_prices, _repair_tied, prepare
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
 TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about this many units
@@ -155,21 +155,20 @@ class _Model:
 
 
 def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, progress=None,
-              round_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False) -> CFNResult:
+              round_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
+              prepared=None) -> CFNResult:
     """Rounds of toulbar2 at adaptive memory prices within ``time_limit_s`` (see the module
     docstring). ``starts``: feasible plans found elsewhere (the best is the first upper bound);
     ``on_plan(plan, cost)`` on every new best plan; ``round_s``: toulbar2's time per round
     (default a quarter of the budget, at least 1 s); ``max_rounds``: stop after that many;
     ``give_up_empty``: stop after a round that timed out without a plan (instead of doubling the
-    slice), so that a caller with other solvers gets the time back."""
+    slice), so that a caller with other solvers gets the time back; ``prepared``: the problem's
+    ``search.prepare`` (built once for this and the search)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
-    g = Graph(problem)
-    pr = _Pruning(g)
-    g2 = Graph(pr.problem)
-    C = _Contraction(g2, True)
-    gc = Graph(C.problem)
+    pr, g2, C, gc = prepared if prepared is not None else prepare(problem)
+    g = pr.g
     best: list = [None, float("inf")]
 
     def consider(s, tag) -> bool:

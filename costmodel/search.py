@@ -695,6 +695,15 @@ class _Pruning:
         return None if (s2 < 0).any() else s2
 
 
+def prepare(problem: Problem, tie: bool = True, g: Graph | None = None):
+    """(pruning, pruned graph, contraction, component graph) of ``problem``: the exact reductions
+    ``solve_large`` and ``costmodel.cfn`` work on."""
+    pr = _Pruning(g if g is not None else Graph(problem))
+    g2 = Graph(pr.problem)
+    C = _Contraction(g2, tie)
+    return pr, g2, C, Graph(C.problem)
+
+
 def prune(problem: Problem) -> tuple[Problem, object]:
     """(the problem without the strategies no forbidden-free, memory-feasible plan uses, a function
     mapping its plans back to the original's strategy indices); see ``_Pruning``."""
@@ -908,12 +917,15 @@ def refine(problem: Problem, plan, timeout_s: float, seed: int = 0, lns_size: in
 
 
 def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0,
-                use_lns: bool = True, tie: bool = True, starts=(), on_plan=None) -> list[int] | None:
+                use_lns: bool = True, tie: bool = True, starts=(), on_plan=None,
+                prepared=None) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
     limit (proved by the lowest-usage plan being over it). ``starts``: plans found elsewhere (e.g.
     ``costmodel.bp``); the feasible ones are candidates, and the best of them starts the tied and
     untied Lagrangian runs where it is cheaper than their own ICM start. ``on_plan(plan)`` is called
-    with every new best plan (so a caller that is stopped mid-run keeps it)."""
+    with every new best plan (so a caller that is stopped mid-run keeps it). ``prepared``: the
+    (pruning, pruned graph, contraction, component graph) of ``prepare(problem)``, when the caller
+    already built them (they take seconds on contest graphs)."""
     t0 = time.perf_counter()
     deadline = t0 + float(timeout_s)
     say = progress or (lambda msg: None)
@@ -951,10 +963,7 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
         if st is not None and len(st) == g.n:
             have_start |= consider(np.asarray(st, dtype=np.int64), "given start")
     # 2. prune strategies no forbidden-free feasible plan uses; tie nodes joined by permutations
-    pr = _Pruning(g)
-    g2 = Graph(pr.problem)
-    C = _Contraction(g2, tie)
-    gc = Graph(C.problem)
+    pr, g2, C, gc = prepared if prepared is not None and tie else prepare(problem, tie, g)
     say(f"pruned {len(g.cost)} -> {len(g2.cost)} strategies; tied {g.n} nodes -> {gc.n} components "
         f"({int((gc.k > 1).sum())} with a choice), {len(gc.eu)} edges ({time.perf_counter() - t0:.1f}s)")
 
