@@ -78,7 +78,7 @@ def milp_ok(problem: Problem) -> bool:
 
 
 def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None, on_plan=None,
-                 threads: int | None = None, relax_cap: bool = False) -> CappedResult:
+                 threads: int | None = None, relax_cap: bool = False, on_bound=None) -> CappedResult:
     t0 = time.perf_counter()
     budget = float(time_limit_s)
     deadline = t0 + budget
@@ -86,6 +86,15 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     threads = threads or min(os.cpu_count() or 2, 8)
     best: list = [None, float("inf"), "none"]
     bound = -float("inf")
+
+    def tighten(b) -> float:
+        """The best bound so far, reported through ``on_bound`` when ``b`` raises it."""
+        nonlocal bound
+        if b is not None and np.isfinite(b) and b > bound:
+            bound = float(b)
+            if on_bound is not None:
+                on_bound(bound)
+        return bound
 
     def consider(plan, tag) -> bool:
         if plan is None or len(plan) != problem.num_nodes:
@@ -122,15 +131,15 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                      time_limit_s=min(BP_SHARE * budget, BP_MAX_S, 0.5 * left()))
         consider(r.plan, "bp")
         if np.isfinite(r.lower_bound):
-            bound = max(bound, r.lower_bound)
+            tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info = None
     use_cfn = cfn_available() and not short and budget >= CFN_MIN_S
     prepared = None
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepare(problem)                # pruning and ties, once for both
-        bound = max(bound, _cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True,
-                                prepared=prepared))
+        tighten(_cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True,
+                     prepared=prepared))
     if left() > (0.1 if short else 1.0):
         t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
@@ -138,17 +147,17 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
-        bound = max(bound, _cfn(problem, CFN_SHARE_SMALL * left(), best, consider, say))
+        tighten(_cfn(problem, CFN_SHARE_SMALL * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if small and left() > 2.0 and not _closed(best[1], bound):
         info = _milp(problem, max(MILP_SHARE * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
         if info is not None and np.isfinite(info.bound):
-            bound = max(bound, float(info.bound))
-        if (info is None or info.status != "optimal") and left() > 1.0 and not _closed(best[1], bound):
-            consider(list(refine(problem, best[0], left() - 0.5)), "lns")
+            tighten(float(info.bound))
+        if (info is None or info.status != "optimal") and left() > 2.0 and not _closed(best[1], bound):
+            consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
     proven = info is not None and info.status == "optimal"
     if proven:
-        bound = max(bound, min(best[1], float(info.bound)))
+        tighten(min(best[1], float(info.bound)))
     return _result(best, bound, info, t0, proven)
 
 
@@ -192,7 +201,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     cannot delay the answer, and the best plan streamed so far is returned (checked here: a plan
     over the limit is never returned). The child gets ``time_limit_s`` − ``GUARD_MARGIN_S``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
-    when it finishes in time; otherwise "time_limit" and the bound −inf."""
+    when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
+    (or "optimal" when that bound meets the plan's cost)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -207,7 +217,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         try:
             r = solve_capped(problem, time_limit_s - GUARD_MARGIN_S, seeds=seeds, progress=progress,
                              on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
-                             threads=threads)
+                             threads=threads, on_bound=lambda b: send.send(("bound", b)))
             send.send(("done", r))
         finally:
             send.close()
@@ -217,7 +227,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
         proc.start()
     send.close()
-    best, best_cost, done = None, float("inf"), None
+    best, best_cost, done, bound = None, float("inf"), None, -float("inf")
     while True:
         wait = deadline - time.perf_counter()
         if wait <= 0 or not recv.poll(wait):
@@ -230,7 +240,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         if msg[0] == "done":
             done = msg[1]
             break
-        if msg[1] < best_cost:
+        if msg[0] == "bound":
+            bound = max(bound, msg[1])
+        elif msg[1] < best_cost:
             best, best_cost = msg
     if proc.is_alive():
         proc.kill()
@@ -246,7 +258,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if done is not None:
         return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
                             time.perf_counter() - t0, done.milp_info)
-    return CappedResult(best, best_cost, -float("inf"), None, "time_limit", "streamed", time.perf_counter() - t0)
+    r = _result([best, best_cost, "streamed"], bound, None, t0, False)   # killed: the streamed bound
+    return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
 
 
 def _closed(cost: float, bound: float) -> bool:

@@ -268,7 +268,8 @@ class _Prices:
         r = self.g.profile(s) / self.g.cap
         over = r > 1.0
         if over.any():
-            self.lam[over] = np.maximum(self.lam[over] * UP, self.base * 10.0 * (r[over] - 1.0))
+            self.lam[over] = np.minimum(np.maximum(self.lam[over] * UP, self.base * 10.0 * (r[over] - 1.0)),
+                                        self.base * 1e12)   # a point no plan clears must not overflow
         else:
             self.lam *= DOWN
         return r

@@ -51,3 +51,21 @@ def test_iopddl_watchdog_prints_the_streamed_plan_when_the_solver_overruns(monke
     assert time.perf_counter() - t0 < 4.0
     assert plan == [1, 0]
     assert out.read_text().strip().splitlines()[-1] == "[1, 0]"
+
+
+def test_watchdog_keeps_the_streamed_bound(monkeypatch):
+    """A solver killed at the deadline still reports the bound it streamed, and the gap from it."""
+    def hang(problem, time_limit_s, progress=None, on_plan=None, on_bound=None, **kw):
+        on_plan([1, 0], 6.0)
+        on_bound(4.5)
+        on_bound(5.0)
+        time.sleep(600)
+
+    monkeypatch.setattr(capped, "solve_capped", hang)
+    p = Problem.from_lists("tiny", [np.array([1.0, 2.0]), np.array([3.0])], [np.array([1.0, 1.0]), np.array([1.0])],
+                           np.array([[0, 2], [1, 2]]), [(0, 1)], [np.array([0.0, 1.0])], usage_limit=5.0)
+    t0 = time.perf_counter()
+    r = capped.solve_guarded(p, 3.0)
+    assert time.perf_counter() - t0 < 3.5
+    assert r.plan == [1, 0] and r.cost == 6.0
+    assert r.bound == 5.0 and r.gap == pytest.approx(1 / 6) and r.status == "time_limit"

@@ -4,11 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from costmodel.cfn import available, cfn_solve
 from costmodel.problem import evaluate
 from tests.ilp_helpers import brute_force, random_problem
 
-pytest.importorskip("pytoulbar2")
-from costmodel.cfn import cfn_solve  # noqa: E402
+
+def test_pytoulbar2_is_installed():
+    """A dependency (pyproject.toml): without it the capped core silently loses toulbar2."""
+    assert available()
 
 
 @pytest.mark.parametrize("seed,integer,forbid", [(0, True, 0.0), (1, False, 0.0), (2, True, 0.15), (3, False, 0.1)])
