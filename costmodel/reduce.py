@@ -89,7 +89,8 @@ def identity_reduction(problem: Problem) -> Reduction:
 def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_matters: bool = False,
                    forbidden: float | None = None, eliminate: bool = True,
                    max_dominance_work: float = 2e7, max_chain_work: float = 4e6,
-                   allowed: np.ndarray | None = None, memory_free: np.ndarray | None = None) -> Reduction:
+                   allowed: np.ndarray | None = None, memory_free: np.ndarray | None = None,
+                   pinned: np.ndarray | None = None) -> Reduction:
     """Apply the reductions in the module docstring. ``memory_matters``: a memory cap or a memory
     objective is in play; ``redundancy_matters``: redundant bytes enter the objective.
 
@@ -99,7 +100,10 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
     their own). ``memory_free``: optional boolean mask over nodes whose usage the caller proved
     cannot matter (every memory row they sit in is slack for any choice); they are treated like
     nodes with constant usage (dominance ignores their usage and they may be eliminated), and the
-    caller must not put memory rows over their intervals."""
+    caller must not put memory rows over their intervals. ``pinned``: optional boolean mask over
+    nodes that keep every strategy's identity (no dominance, no elimination): the nodes of the
+    problem's copy groups when memory matters (``problem.edge_memory``; their masks follow the kept
+    strategies into the reduced problem)."""
     n = problem.num_nodes
     k0 = problem.num_strategies
     offs = problem.strategy_offsets
@@ -168,7 +172,11 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
     if free_mask.shape != (n,):
         raise ValueError(f"memory_free must be a boolean mask of {n} nodes, got shape {free_mask.shape}")
 
+    pin = np.zeros(n, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
+
     def mem_free(i):
+        if pin[i]:
+            return False
         return (not memory_matters) or (not live[i]) or free_mask[i] or np.ptp(usage[i]) == 0
 
     def red_free(i):
@@ -208,7 +216,7 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
         bytes where those matter). Survivors are scanned in order, so every dropped strategy
         points at one that was alive when it was dropped and some optimal plan avoids them all."""
         k = len(strats[i])
-        if k <= 1:
+        if k <= 1 or pin[i]:
             return False
         mats = [oriented(eid, i)[1] for eid in adj[i]]
         if k * k * sum(M.shape[1] for M in mats) > max_dominance_work:
@@ -354,6 +362,8 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
         edge_costs=cat(mats),
         usage_limit=problem.usage_limit,
         node_redundant=cat([np.asarray(r, dtype=np.float64) for r in red]),
+        # copies are priced in the reduced problem only where its nodes were kept whole (pinned)
+        edge_memory=None if problem.edge_memory is None or pinned is None else problem.edge_memory.restrict(strats),
     )
     stats.update({
         "reduced": True,
