@@ -278,7 +278,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads)) if edge_memory else None,
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0])) if edge_memory else None,
     )
 
 

@@ -18,13 +18,22 @@ instances and for every problem built without it, which then price exactly as be
   ``member_want`` (flat, k_consumer entries per member) unless the producer's strategy is one of
   ``member_free`` (flat, k_producer entries per member: the producer already stores that layout,
   or the transition moves no bytes into a fusible consumer);
-* a member is *active* under a plan iff want[s_consumer] and not free[s_producer]; a group with
-  active members holds its bytes over [first active step, last active step + 1) (half-open, like
-  node intervals). A group with one member is a short-lived buffer at that consumer's step.
+* a member is *active* under a plan iff want[s_consumer] and not free[s_producer];
+* ``group_early`` (flat, k_producer entries per group): the producer strategies under which the
+  copy is made by a collective. Such a copy is made once and lives from the producer's step
+  ``group_time`` to the last active member's step + 1 (half-open, like node intervals): XLA's
+  CPU scheduler issues a collective as soon as its operand exists and keeps the one result for
+  every reader (gpt tiny, a min-memory plan, XLA's live ranges: every parameter all-gather at the
+  program's start, an activation's all-gather right after its producer, each live to its last
+  reader in the backward pass);
+* under any other producer strategy (a slice or a local permutation written out for a dot) the
+  copy is held at each active member's step only (one copy per step): such fusions are short-lived in XLA's
+  schedule (the same plan: every ``*slice_fusion`` lives under 45 of 1,194 schedule positions).
 
-``evaluate``, the ILP (``ilp_copy_columns``), local search and the environment all price copies
-through this module. Approximate (measured in results/fidelity*.json): XLA's scheduler may free a
-copy between two far-apart consumers and re-gather it (not modelled: counted as live throughout).
+``evaluate``, the ILP, local search and the environment all price copies
+through this module (the ILP's columns: ``costmodel.copy_rows``). Approximate: XLA's CPU
+layout copies (``copy_*fusion``: a transposed operand of a dot, kept from the forward to the
+backward pass) are not copy groups; the schedule is the trace order, while XLA's differs.
 """
 from __future__ import annotations
 
@@ -51,6 +60,17 @@ class CopyGroups:
     want_offsets: np.ndarray     # (M+1,)
     member_free: np.ndarray      # flat bool: k_producer entries per member
     free_offsets: np.ndarray     # (M+1,)
+    group_time: np.ndarray | None = None    # (G,) the producer's step (its interval start)
+    group_early: np.ndarray | None = None   # flat bool: k_producer entries per group
+    early_offsets: np.ndarray | None = None  # (G+1,)
+
+    def __post_init__(self):
+        G = len(self.group_node)
+        if self.group_time is None:
+            object.__setattr__(self, "group_time", np.zeros(G, dtype=np.int64))
+        if self.group_early is None:
+            object.__setattr__(self, "group_early", np.zeros(0, dtype=bool))
+            object.__setattr__(self, "early_offsets", np.zeros(G + 1, dtype=np.int64))
 
     @property
     def num_groups(self) -> int:
@@ -62,11 +82,14 @@ class CopyGroups:
 
     @classmethod
     def from_lists(cls, groups) -> "CopyGroups":
-        """``groups``: [(producer node, bytes, [(consumer node, step, want bools, free bools), ...])]."""
-        gn, gb, mo, mn, mt, mw, mf = [], [], [0], [], [], [], []
-        for u, b, members in groups:
+        """``groups``: [(producer node, bytes, [(consumer node, step, want bools, free bools), ...])
+        or the same with (producer step, early bools) appended]."""
+        gn, gb, mo, mn, mt, mw, mf, gt, ge = [], [], [0], [], [], [], [], [], []
+        for u, b, members, *early in groups:
             gn.append(int(u))
             gb.append(float(b))
+            gt.append(int(early[0]) if early else 0)
+            ge.append(np.asarray(early[1], dtype=bool) if early else np.zeros(0, dtype=bool))
             for v, t, want, free in members:
                 mn.append(int(v))
                 mt.append(int(t))
@@ -74,10 +97,23 @@ class CopyGroups:
                 mf.append(np.asarray(free, dtype=bool))
             mo.append(len(mn))
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=bool))
+        offs = (lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64))
         return cls(np.array(gn, dtype=np.int64), np.array(gb, dtype=np.float64), np.array(mo, dtype=np.int64),
-                   np.array(mn, dtype=np.int64), np.array(mt, dtype=np.int64), cat(mw),
-                   np.concatenate([[0], np.cumsum([len(w) for w in mw])]).astype(np.int64), cat(mf),
-                   np.concatenate([[0], np.cumsum([len(f) for f in mf])]).astype(np.int64))
+                   np.array(mn, dtype=np.int64), np.array(mt, dtype=np.int64), cat(mw), offs(mw), cat(mf), offs(mf),
+                   np.array(gt, dtype=np.int64), cat(ge), offs(ge))
+
+    def early(self, g: int, su: int) -> bool:
+        """Is group g's copy made by a collective (live from the producer's step) under su?"""
+        a, b = int(self.early_offsets[g]), int(self.early_offsets[g + 1])
+        return b > a and bool(self.group_early[a + su])
+
+    def _early_all(self, s: np.ndarray) -> np.ndarray:
+        """(G,) bool: early under plan s."""
+        k = np.diff(self.early_offsets)
+        out = np.zeros(self.num_groups, dtype=bool)
+        has = k > 0
+        out[has] = self.group_early[self.early_offsets[:-1][has] + s[self.group_node[has]]]
+        return out
 
     def check(self, num_strategies: np.ndarray) -> None:
         """Shapes against a Problem's strategy counts (one clear line naming the bad group)."""
@@ -94,6 +130,12 @@ class CopyGroups:
             raise ValueError(f"edge_memory: copy group {int(g_of[m])} member {m} has {int(np.diff(self.free_offsets)[m])} "
                              f"free flags, but its producer node {int(self.group_node[g_of[m]])} has "
                              f"{int(k[self.group_node[g_of[m]]])} strategies")
+        ke = np.diff(self.early_offsets)
+        bad = np.nonzero((ke != 0) & (ke != k[self.group_node]))[0]
+        if len(bad):
+            g = int(bad[0])
+            raise ValueError(f"edge_memory: copy group {g} has {int(ke[g])} early flags, but its producer node "
+                             f"{int(self.group_node[g])} has {int(k[self.group_node[g]])} strategies")
         if np.any(self.group_bytes < 0) or not np.all(np.isfinite(self.group_bytes)):
             raise ValueError("edge_memory: copy bytes must be finite and >= 0")
 
@@ -106,21 +148,29 @@ class CopyGroups:
         return want & ~free
 
     def intervals(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(start, end, bytes) of every copy live under plan ``s`` (half-open intervals)."""
+        """(start, end, bytes) of every copy live under plan ``s`` (half-open intervals): a group
+        made by a collective (early) once over [producer's step, last active member's step + 1);
+        any other group once per step with an active member, at that step [t, t + 1)."""
         if not self.num_groups or not len(self.member_node):
             z = np.zeros(0, dtype=np.int64)
             return z, z, np.zeros(0)
         act = self.active(s)
-        big = np.iinfo(np.int64).max
-        first = np.minimum.reduceat(np.where(act, self.member_time, big), self.member_offsets[:-1].clip(max=len(act) - 1))
-        last = np.maximum.reduceat(np.where(act, self.member_time, -1), self.member_offsets[:-1].clip(max=len(act) - 1))
-        nonempty = np.diff(self.member_offsets) > 0
-        on = nonempty & (last >= 0)
-        return first[on], last[on] + 1, self.group_bytes[on]
+        g_of = self.member_group
+        early = self._early_all(s)
+        mo = self.member_offsets[:-1].clip(max=len(act) - 1)
+        last = np.maximum.reduceat(np.where(act & early[g_of], self.member_time, -1), mo)
+        on = (np.diff(self.member_offsets) > 0) & early & (last >= 0)
+        pt = np.nonzero(act & ~early[g_of])[0]
+        # one short-lived copy per (group, step): readers at the same step share it
+        _, first = np.unique(np.stack([g_of[pt], self.member_time[pt]]), axis=1, return_index=True)
+        pt = pt[first]
+        return (np.concatenate([self.group_time[on], self.member_time[pt]]),
+                np.concatenate([last[on] + 1, self.member_time[pt] + 1]),
+                np.concatenate([self.group_bytes[on], self.group_bytes[g_of[pt]]]))
 
     def time_points(self) -> np.ndarray:
         """Every time at which some copy may start or end (member steps and one past them)."""
-        return np.unique(np.concatenate([self.member_time, self.member_time + 1]))
+        return np.unique(np.concatenate([self.member_time, self.member_time + 1, self.group_time, self.group_time + 1]))
 
     def involved(self, n: int) -> np.ndarray:
         """(n,) bool: nodes whose strategy changes some copy (producers and consumers)."""
@@ -129,20 +179,51 @@ class CopyGroups:
         out[self.member_node] = True
         return out
 
+    def strategy_classes(self, num_strategies: np.ndarray) -> list:
+        """Per node: a class id per strategy, equal iff the strategies set every copy flag that
+        involves the node alike (then switching between them changes no copy); None for nodes
+        no copy involves."""
+        k = np.asarray(num_strategies)
+        cols: list = [[] for _ in range(len(k))]
+        g_of = self.member_group
+        for m, v in enumerate(self.member_node.tolist()):
+            cols[v].append(self.member_want[self.want_offsets[m]:self.want_offsets[m + 1]])
+            u = int(self.group_node[g_of[m]])
+            cols[u].append(self.member_free[self.free_offsets[m]:self.free_offsets[m + 1]])
+        for g, u in enumerate(self.group_node.tolist()):
+            if self.early_offsets[g + 1] > self.early_offsets[g]:
+                cols[u].append(self.group_early[self.early_offsets[g]:self.early_offsets[g + 1]])
+        out = []
+        for i, c in enumerate(cols):
+            if not c:
+                out.append(None)
+                continue
+            _, inv = np.unique(np.stack(c, axis=1), axis=0, return_inverse=True)
+            out.append(inv.ravel())
+        return out
+
     def upper_profile(self, times: np.ndarray) -> np.ndarray:
         """At each time in ``times``: the bytes of every copy that could be live there (each group
         over [its first member's step, its last member's step + 1)); no plan's copies exceed it."""
         out = np.zeros(len(times))
         if not self.num_groups or not len(self.member_node):
             return out
-        mo = self.member_offsets[:-1].clip(max=len(self.member_time) - 1)
-        lo_t = np.minimum.reduceat(self.member_time, mo)
-        hi_t = np.maximum.reduceat(self.member_time, mo) + 1
-        ok = np.diff(self.member_offsets) > 0
+        lo_t, hi_t, ok = self.spans()
         acc = np.zeros(len(times) + 1)
         np.add.at(acc, np.searchsorted(times, lo_t[ok], side="left"), self.group_bytes[ok])
         np.add.at(acc, np.searchsorted(times, hi_t[ok], side="left"), -self.group_bytes[ok])
         return np.cumsum(acc)[:-1]
+
+    def spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, one past the last time, has members) per group: where its copy may be live."""
+        mo = self.member_offsets[:-1].clip(max=max(len(self.member_time) - 1, 0))
+        if not len(self.member_time):
+            z = np.zeros(self.num_groups, dtype=np.int64)
+            return z, z, np.zeros(self.num_groups, dtype=bool)
+        lo_t = np.minimum.reduceat(self.member_time, mo)
+        lo_t = np.where(np.diff(self.early_offsets) > 0, np.minimum(lo_t, self.group_time), lo_t)
+        hi_t = np.maximum.reduceat(self.member_time, mo) + 1
+        return lo_t, hi_t, np.diff(self.member_offsets) > 0
 
     def restrict(self, keep: list) -> "CopyGroups":
         """The same copies over a reduced problem whose node i keeps strategies ``keep[i]``."""
@@ -151,10 +232,13 @@ class CopyGroups:
                 for m, v in enumerate(self.member_node)]
         free = [self.member_free[self.free_offsets[m]:self.free_offsets[m + 1]][np.asarray(keep[int(self.group_node[g_of[m]])])]
                 for m in range(len(self.member_node))]
+        early = [self.group_early[self.early_offsets[g]:self.early_offsets[g + 1]][np.asarray(keep[int(u)])]
+                 if self.early_offsets[g + 1] > self.early_offsets[g] else np.zeros(0, dtype=bool)
+                 for g, u in enumerate(self.group_node)]
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=bool))
+        offs = (lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64))
         return CopyGroups(self.group_node, self.group_bytes, self.member_offsets, self.member_node, self.member_time,
-                          cat(want), np.concatenate([[0], np.cumsum([len(w) for w in want])]).astype(np.int64),
-                          cat(free), np.concatenate([[0], np.cumsum([len(f) for f in free])]).astype(np.int64))
+                          cat(want), offs(want), cat(free), offs(free), self.group_time, cat(early), offs(early))
 
     # ---- JSON (an optional key beside the contest fields) ---------------------------------------
     def to_dict(self) -> dict:
@@ -162,151 +246,19 @@ class CopyGroups:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CopyGroups":
-        dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool}
+        dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool, "group_early": bool}
         try:
             return cls(**{k: np.asarray(d[k], dtype=dt.get(k, np.int64)) for k in cls.__dataclass_fields__})
         except KeyError as exc:
             raise ValueError(f"edge_memory: field {exc} is missing") from exc
 
 
-# ---- the ILP's copy columns ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class CopyColumns:
-    """Columns z in [0, 1] for the memory rows, one per (copy group, segment of its span that holds
-    a checked time point). A segment is a member's step (the copy is live there iff some member at
-    or before it and some member at or after it are active) or the open stretch between two
-    consecutive member steps (live iff one member before and one after are active). With x one-hot,
-    member m is active iff W_m - F_m = 1 where W_m = Σ_{want} x[consumer] and F_m = Σ_{free} x[producer],
-    so the rows  z >= W_i + W_j - 1 - F_i - F_j  (z >= W_i - F_i when i = j; F counted once when
-    both members share their free flags) over the member pairs (i before, j after) make z >= 1
-    exactly when the copy is live there, and z >= 0 otherwise; z only raises memory rows, so some
-    optimum has z at that bound (the same polytope at integral x as one binary per segment).
-    Only x columns appear: the edge blocks and the reductions need not know about copies.
-    """
-
-    lo: np.ndarray      # (Z,) first checked point (index into the points) of each z
-    hi: np.ndarray      # (Z,) one past its last
-    coef: np.ndarray    # (Z,) copy bytes / memory scale
-    rows: np.ndarray    # COO of the lower-bound rows: row (local), column, value
-    cols: np.ndarray
-    vals: np.ndarray
-    row_lo: np.ndarray  # lower bound of each row (upper bound +inf)
-    z0: int
-
-    @property
-    def num_cols(self) -> int:
-        return len(self.lo)
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.row_lo)
-
-    def fill(self, v: np.ndarray) -> None:
-        """Set the z columns of a start vector from its x columns (z = max(0, its rows' bounds))."""
-        if not self.num_cols:
-            return
-        z_of_row = self.cols[self._zpos]
-        lhs = np.zeros(self.num_rows)
-        other = ~self._zmask
-        np.add.at(lhs, self.rows[other], self.vals[other] * v[self.cols[other]])
-        need = np.maximum(self.row_lo - lhs, 0.0)     # z >= row_lo - (the x part)
-        z = np.zeros(self.num_cols)
-        np.maximum.at(z, z_of_row - self.z0, need)
-        v[self.z0:self.z0 + self.num_cols] = np.minimum(z, 1.0)
-
-    @property
-    def _zmask(self):
-        return (self.cols >= self.z0) & (self.cols < self.z0 + self.num_cols)
-
-    @property
-    def _zpos(self):
-        # the z entry of each row, in row order (every row has exactly one)
-        idx = np.nonzero(self._zmask)[0]
-        return idx[np.argsort(self.rows[idx], kind="stable")]
-
-
-def ilp_copy_columns(p, pts: np.ndarray, mem_scale: float, z0: int) -> CopyColumns | None:
-    """The copy columns of problem ``p`` (``p.edge_memory``) over the checked time points ``pts``
-    (sorted), numbered from column ``z0``. None when no copy can be live at a checked point."""
-    em = p.edge_memory
-    if em is None or not em.num_groups or not len(pts):
-        return None
-    offs = p.strategy_offsets
-    lo, hi, coef, R, C, V, rlo = [], [], [], [], [], [], []
-    r = 0
-
-    def xterms(node, flags, sign):
-        idx = np.nonzero(flags)[0]
-        return list(offs[node] + idx), [sign] * len(idx)
-
-    for g in range(em.num_groups):
-        ms = np.arange(em.member_offsets[g], em.member_offsets[g + 1])
-        if not len(ms) or em.group_bytes[g] <= 0:
-            continue
-        u = int(em.group_node[g])
-        # members that can be active at all
-        ms = [m for m in ms if em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]].any()
-              and not em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]].all()]
-        if not ms:
-            continue
-        times = sorted({int(em.member_time[m]) for m in ms})
-        segs = []   # (t_lo, t_hi inclusive of points, members before, members after)
-        for a, t in enumerate(times):
-            segs.append((t, t, [m for m in ms if em.member_time[m] <= t], [m for m in ms if em.member_time[m] >= t]))
-            if a + 1 < len(times):
-                segs.append((t + 1, times[a + 1] - 1, [m for m in ms if em.member_time[m] <= t],
-                             [m for m in ms if em.member_time[m] >= times[a + 1]]))
-        for t_lo, t_hi, before, after in segs:
-            a_i = int(np.searchsorted(pts, t_lo, side="left"))
-            b_i = int(np.searchsorted(pts, t_hi, side="right"))
-            if b_i <= a_i:
-                continue
-            zc = z0 + len(lo)
-            lo.append(a_i)
-            hi.append(b_i)
-            coef.append(float(em.group_bytes[g]) / mem_scale)
-            done = set()
-            for i in before:
-                for j in after:
-                    key = (min(i, j), max(i, j))
-                    if key in done:
-                        continue
-                    done.add(key)
-                    cols, vals = [zc], [1.0]
-                    fi = em.member_free[em.free_offsets[i]:em.free_offsets[i + 1]]
-                    fj = em.member_free[em.free_offsets[j]:em.free_offsets[j + 1]]
-                    for m in ({i, j}):
-                        c, v = xterms(int(em.member_node[m]), em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]], -1.0)
-                        cols += c
-                        vals += v
-                    c, v = xterms(u, fi, 1.0)
-                    cols += c
-                    vals += v
-                    if i != j and not np.array_equal(fi, fj):
-                        c, v = xterms(u, fj, 1.0)
-                        cols += c
-                        vals += v
-                    # merge duplicate columns (a consumer reading the value twice)
-                    cc, inv = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
-                    vv = np.zeros(len(cc))
-                    np.add.at(vv, inv, np.asarray(vals))
-                    R += [r] * len(cc)
-                    C += list(cc)
-                    V += list(vv)
-                    rlo.append(-1.0 if i != j else 0.0)
-                    r += 1
-    if not lo:
-        return None
-    return CopyColumns(np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64), np.array(coef),
-                       np.array(R, dtype=np.int64), np.array(C, dtype=np.int64), np.array(V, dtype=np.float64),
-                       np.array(rlo), z0)
-
-
 class CopyTracker:
     """The copies of a plan decided node by node (the environment's running live profile).
     ``decide(i, s_i, strategies)`` -> [(lo, hi, bytes)]: the grid ranges [lo, hi) that became
     covered by a copy when node i took strategy s_i (``strategies[j] < 0``: j not decided yet).
-    A copy's span only grows as members turn active, so the ranges add up to ``intervals``."""
+    An early copy's span only grows as members turn active, so the ranges add up to
+    ``intervals``."""
 
     def __init__(self, em: CopyGroups, grid: np.ndarray, n: int):
         self.em = em
@@ -314,6 +266,7 @@ class CopyTracker:
         self.g_of = g_of
         self.mlo = np.searchsorted(grid, em.member_time).tolist()
         self.mhi = np.searchsorted(grid, em.member_time + 1).tolist()
+        self.glo = np.searchsorted(grid, em.group_time).tolist()
         touch: list = [[] for _ in range(n)]
         for m, (v, g) in enumerate(zip(em.member_node.tolist(), g_of.tolist())):
             touch[v].append(m)
@@ -321,13 +274,15 @@ class CopyTracker:
         self.touch = touch
         self.lo = [None] * em.num_groups
         self.hi = [None] * em.num_groups
+        self.short: set = set()
 
     def fresh(self) -> "CopyTracker":
         """A tracker with nothing decided, sharing this one's static tables."""
         t = object.__new__(CopyTracker)
-        t.em, t.g_of, t.mlo, t.mhi, t.touch = self.em, self.g_of, self.mlo, self.mhi, self.touch
+        t.em, t.g_of, t.mlo, t.mhi, t.glo, t.touch = self.em, self.g_of, self.mlo, self.mhi, self.glo, self.touch
         t.lo = [None] * self.em.num_groups
         t.hi = [None] * self.em.num_groups
+        t.short = set()
         return t
 
     def decide(self, i: int, si: int, strategies) -> list:
@@ -339,6 +294,12 @@ class CopyTracker:
             if su < 0 or sv < 0 or not em.member_want[em.want_offsets[m] + sv] or em.member_free[em.free_offsets[m] + su]:
                 continue
             a, b, lo, hi = self.mlo[m], self.mhi[m], self.lo[g], self.hi[g]
+            if not em.early(g, su):   # a short-lived copy at the member's step (one per step)
+                if (g, a) not in self.short:
+                    self.short.add((g, a))
+                    out.append((a, b, float(em.group_bytes[g])))
+                continue
+            a = min(a, self.glo[g])   # made by a collective: live from the producer's step
             if lo is None:
                 out.append((a, b, float(em.group_bytes[g])))
                 self.lo[g], self.hi[g] = a, b

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.edge_memory import CopyColumns, ilp_copy_columns
+from costmodel.copy_rows import CopyColumns, copy_columns, edge_signatures
 from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
@@ -137,12 +137,21 @@ class _EdgeBlocks:
     ycol: np.ndarray     # y column of each block (relative to the first y column), -1 if forbidden
 
     @staticmethod
-    def of(p: Problem, forbid: bool) -> "_EdgeBlocks":
+    def of(p: Problem, forbid: bool, signatures: dict | None = None) -> "_EdgeBlocks":
+        """``signatures``: per edge a code matrix that must be constant on blocks too (the copy
+        masks, ``costmodel.copy_rows.edge_signatures``)."""
         ru, cv, gu, gv, bc = [], [], [], [], []
         for e in range(p.num_edges):
             M = p.edge_matrix(e)
-            rows, r_inv = np.unique(M, axis=0, return_inverse=True)
-            _, first_c, c_inv = np.unique(rows, axis=1, return_index=True, return_inverse=True)
+            sig = None if signatures is None else signatures.get(e)
+            if sig is None:
+                rows, r_inv = np.unique(M, axis=0, return_inverse=True)
+                _, first_c, c_inv = np.unique(rows, axis=1, return_index=True, return_inverse=True)
+            else:
+                both, r_inv = np.unique(np.hstack([M, sig]), axis=0, return_inverse=True)
+                rows = both[:, :M.shape[1]]
+                _, first_c, c_inv = np.unique(np.vstack([rows, both[:, M.shape[1]:]]), axis=1,
+                                              return_index=True, return_inverse=True)
             ru.append(r_inv.ravel())
             cv.append(c_inv.ravel())
             gu.append(rows.shape[0])
@@ -220,7 +229,11 @@ class _MemAux:
         nz = coef != 0
         # the dense rows are kept where they are small: HiGHS's MIP heuristics work better on
         # rows over the strategy columns (random 1,000-node problem, 60 s: 312k vs 549k)
-        dense = int(cnt[var][j[nz]].sum()) <= DENSE_MEMORY_NONZEROS
+        nnz = int(cnt[var][j[nz]].sum())
+        if p.edge_memory is not None:   # each copy's z enters every row of its span
+            s_lo, s_hi, ok = p.edge_memory.spans()
+            nnz += int((np.searchsorted(pts, s_hi[ok]) - np.searchsorted(pts, s_lo[ok])).sum())
+        dense = nnz <= DENSE_MEMORY_NONZEROS
         return _MemAux(var, lo_i[var], hi_i[var], const, j[nz], col[nz], coef[nz],
                        (umax[var] - umin[var]) / mem_scale, u0, u0 + len(var), dense, pts)
 
@@ -237,6 +250,30 @@ class _MemAux:
         v[self.l0:self.l0 + len(self.const)] = np.cumsum(step)[:-1]
 
 
+def _y_terms(p: Problem, eb: _EdgeBlocks, S: int):
+    """For costmodel.copy_rows: (u, v, mask over u's x v's strategies) -> the y columns of the
+    blocks of the u-v edge that the mask covers (blocks are pure: the copy signatures), or None
+    when no edge joins u and v. Forbidden blocks have no column (their y is 0)."""
+    k = p.num_strategies
+    pair = {(int(a), int(b)): e for e, (a, b) in enumerate(p.edges)}
+    ru_off = _starts(k[p.edges[:, 0]]) if p.num_edges else np.zeros(0, dtype=np.int64)
+    cv_off = _starts(k[p.edges[:, 1]]) if p.num_edges else np.zeros(0, dtype=np.int64)
+
+    def terms(u, v, mask):
+        e, M = pair.get((u, v)), mask
+        if e is None:
+            e, M = pair.get((v, u)), mask.T
+            if e is None:
+                return None
+        a, b = p.edges[e]
+        r = eb.ru[ru_off[e]:ru_off[e] + k[a]]
+        c = eb.cv[cv_off[e]:cv_off[e] + k[b]]
+        si, ti = np.nonzero(M)
+        yc = eb.ycol[np.unique(eb.boff[e] + r[si] * eb.gv[e] + c[ti])]
+        return (S + yc[yc >= 0]).tolist()
+    return terms
+
+
 def _starts(counts):
     """Exclusive prefix sum: where each run of ``counts`` starts."""
     out = np.zeros(len(counts), dtype=np.int64)
@@ -249,7 +286,7 @@ def _memory_rows(p: Problem):
     """Time points to check (just before an interval ends) -> (row index per (node, point) pair)."""
     st, en = p.intervals[:, 0], p.intervals[:, 1]
     live = en > st
-    if not live.any():
+    if not live.any() and p.edge_memory is None:
         return np.zeros(0), None
     ends, times = en[live], np.concatenate([st[live], en[live]])
     if p.edge_memory is not None:   # a copy lives over member steps: [t, t') ends at some step + 1
@@ -273,7 +310,8 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     node_of = np.repeat(np.arange(n), k)
     # edge y columns, one per allowed block of identical entries (see _EdgeBlocks)
     ne = p.num_edges
-    eb = _EdgeBlocks.of(p, forbid)
+    copies_in = (cap is not None or need_m) and p.edge_memory is not None
+    eb = _EdgeBlocks.of(p, forbid, edge_signatures(p) if copies_in else None)
     ycols = np.nonzero(eb.ycol >= 0)[0]          # allowed blocks
     Y = len(ycols)
     mem_scale, m_lower, aux = 1.0, 0.0, None
@@ -282,7 +320,9 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         aux = _MemAux.of(p, row_times, mem_scale, S + Y + (1 if need_m else 0))
         if aux is not None:
             m_lower = float(aux.const.max())
-    cc = None if aux is None else ilp_copy_columns(p, aux.pts, mem_scale, S + Y + (1 if need_m else 0) + aux.num_cols)
+    cc = None
+    if aux is not None and copies_in:
+        cc = copy_columns(p, aux.pts, mem_scale, S + Y + (1 if need_m else 0) + aux.num_cols, _y_terms(p, eb, S))
     num_extra = (1 if need_m else 0) + (0 if aux is None else aux.num_cols) + (0 if cc is None else cc.num_cols)
     num_cols = S + Y + num_extra
     m_col = S + Y if need_m else None
@@ -390,7 +430,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
             lo.append(np.full(P, -np.inf))
             hi.append(-aux.const / mem_scale)
             r += P
-    if cc is not None:   # z >= (its pair's active flags) - 1, see CopyColumns
+    if cc is not None:   # z >= the y (or x) terms saying the copy is live there (costmodel.copy_rows)
         rows.append(r + cc.rows)
         cols.append(cc.cols)
         vals.append(cc.vals)
@@ -889,11 +929,11 @@ def _core(problem, o: _Opts, *, w=None, objective="time", lexi=False, cap=None, 
     attempts = [True, False] if o.forbid and not lp_only else [o.forbid]
     for use_forbid in attempts:
         if o.reduce:
-            pinned = (problem.edge_memory.involved(problem.num_nodes)
-                      if memory_matters and problem.edge_memory is not None else None)
+            classes = (problem.edge_memory.strategy_classes(problem.num_strategies)
+                       if memory_matters and problem.edge_memory is not None else None)
             red = reduce_problem(problem, memory_matters=memory_matters, redundancy_matters=red_matters,
                                  forbidden=FORBIDDEN_COST if use_forbid else None,
-                                 allowed=allowed, memory_free=free, pinned=pinned)
+                                 allowed=allowed, memory_free=free, copy_classes=classes)
         else:
             red = identity_reduction(problem)
         out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_time, o.deadline, o.t0, use_forbid,
@@ -1086,7 +1126,13 @@ def _min_peak_model(problem, o: _Opts, cap, seeds, m_lo):
     plan, info = out
     red = dict(info.reduction)
     red["min_usage_peak"] = m_lo
-    return plan, _with(info, objective_name="memory", reduction=red)
+    pc = evaluate(problem, plan)
+    if info.status != "optimal" and (pc.peak_memory_bytes, pc.total) > (ub, evaluate(problem, best).total):
+        plan = list(best)   # HiGHS's incumbent at the time limit is worse than its start
+        pc = evaluate(problem, plan)
+    return plan, _with(info, objective_name="memory", reduction=red, objective=pc.peak_memory_bytes,
+                       step_time_s=pc.total, peak_memory_bytes=pc.peak_memory_bytes,
+                       redundant_memory_bytes=pc.redundant_memory_bytes)
 
 
 class _PeakShaver:

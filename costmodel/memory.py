@@ -156,7 +156,7 @@ def operand_copies(graph: OpGraph, strats, mesh: Mesh) -> list[list[tuple]]:
     return out
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
@@ -169,6 +169,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads) -> list:
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
     copy). The member's step is the consumer's ``order``. Transitions into an output that
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
+    A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
+    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input).
     """
     nodes = graph.nodes
     groups: dict = {}
@@ -191,6 +193,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads) -> list:
             key = (u, oi, L)
             g = groups.get(key)
             if g is None:
-                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [])
+                early = np.array([comm[a, j] > 0 for a in range(len(src))])
+                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), early)
             g[2].append((v, int(nd.order), want, free))
     return list(groups.values())

@@ -19,13 +19,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
 
-def _problem(usage_limit=None, copies=True):
+def _problem(usage_limit=None, copies=True, early=True):
     """Producer 0 (strategies A, B) feeds consumers 1 (step 1), 2 (step 3) and 3 (step 5), each
     with strategies A, B. Node usages: 0 holds 4 bytes over [0, 6); the consumers hold 1 byte
-    over their step. Reading layout B from a producer in A needs a copy of 10 bytes, shared by
-    every consumer reading B, live from the first to the last of them. Time: A is slower for the
-    consumers (cost 1 vs 0), so the fastest plan reads B everywhere from a producer in A (cost 0
-    for the producer's A, 5 for B)."""
+    over their step. Reading layout B from a producer in A needs a copy of 10 bytes: made by a
+    collective (``early``), it is shared by every consumer reading B and lives from the
+    producer's step 0 to the last of them; otherwise (a slice) each reader holds it at its step.
+    Time: A is slower for the consumers (cost 1 vs 0), so the fastest plan reads B everywhere
+    from a producer in A (cost 0 for the producer's A, 5 for B)."""
     costs = [[0.0, 5.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
     usages = [[4.0, 4.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
     intervals = [[0, 6], [1, 2], [3, 4], [5, 6]]
@@ -35,25 +36,38 @@ def _problem(usage_limit=None, copies=True):
     if copies:
         want_b, free_if_b = [False, True], [False, True]
         em = CopyGroups.from_lists([(0, 10.0, [(1, 1, want_b, free_if_b), (2, 3, want_b, free_if_b),
-                                               (3, 5, want_b, free_if_b)])])
+                                               (3, 5, want_b, free_if_b)], 0, [early, False])])
     return Problem.from_lists("copies", costs, usages, intervals, edges, ecosts, usage_limit=usage_limit,
                               edge_memory=em)
 
 
-def test_evaluate_prices_a_shared_copy_from_first_to_last_reader():
+def usage_at(p, s, t):
+    from costmodel.problem import usage_profile
+    flat = p.strategy_offsets[:-1] + np.asarray(s)
+    ts, live = usage_profile(p, p.node_usages[flat], extra=p.edge_memory.intervals(np.asarray(s)))
+    return float(live[np.searchsorted(ts, t, side="right") - 1])
+
+
+def test_evaluate_prices_a_shared_copy_from_producer_to_last_reader():
     p = _problem()
-    # all read B from A: one copy of 10 over [1, 6): peak 4 + 10 + 1
+    # all read B from A: one copy of 10 over [0, 6): peak 4 + 10 + 1
     assert evaluate(p, [0, 1, 1, 1]).peak_memory_bytes == 15.0
-    # only the first and the last read B: still one copy over [1, 6) (live across step 3)
-    assert evaluate(p, [0, 1, 0, 1]).peak_memory_bytes == 15.0
-    # only consumer 2 reads B: a copy at its step alone
-    c = evaluate(p, [0, 0, 1, 0])
-    assert c.peak_memory_bytes == 15.0
+    # only the first and the last read B: still one copy, live across step 3 where nobody reads it
+    assert evaluate(p, [0, 1, 0, 1]).peak_memory_bytes == 15.0 and usage_at(p, [0, 1, 0, 1], 3) == 15.0
+    # only consumer 1 reads B: the copy lives [0, 2), gone at step 3
+    assert usage_at(p, [0, 1, 0, 0], 0) == 14.0 and usage_at(p, [0, 1, 0, 0], 3) == 5.0
     # the producer stores B: no copy
     assert evaluate(p, [1, 1, 1, 1]).peak_memory_bytes == 5.0
     assert evaluate(p, [0, 0, 0, 0]).peak_memory_bytes == 5.0
     # without edge memory the same plan prices as before
     assert evaluate(_problem(copies=False), [0, 1, 1, 1]).peak_memory_bytes == 5.0
+
+
+def test_a_slice_copy_is_held_at_each_readers_step_only():
+    p = _problem(early=False)
+    assert evaluate(p, [0, 1, 0, 1]).peak_memory_bytes == 15.0
+    assert usage_at(p, [0, 1, 0, 1], 0) == 4.0 and usage_at(p, [0, 1, 0, 1], 3) == 5.0
+    assert usage_at(p, [0, 1, 0, 1], 5) == 15.0
 
 
 def test_iopddl_round_trip_keeps_the_copies(tmp_path):
@@ -122,7 +136,8 @@ def _with_random_copies(rng, p: Problem) -> Problem:
         for _ in range(int(rng.integers(1, 4))):
             v = int(rng.integers(p.num_nodes))
             members.append((v, int(rng.integers(0, 8)), rng.random(int(k[v])) < 0.5, rng.random(int(k[u])) < 0.3))
-        groups.append((u, float(rng.integers(1, 30)), members))
+        early = () if rng.random() < 0.5 else (int(rng.integers(0, 4)), rng.random(int(k[u])) < 0.5)
+        groups.append((u, float(rng.integers(1, 30)), members, *early))
     return replace(p, edge_memory=CopyGroups.from_lists(groups))
 
 
