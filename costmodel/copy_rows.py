@@ -134,7 +134,6 @@ def copy_columns(p, pts: np.ndarray, mem_scale: float, z0: int, y_terms) -> Copy
         V.extend(vv.tolist())
         rz.append(z)
 
-    g_of = em.member_group
     for g in range(em.num_groups):
         if em.group_bytes[g] <= 0:
             continue
