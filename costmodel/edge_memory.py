@@ -63,6 +63,22 @@ class CopyGroups:
     group_time: np.ndarray | None = None    # (G,) the producer's step (its interval start)
     group_early: np.ndarray | None = None   # flat bool: k_producer entries per group
     early_offsets: np.ndarray | None = None  # (G+1,)
+    group_comm_bytes: np.ndarray | None = None  # flat, like group_early: bytes each device sends to make it
+
+    def shared_comm_bytes(self, s: np.ndarray) -> float:
+        """Bytes the pairwise edges charge twice for an early copy read by several members: XLA
+        runs its collective once, each edge pays it (``evaluate`` subtracts this from comm_bytes)."""
+        if self.group_comm_bytes is None or not len(self.group_comm_bytes):
+            return 0.0
+        act = self.active(s)
+        n_act = np.bincount(self.member_group[act], minlength=self.num_groups)
+        has = np.diff(self.early_offsets) > 0
+        per = np.zeros(self.num_groups)
+        per[has] = self.group_comm_bytes[self.early_offsets[:-1][has] + s[self.group_node[has]]]
+        return float((np.maximum(n_act - 1, 0) * per).sum())
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k).tolist() for k in self.__dataclass_fields__ if getattr(self, k) is not None}
 
     def __post_init__(self):
         G = len(self.group_node)
@@ -83,13 +99,14 @@ class CopyGroups:
     @classmethod
     def from_lists(cls, groups) -> "CopyGroups":
         """``groups``: [(producer node, bytes, [(consumer node, step, want bools, free bools), ...])
-        or the same with (producer step, early bools) appended]."""
-        gn, gb, mo, mn, mt, mw, mf, gt, ge = [], [], [0], [], [], [], [], [], []
+        or the same with (producer step, early bools[, bytes sent per producer strategy]) appended]."""
+        gn, gb, mo, mn, mt, mw, mf, gt, ge, gc = [], [], [0], [], [], [], [], [], [], []
         for u, b, members, *early in groups:
             gn.append(int(u))
             gb.append(float(b))
             gt.append(int(early[0]) if early else 0)
             ge.append(np.asarray(early[1], dtype=bool) if early else np.zeros(0, dtype=bool))
+            gc.append(np.asarray(early[2], dtype=np.float64) if len(early) > 2 else np.zeros(len(ge[-1])))
             for v, t, want, free in members:
                 mn.append(int(v))
                 mt.append(int(t))
@@ -100,7 +117,8 @@ class CopyGroups:
         offs = (lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64))
         return cls(np.array(gn, dtype=np.int64), np.array(gb, dtype=np.float64), np.array(mo, dtype=np.int64),
                    np.array(mn, dtype=np.int64), np.array(mt, dtype=np.int64), cat(mw), offs(mw), cat(mf), offs(mf),
-                   np.array(gt, dtype=np.int64), cat(ge), offs(ge))
+                   np.array(gt, dtype=np.int64), cat(ge), offs(ge),
+                   np.concatenate(gc) if gc else np.zeros(0))
 
     def early(self, g: int, su: int) -> bool:
         """Is group g's copy made by a collective (live from the producer's step) under su?"""
@@ -238,19 +256,22 @@ class CopyGroups:
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=bool))
         offs = (lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64))
         return CopyGroups(self.group_node, self.group_bytes, self.member_offsets, self.member_node, self.member_time,
-                          cat(want), offs(want), cat(free), offs(free), self.group_time, cat(early), offs(early))
+                          cat(want), offs(want), cat(free), offs(free), self.group_time, cat(early), offs(early),
+                          None if self.group_comm_bytes is None else np.concatenate(
+                              [self.group_comm_bytes[self.early_offsets[g]:self.early_offsets[g + 1]][np.asarray(keep[int(u)])]
+                               if self.early_offsets[g + 1] > self.early_offsets[g] else np.zeros(0)
+                               for g, u in enumerate(self.group_node)] or [np.zeros(0)]))
 
     # ---- JSON (an optional key beside the contest fields) ---------------------------------------
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k).tolist() for k in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CopyGroups":
-        dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool, "group_early": bool}
-        try:
-            return cls(**{k: np.asarray(d[k], dtype=dt.get(k, np.int64)) for k in cls.__dataclass_fields__})
-        except KeyError as exc:
-            raise ValueError(f"edge_memory: field {exc} is missing") from exc
+        dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool, "group_early": bool,
+              "group_comm_bytes": np.float64}
+        need = [k for k, f in cls.__dataclass_fields__.items() if f.default is not None and k not in d]
+        if need:
+            raise ValueError(f"edge_memory: field {need[0]!r} is missing")
+        return cls(**{k: np.asarray(d[k], dtype=dt.get(k, np.int64)) for k in cls.__dataclass_fields__ if k in d})
 
 
 class CopyTracker:

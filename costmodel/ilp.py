@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from costmodel.copy_rows import CopyColumns, copy_columns, edge_signatures
+from costmodel.copy_search import CopyShaver
 from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
@@ -1008,7 +1009,7 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
         return lb_strict and integral and ub <= np.floor(lb) + 1
 
     # heuristic bisection for a low UB fast (seconds), from every seed and the min-usage plan
-    shaver = _PeakShaver(problem)
+    shaver = _PeakShaver(problem) if not copies else CopyShaver(problem)
     h_until = time.perf_counter() + max(HEURISTIC_SHARE * o.left(), min(2.0, o.left()))
     h_lo = mstar
     starts = seeds   # the seeds (caller's plans first) and p0
@@ -1119,6 +1120,17 @@ def _min_peak_model(problem, o: _Opts, cap, seeds, m_lo):
     model between ``m_lo`` (a proven lower bound) and the best seed's peak, seeded with it."""
     best = _best_seed(problem, seeds, cap, None, lambda c: (c.peak_memory_bytes, c.total))
     ub = evaluate(problem, best).peak_memory_bytes
+    # heuristic bisection on the cap for a lower start (the exact model is big with copies)
+    shaver, c_lo = CopyShaver(problem), m_lo
+    h_until = time.perf_counter() + HEURISTIC_SHARE * o.left()
+    while time.perf_counter() < h_until and ub - c_lo > 1e-3 * ub:
+        c = c_lo + 0.5 * (ub - c_lo)
+        r = shaver.shave(best, c, h_until)
+        rp = None if r is None else evaluate(problem, r).peak_memory_bytes
+        if rp is not None and rp < ub:
+            best, ub = r, rp
+        else:
+            c_lo = c
     out = _core(problem, o, w={"time": 0.0, "memory": 1.0, "redundancy": 0.0}, objective="memory", lexi=True,
                 cap=ub if cap is None else min(ub, cap), need_m=True, start=best, m_lo=m_lo)
     if out is None:  # pragma: no cover - the seed fits its own peak

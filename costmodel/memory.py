@@ -193,7 +193,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
             key = (u, oi, L)
             g = groups.get(key)
             if g is None:
-                early = np.array([comm[a, j] > 0 for a in range(len(src))])
-                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), early)
+                sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
+                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), sent > 0, sent)
             g[2].append((v, int(nd.order), want, free))
     return list(groups.values())

@@ -299,7 +299,9 @@ class Cost:
     peak_memory_bytes = max over time of the live per-device usage; feasible iff it is within
     the problem's usage_limit. redundant_memory_bytes = Σ over nodes of the bytes the chosen
     strategy replicates across devices. comm_bytes = per-device bytes moved by collectives
-    (node collectives + resharding). imbalance_s = Σ seconds lost to the slowest device.
+    (node collectives + resharding; a collective copy that several readers share, per
+    ``Problem.edge_memory``, counted once as XLA runs it, where the edges each pay for it in
+    ``total``). imbalance_s = Σ seconds lost to the slowest device.
     """
 
     total: float
@@ -379,7 +381,8 @@ def evaluate(problem: Problem, plan) -> Cost:
         step_time_s=total,
         peak_memory_bytes=peak,
         redundant_memory_bytes=float(problem.node_redundant[flat].sum()),
-        comm_bytes=float(problem.node_comm_bytes[flat].sum()) + edge_comm,
+        comm_bytes=float(problem.node_comm_bytes[flat].sum()) + edge_comm
+        - (0.0 if problem.edge_memory is None else problem.edge_memory.shared_comm_bytes(s)),
         imbalance_s=float(problem.node_imbalance_s[flat].sum()),
         node_cost=node_cost,
         edge_cost=edge_cost,

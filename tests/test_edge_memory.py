@@ -162,3 +162,16 @@ def test_ilp_with_copies_matches_brute_force(seed, n, objective, bounded):
     else:
         assert c.peak_memory_bytes == pytest.approx(bc.peak_memory_bytes)
         assert c.total == pytest.approx(bc.total)
+
+
+def test_a_shared_collective_is_one_collective_in_comm_bytes():
+    """Two readers of one gathered copy: the edges each carry the 8 bytes sent, evaluate's
+    comm_bytes counts the collective once (as XLA runs it)."""
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, [False, True], [False, True]), (2, 3, [False, True], [False, True])],
+                                 0, [True, False], [8.0, 0.0])])
+    ecomm = [[0.0, 8.0, 0.0, 0.0]] * 2
+    p = Problem.from_lists("comm", [[0.0, 0.0]] * 3, [[1.0, 1.0]] * 3, [[0, 4], [1, 2], [3, 4]], [[0, 1], [0, 2]],
+                           [[0.0] * 4] * 2, edge_comm_bytes=ecomm, edge_memory=em)
+    assert evaluate(p, [0, 1, 1]).comm_bytes == 8.0
+    assert evaluate(p, [0, 1, 0]).comm_bytes == 8.0
+    assert evaluate(p, [0, 0, 0]).comm_bytes == 0.0
