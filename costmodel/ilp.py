@@ -1015,12 +1015,14 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
     starts = seeds   # the seeds (caller's plans first) and p0
     while time.perf_counter() < h_until and (ub - h_lo) > 1e-3 * ub:
         c = h_lo + 0.5 * (ub - h_lo)
+        if copies:   # the lower bound is weak with copies: step down from the best plan instead
+            c = max(c, 0.9 * ub)
         if integral:
             c = float(np.floor(c))
         if not h_lo < c < ub:
             break
         got = None
-        for st in [best] + starts:
+        for st in ([best] if copies else [best] + starts):
             r = shaver.shave(st, c, h_until)
             if r is None:
                 continue
