@@ -1,5 +1,6 @@
 """Train steps written outside the zoo (plain JAX, no Flax), of kinds the zoo lacks, at small size:
-``moe``: a softmax-gated mixture of four MLP experts with Adam written out; ``rnn``: a tanh
+``moe``: a softmax-gated mixture of four SiLU-GLU experts batched along an expert dimension
+(einsums), with Adam written out; ``rnn``: a tanh
 recurrent cell unrolled by ``lax.scan`` with a linear read-out and SGD with momentum; ``convae``: a
 strided convolution encoder, a transposed-convolution decoder and a residual block, SGD.
 Each ``make_<name>()`` returns (step, args) with concrete arrays."""
@@ -10,29 +11,26 @@ import jax.numpy as jnp
 
 
 def make_moe():
-    E, d, h = 4, 32, 128
+    E, d, h = 4, 32, 64
 
     def loss(p, x, t):
-        gate = jax.nn.softmax(x @ p["gate"], axis=-1)
-        y = 0.0
-        for e in range(E):
-            y = y + gate[:, e:e + 1] * (jax.nn.relu(x @ p[f"w1_{e}"]) @ p[f"w2_{e}"])
-        return jnp.mean((y - t) ** 2)
+        gate = jax.nn.softmax(x @ p["gate"], axis=-1)                       # [B, E]
+        a = jnp.einsum("bd,edh->ebh", x, p["w_in"])                        # experts batched
+        g = jax.nn.silu(jnp.einsum("bd,edh->ebh", x, p["w_gate"]))
+        y = jnp.einsum("ebh,ehd->ebd", a * g, p["w_out"])
+        return jnp.mean((jnp.einsum("be,ebd->bd", gate, y) - t) ** 2)
 
     def step(p, m, v, x, t):
         g = jax.grad(loss)(p, x, t)
         m = jax.tree.map(lambda a, b: 0.9 * a + 0.1 * b, m, g)
         v = jax.tree.map(lambda a, b: 0.999 * a + 0.001 * b * b, v, g)
-        p = jax.tree.map(lambda w, a, b: w - 1e-3 * a / (jnp.sqrt(b) + 1e-8), p, m, v)
-        return p, m, v
+        return jax.tree.map(lambda w, a, b: w - 1e-3 * a / (jnp.sqrt(b) + 1e-8), p, m, v), m, v
 
-    k = jax.random.split(jax.random.PRNGKey(1), 3 + 2 * E)
-    p = {"gate": jax.random.normal(k[0], (d, E)) * 0.1}
-    for e in range(E):
-        p[f"w1_{e}"] = jax.random.normal(k[1 + 2 * e], (d, h)) * 0.1
-        p[f"w2_{e}"] = jax.random.normal(k[2 + 2 * e], (h, d)) * 0.1
+    k = jax.random.split(jax.random.PRNGKey(1), 6)
+    p = {"gate": jax.random.normal(k[0], (d, E)) * 0.1, "w_in": jax.random.normal(k[1], (E, d, h)) * 0.1,
+         "w_gate": jax.random.normal(k[2], (E, d, h)) * 0.1, "w_out": jax.random.normal(k[3], (E, h, d)) * 0.1}
     z = jax.tree.map(jnp.zeros_like, p)
-    return step, (p, z, z, jax.random.normal(k[-2], (64, d)), jax.random.normal(k[-1], (64, d)))
+    return step, (p, z, z, jax.random.normal(k[4], (64, d)), jax.random.normal(k[5], (64, d)))
 
 
 def make_rnn():
