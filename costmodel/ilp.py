@@ -13,6 +13,10 @@ Model (Alpa's formulation, on the reduced problem from ``costmodel.reduce``):
   others, and usages are ≥ 0), Σ_{i live} Σ_s usage[i, s] x[i, s] ≤ cap, with
   cap = min(problem.usage_limit, memory_cap_bytes). Nodes with one usage add a constant. Big
   models get the same constraint as running sums of per-node usage columns (``_MemAux``).
+  Resharded copies (``problem.edge_memory``) add z columns bounded by edge variables
+  (``costmodel.copy_rows``); their nodes are kept whole by the reductions (copy classes). On gpt
+  tiny the min-M model then has 7,460 integer and 129,680 columns in all (without copies the
+  reductions left 3,800 strategies at the minimum peak).
 * time = Σ node costs + Σ edge costs (exactly ``evaluate(...).total``).
 * Solving: the LP relaxation first (``_try_lp``): an integral vertex is a proven optimum (the
   case on every traced model tried); a fractional one is rounded into the MIP's start. Under a
@@ -33,7 +37,9 @@ Objectives:
     a sum over nodes, so the plan giving every node its least usage minimises every time point
     at once; its peak M* is the optimum (``_min_usage``). Phase 2 = time objective under the
     cap M*, seeded with that plan. SolveInfo.bound/gap refer to phase 1 (bound = M*, gap 0);
-    status is "time_limit" when phase 2 (the time tie-break) is not proven in time.
+    status is "time_limit" when phase 2 (the time tie-break) is not proven in time. With copy
+    groups that shortcut is void: the min-M model runs between the copy-free lower bound and the
+    best seed, after the copy-aware peak shaver's bisection (``_min_peak_model``).
   - With a bound T: seeds (``initial_plans``; ``shardgym.solve`` passes the baseline plans of
     a traced problem) give UB = the lowest peak of a seed within T. A fast peak-shaving
     heuristic (``_PeakShaver``) bisects the cap for better plans within T; then exact steps
