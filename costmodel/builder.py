@@ -44,8 +44,17 @@ from costmodel.cost import (
     reshard_coverage,
     reshard_matrix,
 )
+from costmodel.edge_memory import CopyGroups
 from costmodel.graph import OpGraph
-from costmodel.memory import EXPENSIVE, MATERIALISING, NON_FUSIBLE, TRANSPARENT, materialised_outputs, operand_copies
+from costmodel.memory import (
+    EXPENSIVE,
+    MATERIALISING,
+    NON_FUSIBLE,
+    TRANSPARENT,
+    copy_group_lists,
+    materialised_outputs,
+    operand_copies,
+)
 from costmodel.problem import Problem, ProblemMeta
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 
@@ -54,10 +63,12 @@ __all__ = ["build_problem", "strategies_of", "EXPENSIVE", "MATERIALISING", "NON_
 
 
 def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None,
-                  max_strategies: int = MAX_STRATEGIES, space="full") -> Problem:
+                  max_strategies: int = MAX_STRATEGIES, space="full", edge_memory: bool = True) -> Problem:
     """Compile ``graph`` on ``cluster`` (a Cluster or a preset name) into a Problem with meta.
     ``space``: "full" (default), "alpa" (batch / feature sharding only: no spatial conv, fft
-    replicated) or a ``costmodel.strategies.SearchSpace``."""
+    replicated) or a ``costmodel.strategies.SearchSpace``. ``edge_memory``: price resharded
+    copies as shared copy groups (``costmodel.edge_memory``; default) instead of charging gathered
+    input copies to their consumers (``operand_copies``, the pairwise-format approximation)."""
     from costmodel.cluster import Cluster
     if isinstance(cluster, str):
         cluster = Cluster.preset(cluster)
@@ -104,7 +115,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             plain_out.add((src, oi))
 
     kept, transparent = materialised_outputs(graph, plain_out)
-    copy_ops = operand_copies(graph, strats, mesh)
+    copy_ops = [[] for _ in nodes] if edge_memory else operand_copies(graph, strats, mesh)
 
     # ---- node arrays ----
     k_arr = np.array([len(s) for s in strats], dtype=np.int64)
@@ -173,6 +184,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     edge_parts: dict = {}
     mat_cache: dict = {}
     covered = [0, 0]  # resharding pairs priced from XLA's measured table / by the fallback rules
+    reads = []        # (consumer, operand, producer, output, comm bytes matrix) for the copy groups
 
     def add(u, v, T_, C_):
         got = edge_parts.get((u, v))
@@ -196,6 +208,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                 mat_cache[mk] = m
                 covered[:] = np.add(covered, reshard_coverage(src, dst, mesh))
             add(u, v, m[0], m[1])
+            reads.append((v, k, u, oi, m[1]))
     for w, u, oi in alias_edges:
         ten = nodes[u].outputs[oi]
         src = tuple(s.out_specs[oi] for s in strats[u])
@@ -265,6 +278,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0])) if edge_memory else None,
     )
 
 

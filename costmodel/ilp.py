@@ -13,6 +13,10 @@ Model (Alpa's formulation, on the reduced problem from ``costmodel.reduce``):
   others, and usages are ≥ 0), Σ_{i live} Σ_s usage[i, s] x[i, s] ≤ cap, with
   cap = min(problem.usage_limit, memory_cap_bytes). Nodes with one usage add a constant. Big
   models get the same constraint as running sums of per-node usage columns (``_MemAux``).
+  Resharded copies (``problem.edge_memory``) add z columns bounded by edge variables
+  (``costmodel.copy_rows``); their nodes are kept whole by the reductions (copy classes). On gpt
+  tiny the min-M model then has 7,460 integer and 129,680 columns in all (without copies the
+  reductions left 3,800 strategies at the minimum peak).
 * time = Σ node costs + Σ edge costs (exactly ``evaluate(...).total``).
 * Solving: the LP relaxation first (``_try_lp``): an integral vertex is a proven optimum (the
   case on every traced model tried); a fractional one is rounded into the MIP's start. Under a
@@ -33,7 +37,9 @@ Objectives:
     a sum over nodes, so the plan giving every node its least usage minimises every time point
     at once; its peak M* is the optimum (``_min_usage``). Phase 2 = time objective under the
     cap M*, seeded with that plan. SolveInfo.bound/gap refer to phase 1 (bound = M*, gap 0);
-    status is "time_limit" when phase 2 (the time tie-break) is not proven in time.
+    status is "time_limit" when phase 2 (the time tie-break) is not proven in time. With copy
+    groups that shortcut is void: the min-M model runs between the copy-free lower bound and the
+    best seed, after the copy-aware peak shaver's bisection (``_min_peak_model``).
   - With a bound T: seeds (``initial_plans``; ``shardgym.solve`` passes the baseline plans of
     a traced problem) give UB = the lowest peak of a seed within T. A fast peak-shaving
     heuristic (``_PeakShaver``) bisects the cap for better plans within T; then exact steps
@@ -60,6 +66,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from costmodel.copy_rows import CopyColumns, copy_columns, edge_signatures
+from costmodel.copy_search import CopyShaver
 from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
@@ -115,6 +123,7 @@ class _Model:
     num_rows: int
     aux: "_MemAux | None" = None
     eb: "_EdgeBlocks | None" = None
+    copies: CopyColumns | None = None   # z columns of the shared resharded copies (edge_memory)
 
 
 @dataclass
@@ -135,12 +144,21 @@ class _EdgeBlocks:
     ycol: np.ndarray     # y column of each block (relative to the first y column), -1 if forbidden
 
     @staticmethod
-    def of(p: Problem, forbid: bool) -> "_EdgeBlocks":
+    def of(p: Problem, forbid: bool, signatures: dict | None = None) -> "_EdgeBlocks":
+        """``signatures``: per edge a code matrix that must be constant on blocks too (the copy
+        masks, ``costmodel.copy_rows.edge_signatures``)."""
         ru, cv, gu, gv, bc = [], [], [], [], []
         for e in range(p.num_edges):
             M = p.edge_matrix(e)
-            rows, r_inv = np.unique(M, axis=0, return_inverse=True)
-            _, first_c, c_inv = np.unique(rows, axis=1, return_index=True, return_inverse=True)
+            sig = None if signatures is None else signatures.get(e)
+            if sig is None:
+                rows, r_inv = np.unique(M, axis=0, return_inverse=True)
+                _, first_c, c_inv = np.unique(rows, axis=1, return_index=True, return_inverse=True)
+            else:
+                both, r_inv = np.unique(np.hstack([M, sig]), axis=0, return_inverse=True)
+                rows = both[:, :M.shape[1]]
+                _, first_c, c_inv = np.unique(np.vstack([rows, both[:, M.shape[1]:]]), axis=1,
+                                              return_index=True, return_inverse=True)
             ru.append(r_inv.ravel())
             cv.append(c_inv.ravel())
             gu.append(rows.shape[0])
@@ -186,6 +204,7 @@ class _MemAux:
     u0: int                   # first u column; the L columns follow the u columns
     l0: int
     dense: bool = False       # one row per point over the x columns instead (see ``of``)
+    pts: np.ndarray | None = None   # the checked time points
 
     @property
     def num_cols(self) -> int:
@@ -217,9 +236,13 @@ class _MemAux:
         nz = coef != 0
         # the dense rows are kept where they are small: HiGHS's MIP heuristics work better on
         # rows over the strategy columns (random 1,000-node problem, 60 s: 312k vs 549k)
-        dense = int(cnt[var][j[nz]].sum()) <= DENSE_MEMORY_NONZEROS
+        nnz = int(cnt[var][j[nz]].sum())
+        if p.edge_memory is not None:   # each copy's z enters every row of its span
+            s_lo, s_hi, ok = p.edge_memory.spans()
+            nnz += int((np.searchsorted(pts, s_hi[ok]) - np.searchsorted(pts, s_lo[ok])).sum())
+        dense = nnz <= DENSE_MEMORY_NONZEROS
         return _MemAux(var, lo_i[var], hi_i[var], const, j[nz], col[nz], coef[nz],
-                       (umax[var] - umin[var]) / mem_scale, u0, u0 + len(var), dense)
+                       (umax[var] - umin[var]) / mem_scale, u0, u0 + len(var), dense, pts)
 
     def fill(self, v: np.ndarray) -> None:
         """Set the u and L columns of a start vector from its strategy columns."""
@@ -234,6 +257,30 @@ class _MemAux:
         v[self.l0:self.l0 + len(self.const)] = np.cumsum(step)[:-1]
 
 
+def _y_terms(p: Problem, eb: _EdgeBlocks, S: int):
+    """For costmodel.copy_rows: (u, v, mask over u's x v's strategies) -> the y columns of the
+    blocks of the u-v edge that the mask covers (blocks are pure: the copy signatures), or None
+    when no edge joins u and v. Forbidden blocks have no column (their y is 0)."""
+    k = p.num_strategies
+    pair = {(int(a), int(b)): e for e, (a, b) in enumerate(p.edges)}
+    ru_off = _starts(k[p.edges[:, 0]]) if p.num_edges else np.zeros(0, dtype=np.int64)
+    cv_off = _starts(k[p.edges[:, 1]]) if p.num_edges else np.zeros(0, dtype=np.int64)
+
+    def terms(u, v, mask):
+        e, M = pair.get((u, v)), mask
+        if e is None:
+            e, M = pair.get((v, u)), mask.T
+            if e is None:
+                return None
+        a, b = p.edges[e]
+        r = eb.ru[ru_off[e]:ru_off[e] + k[a]]
+        c = eb.cv[cv_off[e]:cv_off[e] + k[b]]
+        si, ti = np.nonzero(M)
+        yc = eb.ycol[np.unique(eb.boff[e] + r[si] * eb.gv[e] + c[ti])]
+        return (S + yc[yc >= 0]).tolist()
+    return terms
+
+
 def _starts(counts):
     """Exclusive prefix sum: where each run of ``counts`` starts."""
     out = np.zeros(len(counts), dtype=np.int64)
@@ -246,10 +293,13 @@ def _memory_rows(p: Problem):
     """Time points to check (just before an interval ends) -> (row index per (node, point) pair)."""
     st, en = p.intervals[:, 0], p.intervals[:, 1]
     live = en > st
-    if not live.any():
+    if not live.any() and p.edge_memory is None:
         return np.zeros(0), None
-    ends = np.unique(en[live])
-    times = np.unique(np.concatenate([st[live], en[live]]))
+    ends, times = en[live], np.concatenate([st[live], en[live]])
+    if p.edge_memory is not None:   # a copy lives over member steps: [t, t') ends at some step + 1
+        cp = p.edge_memory.time_points()
+        ends, times = np.concatenate([ends, cp]), np.concatenate([times, cp])
+    ends, times = np.unique(ends), np.unique(times)
     # the last time point strictly before each end
     pos = np.searchsorted(times, ends) - 1
     pts = np.unique(times[pos[pos >= 0]])
@@ -267,7 +317,8 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     node_of = np.repeat(np.arange(n), k)
     # edge y columns, one per allowed block of identical entries (see _EdgeBlocks)
     ne = p.num_edges
-    eb = _EdgeBlocks.of(p, forbid)
+    copies_in = (cap is not None or need_m) and p.edge_memory is not None
+    eb = _EdgeBlocks.of(p, forbid, edge_signatures(p) if copies_in else None)
     ycols = np.nonzero(eb.ycol >= 0)[0]          # allowed blocks
     Y = len(ycols)
     mem_scale, m_lower, aux = 1.0, 0.0, None
@@ -276,7 +327,10 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         aux = _MemAux.of(p, row_times, mem_scale, S + Y + (1 if need_m else 0))
         if aux is not None:
             m_lower = float(aux.const.max())
-    num_extra = (1 if need_m else 0) + (0 if aux is None else aux.num_cols)
+    cc = None
+    if aux is not None and copies_in:
+        cc = copy_columns(p, aux.pts, mem_scale, S + Y + (1 if need_m else 0) + aux.num_cols, _y_terms(p, eb, S))
+    num_extra = (1 if need_m else 0) + (0 if aux is None else aux.num_cols) + (0 if cc is None else cc.num_cols)
     num_cols = S + Y + num_extra
     m_col = S + Y if need_m else None
 
@@ -336,6 +390,11 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         rows.append(r + pt)
         cols.append(np.repeat(aux.x_col, reps))
         vals.append(np.repeat(aux.x_coef, reps))
+        if cc is not None:   # a copy's z in every row of its segment
+            zr = cc.hi - cc.lo
+            rows.append(r + np.repeat(cc.lo, zr) + (np.arange(int(zr.sum())) - np.repeat(_starts(zr), zr)))
+            cols.append(np.repeat(cc.z0 + np.arange(cc.num_cols), zr))
+            vals.append(np.repeat(cc.coef, zr))
         if need_m:
             rows.append(r + np.arange(P))
             cols.append(np.full(P, m_col))
@@ -362,6 +421,11 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
         cols += [l0 + np.arange(P), l0 + np.arange(P - 1), u0 + np.arange(U),
                  u0 + np.nonzero(aux.hi < P)[0]]
         vals += [np.ones(P), -np.ones(P - 1), -np.ones(U), np.ones(int((aux.hi < P).sum()))]
+        if cc is not None:   # a copy's z enters the running sum at its segment's ends, like a u column
+            zc = cc.z0 + np.arange(cc.num_cols)
+            rows += [r + cc.lo, r + cc.hi[cc.hi < P]]
+            cols += [zc, zc[cc.hi < P]]
+            vals += [-cc.coef, cc.coef[cc.hi < P]]
         lo.append(np.zeros(P))
         hi.append(np.zeros(P))
         r += P
@@ -373,6 +437,13 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
             lo.append(np.full(P, -np.inf))
             hi.append(-aux.const / mem_scale)
             r += P
+    if cc is not None:   # z >= the y (or x) terms saying the copy is live there (costmodel.copy_rows)
+        rows.append(r + cc.rows)
+        cols.append(cc.cols)
+        vals.append(cc.vals)
+        lo.append(cc.row_lo)
+        hi.append(np.full(cc.num_rows, np.inf))
+        r += cc.num_rows
     red_row = None
     if max_time is not None:
         nz = np.nonzero(time_cols)[0]
@@ -446,7 +517,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
     for key, val in HIGHS_OPTIONS.items():
         h.setOptionValue(key, val)
     h.passModel(lp)
-    return _Model(h, S, m_col, red_row, time_cols, red_cols, time_scale, r, aux, eb), mem_scale
+    return _Model(h, S, m_col, red_row, time_cols, red_cols, time_scale, r, aux, eb, cc), mem_scale
 
 
 def _try_lp(model: _Model, time_limit_s: float):
@@ -557,7 +628,7 @@ def _decode(p: Problem, x: np.ndarray) -> list[int]:
     return out
 
 
-def _start_vector(p: Problem, plan, num_cols, m_col, forbid, mem_scale, aux=None, eb=None):
+def _start_vector(p: Problem, plan, num_cols, m_col, forbid, mem_scale, aux=None, eb=None, copies=None):
     """Column values of a plan (x, y, M, u, L) for HiGHS's setSolution."""
     v = np.zeros(num_cols)
     s = np.asarray(plan, dtype=np.int64)
@@ -572,6 +643,15 @@ def _start_vector(p: Problem, plan, num_cols, m_col, forbid, mem_scale, aux=None
         v[m_col] = evaluate(p, plan).peak_memory_bytes / mem_scale
     if aux is not None:
         aux.fill(v)
+    if copies is not None:
+        copies.fill(v)
+        if aux is not None and not aux.dense:   # the running sums carry the copies too
+            P = len(aux.const)
+            step = np.zeros(P + 1)
+            z = v[copies.z0:copies.z0 + copies.num_cols] * copies.coef
+            np.add.at(step, copies.lo, z)
+            np.add.at(step, copies.hi, -z)
+            v[aux.l0:aux.l0 + P] += np.cumsum(step)[:-1]
     return v
 
 
@@ -618,7 +698,10 @@ def _peak_upper_bound(problem: Problem) -> float:
     exceeds it at any time point, so a cap at or above it never binds."""
     k = problem.num_strategies
     big = np.maximum.reduceat(problem.node_usages, problem.strategy_offsets[:-1]) if len(k) else np.zeros(0)
-    _, live = usage_profile(problem, big)
+    em = problem.edge_memory
+    ts, live = usage_profile(problem, big, times_too=None if em is None else em.time_points())
+    if em is not None:
+        live = live + em.upper_profile(ts)
     return float(live.max()) if len(live) else 0.0
 
 
@@ -663,7 +746,9 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     if lexi:
         return _solve_redundancy(problem, o, cap, max_step_time_s, seeds)
     need_m = w["memory"] > 0
-    m_lo = _min_usage(problem)[1] if need_m else 0.0
+    m_lo = 0.0
+    if need_m:   # a proven lower bound on the peak
+        m_lo = _node_min_peak(problem) if problem.edge_memory is not None else _min_usage(problem)[1]
     key = (lambda c: w["time"] * c.total + w["memory"] * c.peak_memory_bytes
            + w["redundancy"] * c.redundant_memory_bytes)
     start = _best_seed(problem, seeds, cap, max_step_time_s, key)
@@ -795,7 +880,8 @@ def _tighten(problem: Problem, allowed, prune_cap, row_level):
     use = problem.node_usages
     allowed = np.ones(len(use), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool).copy()
     umin, _ = _minmax(problem, use, allowed)
-    ts, lmin = usage_profile(problem, umin)
+    em = problem.edge_memory   # copies only add memory: lmin stays a lower bound; lmax gets them all
+    ts, lmin = usage_profile(problem, umin, times_too=None if em is None else em.time_points())
     st, en = problem.intervals[:, 0], problem.intervals[:, 1]
     live = en > st
     lo = np.where(live, np.searchsorted(ts, st, side="left"), 0)
@@ -809,13 +895,17 @@ def _tighten(problem: Problem, allowed, prune_cap, row_level):
         keep |= allowed & np.repeat(empty, k)   # cap below this node's least usage: infeasible anyway
         allowed = keep
     _, umax = _minmax(problem, use, allowed)
-    _, lmax = usage_profile(problem, umax)
+    _, lmax = usage_profile(problem, umax, times_too=None if em is None else em.time_points())
+    if em is not None:
+        lmax = lmax + em.upper_profile(ts)
     if row_level is None:
         bind = np.ones(len(ts), dtype=bool)
     else:
         bind = lmax > row_level
     cb = np.concatenate([[0], np.cumsum(bind)])
     free = ((cb[hi] - cb[lo]) == 0) | (umax <= umin) | ~live
+    if em is not None:
+        free &= ~em.involved(n)
     return allowed, free, ts[bind]
 
 
@@ -846,9 +936,11 @@ def _core(problem, o: _Opts, *, w=None, objective="time", lexi=False, cap=None, 
     attempts = [True, False] if o.forbid and not lp_only else [o.forbid]
     for use_forbid in attempts:
         if o.reduce:
+            classes = (problem.edge_memory.strategy_classes(problem.num_strategies)
+                       if memory_matters and problem.edge_memory is not None else None)
             red = reduce_problem(problem, memory_matters=memory_matters, redundancy_matters=red_matters,
                                  forbidden=FORBIDDEN_COST if use_forbid else None,
-                                 allowed=allowed, memory_free=free)
+                                 allowed=allowed, memory_free=free, copy_classes=classes)
         else:
             red = identity_reduction(problem)
         out = _solve_reduced(problem, red, w, lexi, cap, need_m, max_time, o.deadline, o.t0, use_forbid,
@@ -880,12 +972,17 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
     returned with status "time_limit", bound LB and gap (UB - LB) / UB.
     """
     p0, mstar = _min_usage(problem)
+    copies = problem.edge_memory is not None
+    if copies:   # the min-usage plan's peak is then only an upper bound: M* needs the min-M model
+        mstar = _node_min_peak(problem)
     if cap is not None and mstar > cap:
         _raise_cap(problem, cap, o, mstar)
     seeds = seeds + [p0]
     time_key = (lambda c: c.total)
     c0 = evaluate(problem, p0)
-    if max_time is None or c0.total <= max_time:
+    if copies and max_time is None:
+        return _min_peak_model(problem, o, cap, seeds, mstar)
+    if not copies and (max_time is None or c0.total <= max_time):
         polished = _PeakShaver(problem).shave(p0, mstar, time.perf_counter() + 0.1 * o.left())
         start = _best_seed(problem, seeds + ([polished] if polished else []), mstar, None, time_key)
         out = _core(problem, o, cap=mstar, start=start)
@@ -918,18 +1015,20 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
         return lb_strict and integral and ub <= np.floor(lb) + 1
 
     # heuristic bisection for a low UB fast (seconds), from every seed and the min-usage plan
-    shaver = _PeakShaver(problem)
+    shaver = _PeakShaver(problem) if not copies else CopyShaver(problem)
     h_until = time.perf_counter() + max(HEURISTIC_SHARE * o.left(), min(2.0, o.left()))
     h_lo = mstar
     starts = seeds   # the seeds (caller's plans first) and p0
     while time.perf_counter() < h_until and (ub - h_lo) > 1e-3 * ub:
         c = h_lo + 0.5 * (ub - h_lo)
+        if copies:   # the lower bound is weak with copies: step down from the best plan instead
+            c = max(c, 0.9 * ub)
         if integral:
             c = float(np.floor(c))
         if not h_lo < c < ub:
             break
         got = None
-        for st in [best] + starts:
+        for st in ([best] if copies else [best] + starts):
             r = shaver.shave(st, c, h_until)
             if r is None:
                 continue
@@ -1015,6 +1114,45 @@ def _solve_memory(problem, o: _Opts, cap, max_time, seeds):
         reduced_nodes=0, objective_name="memory", step_time_s=bc.total,
         peak_memory_bytes=bc.peak_memory_bytes, redundant_memory_bytes=bc.redundant_memory_bytes,
         reduction=red_stats)
+
+
+def _node_min_peak(problem: Problem) -> float:
+    """The peak of the least node usages without the copies: a lower bound on every plan's peak
+    (copies only add memory); the optimum when the problem has no edge memory."""
+    umin = np.minimum.reduceat(problem.node_usages, problem.strategy_offsets[:-1])
+    return float(max(usage_profile(problem, umin)[1].max(), 0.0))
+
+
+def _min_peak_model(problem, o: _Opts, cap, seeds, m_lo):
+    """Min peak, then min time at it, for a problem with copy groups (``edge_memory``): the min-M
+    model between ``m_lo`` (a proven lower bound) and the best seed's peak, seeded with it."""
+    best = _best_seed(problem, seeds, cap, None, lambda c: (c.peak_memory_bytes, c.total))
+    ub = evaluate(problem, best).peak_memory_bytes
+    # heuristic bisection on the cap for a lower start (the exact model is big with copies)
+    shaver, c_lo = CopyShaver(problem), m_lo
+    h_until = time.perf_counter() + HEURISTIC_SHARE * o.left()
+    while time.perf_counter() < h_until and ub - c_lo > 1e-3 * ub:
+        c = c_lo + 0.5 * (ub - c_lo)
+        r = shaver.shave(best, c, h_until)
+        rp = None if r is None else evaluate(problem, r).peak_memory_bytes
+        if rp is not None and rp < ub:
+            best, ub = r, rp
+        else:
+            c_lo = c
+    out = _core(problem, o, w={"time": 0.0, "memory": 1.0, "redundancy": 0.0}, objective="memory", lexi=True,
+                cap=ub if cap is None else min(ub, cap), need_m=True, start=best, m_lo=m_lo)
+    if out is None:  # pragma: no cover - the seed fits its own peak
+        raise AssertionError("the best seed fits its own peak")
+    plan, info = out
+    red = dict(info.reduction)
+    red["min_usage_peak"] = m_lo
+    pc = evaluate(problem, plan)
+    if info.status != "optimal" and (pc.peak_memory_bytes, pc.total) > (ub, evaluate(problem, best).total):
+        plan = list(best)   # HiGHS's incumbent at the time limit is worse than its start
+        pc = evaluate(problem, plan)
+    return plan, _with(info, objective_name="memory", reduction=red, objective=pc.peak_memory_bytes,
+                       step_time_s=pc.total, peak_memory_bytes=pc.peak_memory_bytes,
+                       redundant_memory_bytes=pc.redundant_memory_bytes)
 
 
 class _PeakShaver:
@@ -1188,7 +1326,7 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
     if initial_plan is not None:
         c = red.contract(list(initial_plan))
         if c is not None:
-            start = _start_vector(p, c, num_cols, model.m_col, use_forbid, mem_scale, model.aux, model.eb)
+            start = _start_vector(p, c, num_cols, model.m_col, use_forbid, mem_scale, model.aux, model.eb, model.copies)
     def integral(a):
         a = a[np.abs(a) < FORBIDDEN_COST]
         return bool(np.all(a == np.round(a)))
@@ -1208,7 +1346,8 @@ def _solve_reduced(problem, red: Reduction, w, lexi, cap, need_m, max_time, dead
         c = evaluate(p, plan)
         if not c.feasible or (max_time is not None and c.total > max_time):
             return None
-        return _start_vector(p, plan, num_cols, model.m_col, use_forbid, mem_scale, model.aux, model.eb)
+        return _start_vector(p, plan, num_cols, model.m_col, use_forbid, mem_scale, model.aux, model.eb,
+                             model.copies)
 
     status, x, obj, bound = _run(model, primary, deadline - time.perf_counter(), start, agap, cutoff,
                                  rounder=rounder, lp_only=lp_only)
@@ -1287,7 +1426,7 @@ def min_peak_memory(problem: Problem, max_step_time_s=None, time_limit_s: float 
     """The lowest peak per-device memory any plan reaches (ignoring the problem's usage_limit).
     Without a step-time bound this is the peak of the min-usage plan (no solve)."""
     free = problem.with_usage_limit(None)
-    if max_step_time_s is None:
+    if max_step_time_s is None and problem.edge_memory is None:
         return _min_usage(free)[1]
     plan, _ = solve_ilp(free, objective="memory", max_step_time_s=max_step_time_s, time_limit_s=time_limit_s)
     return evaluate(free, plan).peak_memory_bytes
@@ -1324,12 +1463,16 @@ def _explain_infeasible(problem, cap, max_time, o):
     reaches, ignoring the step-time bound) or the step-time bound (with the fastest step time
     any plan reaches under the cap)."""
     _, peak = _min_usage(problem)
+    if problem.edge_memory is not None:
+        peak = _node_min_peak(problem)   # a lower bound (the least peak needs a solve)
     if cap is not None and peak > cap * (1 + 1e-9):
         _raise_cap(problem, cap, o, peak)
     # memory alone is feasible: the step-time bound fails
     o2 = o.until(max(o.deadline, time.perf_counter() + 5.0))
     o2.deadline = max(o.deadline, time.perf_counter() + 5.0)
     out = _core(problem, o2, cap=cap, start=_min_usage(problem)[0])
+    if out is None and problem.edge_memory is not None:   # the copies break the cap
+        _raise_cap(problem, cap, o, peak)
     if out is None:  # pragma: no cover - the min-usage plan fits the cap
         raise AssertionError("the min-usage plan fits the cap")
     fastest = evaluate(problem, out[0]).total

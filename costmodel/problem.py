@@ -12,9 +12,13 @@ and evaluate in seconds:
 * edge e = (u, v) has a ``k_u x k_v`` row-major cost matrix (producer's strategy first) at
   ``edge_costs[edge_offsets[e]:edge_offsets[e+1]]``, and the same layout in ``edge_comm_bytes``.
 * ``usage_limit``: the per-device memory cap (None = unbounded).
+* ``edge_memory``: optional resharded copies shared per (value, layout), live from their first to
+  their last consumer (``costmodel.edge_memory.CopyGroups``); None for IOPDDL instances, which
+  then price exactly as the contest does.
 
 Cost of a plan = Σ node costs + Σ edge costs: for an IOPDDL instance exactly the contest cost.
-A plan is feasible iff the live usage never exceeds the limit at any time point.
+A plan is feasible iff the live usage (node usages + live copies) never exceeds the limit at any
+time point.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
+
+from costmodel.edge_memory import CopyGroups
 
 
 class PlanError(ValueError):
@@ -75,6 +81,7 @@ class Problem:
     edge_comm_bytes: np.ndarray | None = None
     node_imbalance_s: np.ndarray | None = None
     meta: ProblemMeta | None = None
+    edge_memory: CopyGroups | None = None
 
     def __post_init__(self):
         S = len(self.node_costs)
@@ -98,6 +105,8 @@ class Problem:
             if len(bad):
                 e = int(bad[0])
                 raise ValueError(f"edge {e} {tuple(self.edges[e])} has {sizes[e]} costs, expected {want[e]}")
+        if self.edge_memory is not None:
+            self.edge_memory.check(k)
 
     # ---- shape -------------------------------------------------------------------------
     @property
@@ -187,6 +196,7 @@ class Problem:
                 edges=edges["nodes"] if edges["nodes"] else np.zeros((0, 2)),
                 edge_costs=edges["costs"],
                 usage_limit=p.get("usage_limit"),
+                edge_memory=CopyGroups.from_dict(p["shardgym_edge_memory"]) if "shardgym_edge_memory" in p else None,
             )
         except KeyError as exc:
             raise ValueError(f"{path}: IOPDDL field {exc} is missing") from exc
@@ -216,6 +226,8 @@ class Problem:
         }}
         if self.usage_limit is not None:
             doc["problem"]["usage_limit"] = num(self.usage_limit)
+        if self.edge_memory is not None:   # not a contest field: contest readers ignore it
+            doc["problem"]["shardgym_edge_memory"] = self.edge_memory.to_dict()
         opener = gzip.open if str(path).endswith(".gz") else open
         tmp = f"{path}.tmp"
         with opener(tmp, "wt") as f:
@@ -287,7 +299,9 @@ class Cost:
     peak_memory_bytes = max over time of the live per-device usage; feasible iff it is within
     the problem's usage_limit. redundant_memory_bytes = Σ over nodes of the bytes the chosen
     strategy replicates across devices. comm_bytes = per-device bytes moved by collectives
-    (node collectives + resharding). imbalance_s = Σ seconds lost to the slowest device.
+    (node collectives + resharding; a collective copy that several readers share, per
+    ``Problem.edge_memory``, counted once as XLA runs it, where the edges each pay for it in
+    ``total``). imbalance_s = Σ seconds lost to the slowest device.
     """
 
     total: float
@@ -322,13 +336,20 @@ def as_strategy_array(problem: Problem, plan) -> np.ndarray:
     return s
 
 
-def usage_profile(problem: Problem, usages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=None) -> tuple[np.ndarray, np.ndarray]:
     """Live usage at each time point where it changes: (times, usage). Half-open intervals:
-    node i counts at time t iff start_i <= t < end_i."""
+    node i counts at time t iff start_i <= t < end_i. ``extra``: more (start, end, bytes) intervals
+    (live copies); ``times_too``: more time points to report (the profile is flat across them)."""
     st, en = problem.intervals[:, 0], problem.intervals[:, 1]
+    u = np.asarray(usages, dtype=np.float64)
+    if extra is not None:
+        st, en, u = np.concatenate([st, extra[0]]), np.concatenate([en, extra[1]]), np.concatenate([u, extra[2]])
     keep = en > st
     times = np.concatenate([st[keep], en[keep]])
-    deltas = np.concatenate([usages[keep], -usages[keep]])
+    deltas = np.concatenate([u[keep], -u[keep]])
+    if times_too is not None and len(times_too):
+        times = np.concatenate([times, np.asarray(times_too, dtype=times.dtype)])
+        deltas = np.concatenate([deltas, np.zeros(len(times_too))])
     if len(times) == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(1)
     ut, inv = np.unique(times, return_inverse=True)
@@ -349,7 +370,8 @@ def evaluate(problem: Problem, plan) -> Cost:
         edge_comm = float(problem.edge_comm_bytes[eidx].sum())
     else:
         edge_cost = edge_comm = 0.0
-    _, live = usage_profile(problem, problem.node_usages[flat])
+    copies = None if problem.edge_memory is None else problem.edge_memory.intervals(s)
+    _, live = usage_profile(problem, problem.node_usages[flat], extra=copies)
     peak = float(max(live.max(), 0.0))
     feasible = problem.usage_limit is None or peak <= problem.usage_limit
     total = node_cost + edge_cost
@@ -359,7 +381,8 @@ def evaluate(problem: Problem, plan) -> Cost:
         step_time_s=total,
         peak_memory_bytes=peak,
         redundant_memory_bytes=float(problem.node_redundant[flat].sum()),
-        comm_bytes=float(problem.node_comm_bytes[flat].sum()) + edge_comm,
+        comm_bytes=float(problem.node_comm_bytes[flat].sum()) + edge_comm
+        - (0.0 if problem.edge_memory is None else problem.edge_memory.shared_comm_bytes(s)),
         imbalance_s=float(problem.node_imbalance_s[flat].sum()),
         node_cost=node_cost,
         edge_cost=edge_cost,

@@ -89,7 +89,8 @@ def identity_reduction(problem: Problem) -> Reduction:
 def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_matters: bool = False,
                    forbidden: float | None = None, eliminate: bool = True,
                    max_dominance_work: float = 2e7, max_chain_work: float = 4e6,
-                   allowed: np.ndarray | None = None, memory_free: np.ndarray | None = None) -> Reduction:
+                   allowed: np.ndarray | None = None, memory_free: np.ndarray | None = None,
+                   copy_classes: list | None = None) -> Reduction:
     """Apply the reductions in the module docstring. ``memory_matters``: a memory cap or a memory
     objective is in play; ``redundancy_matters``: redundant bytes enter the objective.
 
@@ -99,7 +100,11 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
     their own). ``memory_free``: optional boolean mask over nodes whose usage the caller proved
     cannot matter (every memory row they sit in is slack for any choice); they are treated like
     nodes with constant usage (dominance ignores their usage and they may be eliminated), and the
-    caller must not put memory rows over their intervals."""
+    caller must not put memory rows over their intervals. ``copy_classes``: optional, per node None
+    or a class id per strategy (``CopyGroups.strategy_classes``): such a node is never eliminated
+    and dominance only drops a strategy for one of its class (the same copy flags), so the copies
+    of ``problem.edge_memory`` price the same (their masks follow the kept strategies into the
+    reduced problem). Pass it when memory matters."""
     n = problem.num_nodes
     k0 = problem.num_strategies
     offs = problem.strategy_offsets
@@ -168,7 +173,12 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
     if free_mask.shape != (n,):
         raise ValueError(f"memory_free must be a boolean mask of {n} nodes, got shape {free_mask.shape}")
 
+    classes = [None] * n if copy_classes is None else list(copy_classes)
+    pin = np.array([c is not None for c in classes], dtype=bool)
+
     def mem_free(i):
+        if pin[i]:
+            return False
         return (not memory_matters) or (not live[i]) or free_mask[i] or np.ptp(usage[i]) == 0
 
     def red_free(i):
@@ -221,6 +231,9 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
             ok &= usage[i][None, :] <= usage[i][:, None]
         if redundancy_matters:
             ok &= red[i][None, :] <= red[i][:, None]
+        if pin[i]:   # only within a copy class: the same copies whatever it switches to
+            cl = np.asarray(classes[i])[strats[i]]
+            ok &= cl[None, :] == cl[:, None]
         np.fill_diagonal(ok, False)
         if not ok.any():
             return False
@@ -354,6 +367,8 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
         edge_costs=cat(mats),
         usage_limit=problem.usage_limit,
         node_redundant=cat([np.asarray(r, dtype=np.float64) for r in red]),
+        # copies are priced in the reduced problem only where its nodes were kept whole (pinned)
+        edge_memory=None if problem.edge_memory is None or copy_classes is None else problem.edge_memory.restrict(strats),
     )
     stats.update({
         "reduced": True,

@@ -70,7 +70,8 @@ class Graph:
         # compressed time axis
         st, en = p.intervals[:, 0], p.intervals[:, 1]
         self.live_mask = en > st
-        self.times = np.unique(np.concatenate([st, en]))
+        em = p.edge_memory   # shared resharded copies: their steps join the time axis
+        self.times = np.unique(np.concatenate([st, en] + ([] if em is None else [em.time_points()])))
         self.lo = np.searchsorted(self.times, st)
         self.hi = np.searchsorted(self.times, en)
         self.cap = p.usage_limit
@@ -101,8 +102,11 @@ class Graph:
         return np.minimum(np.minimum.reduceat(idx, self.offs[:-1]) - self.offs[:-1], self.k - 1)  # NaN-safe
 
     def profile(self, s: np.ndarray) -> np.ndarray:
-        """Live usage at each compressed time point."""
-        return self.profile_of(np.where(self.live_mask, self.usage[self.offs[:-1] + s], 0.0))
+        """Live usage at each compressed time point (with the copies live under ``s``, if any)."""
+        live = self.profile_of(np.where(self.live_mask, self.usage[self.offs[:-1] + s], 0.0))
+        if self.p.edge_memory is not None:
+            live = live + _copy_profile(self, s)
+        return live
 
     def profile_of(self, u: np.ndarray) -> np.ndarray:
         """Live usage at each compressed time point when node i holds u[i] bytes."""
@@ -125,6 +129,15 @@ class Graph:
                 c += 1
             colour[i] = c
         return [np.nonzero(colour == c)[0] for c in range(colour.max() + 1)]
+
+
+def _copy_profile(g: Graph, s: np.ndarray) -> np.ndarray:
+    """Bytes of the copies live under plan ``s`` at each compressed time point."""
+    cs, ce, cb = g.p.edge_memory.intervals(np.asarray(s, dtype=np.int64))
+    acc = np.zeros(len(g.times) + 1)
+    np.add.at(acc, np.searchsorted(g.times, cs), cb)
+    np.add.at(acc, np.searchsorted(g.times, ce), -cb)
+    return np.cumsum(acc)[:-1]
 
 
 def _starts(counts):

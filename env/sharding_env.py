@@ -70,6 +70,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from costmodel.edge_memory import CopyTracker
 from costmodel.problem import Problem, evaluate
 from env.features import (
     ACTION_FEATURES,
@@ -269,6 +270,9 @@ class _Compiled:
         st, en = problem.intervals[:, 0], problem.intervals[:, 1]
         keep = en > st
         grid = np.unique(np.concatenate([st[keep], en[keep]])) if keep.any() else np.zeros(1, np.int64)
+        if problem.edge_memory is not None:   # the shared resharded copies' steps (costmodel.edge_memory)
+            grid = np.unique(np.concatenate([grid, problem.edge_memory.time_points()]))
+        self.copies = None if problem.edge_memory is None else CopyTracker(problem.edge_memory, grid, n)
         self.G = len(grid)
         self.lo = np.where(keep, np.searchsorted(grid, st), 0).astype(np.int64)
         self.hi = np.where(keep, np.searchsorted(grid, en), 0).astype(np.int64)
@@ -528,6 +532,7 @@ class ShardingEnv(gym.Env):
         self._dirty: set[int] = set()
         self._use_lb = self._cap is not None and self.mask_memory
         self._live = np.zeros(c.G)
+        self._copies = None if c.copies is None else c.copies.fresh()
         self._lb = c.min_live.copy()
         self._peak = 0.0
         self._ptr = 0          # position in c.order of the next node to apply
@@ -631,6 +636,14 @@ class ShardingEnv(gym.Env):
                 self._peak = top
             if self._use_lb:
                 self._lb[lo:hi] += u - c.umin_list[i]
+        if self._copies is not None:   # copies that node i's choice makes live, in the same profile
+            for a, b, nbytes in self._copies.decide(i, s, strat):
+                seg = self._live[a:b]
+                seg += nbytes
+                top = float(seg.max())
+                if top > self._peak:
+                    reward += c.w_mem * c.mem_scale * (top - self._peak)
+                    self._peak = top
         # features of node i
         nf, af = o["node_features"], o["action_features"]
         nf[i, _N_DECIDED] = 1.0

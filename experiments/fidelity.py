@@ -21,28 +21,23 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
 
 Known outliers and their causes (the terms' docstrings say more):
-  * memory, ILP-memory plans (0.2-0.6x): the memory-objective ILP seeks the plans the model
-    under-counts most — activations gathered for a replicated consumer (one interval per node
-    cannot carry a one-step copy; builder.operand_copies charges parameters only) and the unreduced
-    partial-sum buffer a contraction holds before its all-reduce / reduce-scatter;
-  * memory, FSDP plans (0.45-0.9x): the all-gathered parameter and the full-size weight gradient
-    before its reduce-scatter are transient buffers XLA holds at the peak; charged only in part;
-  * memory, small models (mlp): XLA's temp figure includes allocator fragmentation (its own live-range
-    peak is 10-30% lower), and XLA CPU copies weights into its dot kernels' layout;
-  * memory, fno: dp / fsdp / ILP-memory under-counted (0.3-0.8x): XLA all-gathers every sharded FFT
-    operand (the model runs fft replicated, strategies.XLA_FFT_REPLICATED) and the gathered
-    activation copies are not charged (builder.operand_copies); replicated / ILP-time over-counted
-    (1.4-1.5x): not isolated — likely complex element-wise values of the spectral layers that XLA
-    fuses but the rule keeps because they feed an fft; the runtime's identity matmuls around sharded
-    FFTs (runtime._row_major, the XLA CPU FFT-layout workaround) add small buffers the model lacks;
-  * collective bytes, dp / megatron / fsdp / ILP-memory (1.1-1.4x, results/fidelity_gpt_mlp_after.json):
-    resharding is priced per edge (now with the collectives XLA emits for each transition,
-    costmodel/reshard_table.py), while XLA reshards a value once per target layout and shares the
-    copy among all its consumers (an FSDP parameter gathered once for its forward and backward
-    matmuls); the pairwise edge format has no shared term;
+  * resharded copies are priced as XLA makes them (``costmodel.edge_memory``): one copy per
+    (value, layout); one made by a collective lives from its producer's step to its last reader
+    (XLA's CPU scheduler issues collectives at once), a slice at each reader's step; a shared
+    collective counts once in comm_bytes. Before them (results/fidelity_gpt_mlp_after.json)
+    gpt ilp-memory was at 0.49x of XLA's memory and fsdp's collective bytes at 1.33x;
+  * memory, small models (mlp): XLA's temp figure includes allocator fragmentation (on mlp tiny
+    dp the live buffers at XLA's peak sum to 0.119 MiB of its 0.140 MiB), and XLA CPU copies
+    operands into its dot kernels' layout (``copy_*fusion``, kept from forward to backward):
+    not modelled (under-count);
+  * memory, min-memory plans with copies: the memory objective's phase 1 is now a MIP that the
+    ILP does not close at this script's 20 s limit; the plan is the best of the baselines and
+    the copy-aware peak shaver's (costmodel/copy_search.py);
+  * memory, fno: XLA all-gathers every sharded FFT operand (the model runs fft replicated,
+    strategies.XLA_FFT_REPLICATED); the runtime's identity matmuls around sharded FFTs add small
+    buffers the model lacks;
   * the CPU backend never forms reduce-scatter: it all-reduces and slices. Priced as such on
-    ``backend="cpu"`` clusters (Cluster.backend; the all-reduce bytes now match XLA's exactly on
-    the gpt rows); on GPU/TPU XLA forms reduce-scatter.
+    ``backend="cpu"`` clusters (Cluster.backend); on GPU/TPU XLA forms reduce-scatter.
 """
 from __future__ import annotations
 

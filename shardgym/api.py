@@ -57,8 +57,10 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         strategies, info = _solve_capped_time(problem, cap, float(time_limit_s), t0, **kw)
     elif method == "ilp":
         from costmodel.ilp import solve_ilp
-        if objective != "time" and max_step_time_s is not None and "initial_plans" not in kw:
-            kw["initial_plans"] = _baseline_seeds(problem)
+        # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
+        if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
+                                    or problem.edge_memory is not None):
+            kw["initial_plans"] = list(kw.get("initial_plans") or []) + _baseline_seeds(problem)
             # the seeds' time counts against the limit (at least 1 s is left to the solver)
             time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
         if problem.meta is not None and "initial_plan" not in kw:

@@ -45,10 +45,9 @@ def test_liveness_and_peak_by_hand(cpu):
     assert p.intervals.tolist() == [[0, 5], [0, 5], [2, 4], [3, 5], [4, 4]]
     rep = [0] * 5
     c = evaluate(p, rep)
-    # x 512 + w 2048 + h 1024 + loss 4 at t = 3; the new w adds nothing. h (a dot) also pays for
-    # its input operands read less sharded than they could be stored (builder.operand_copies): x
-    # read replicated (512 B; could be 512 / 8 = 64 B) and w read replicated (2048 B; could be 256 B)
-    assert c.peak_memory_bytes == 512 + 2048 + (1024 + 512 + 2048) + 4
+    # x 512 + w 2048 + h 1024 + loss 4 at t = 3; the new w adds nothing; every operand is read
+    # as stored: no resharded copy (costmodel.edge_memory)
+    assert c.peak_memory_bytes == 512 + 2048 + 1024 + 4
     assert p.node_usages[p.node_slice(4)].max() == 0.0
     # redundant bytes of the replicated plan: 7 x (512 + 2048 + 1024 + 4)
     assert c.redundant_memory_bytes == 7 * (512 + 2048 + 1024 + 4)
@@ -58,10 +57,19 @@ def test_liveness_and_peak_by_hand(cpu):
     s[2] = strat(p, 2, "S01R = S01R x RR")
     s[3] = strat(p, 3, "R = S01R (all-reduce x,y)")
     c2 = evaluate(p, s)
-    # x read as stored at its most sharded (64 B): no copy; w read replicated: + 2048 on h
-    assert c2.peak_memory_bytes == 512 / 8 + 2048 + (1024 / 8 + 2048) + 4
+    # x and w read as stored (S01R, RR): no copy
+    assert c2.peak_memory_bytes == 512 / 8 + 2048 + 1024 / 8 + 4
     assert c2.comm_bytes == pytest.approx(2 * 7 / 8 * 4)  # the scalar loss all-reduce only
     assert p.usage_limit == cpu.memory_limit_bytes
+    # FSDP-like: w stored S0R (2048 / 2 B: axis x has 2 devices), updated in place sharded, read
+    # replicated by h: the all-gathered copy (2048 B) is made at once (a collective: from w's
+    # step 0) and lives to its reader h (step 2): at t = 2 x 64 + w 1024 + copy 2048 + h 128
+    s3 = list(s)
+    s3[1] = strat(p, 1, "S0R")
+    s3[4] = strat(p, 4, "S0R = S0R x S0R")
+    c3 = evaluate(p, s3)
+    assert c3.peak_memory_bytes == 64 + 1024 + 2048 + 128
+    assert p.edge_memory.intervals(np.array(s3))[1].tolist() == [3]   # gone at t = 3
 
 
 def test_alias_edge_and_merged_operands(cpu):

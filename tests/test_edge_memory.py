@@ -1,0 +1,177 @@
+"""Edge memory: resharded copies shared per (value, layout), priced the same by evaluate, the ILP,
+local search and the environment; checked by hand on a 4-node problem."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel.edge_memory import CopyGroups
+from costmodel.ilp import solve_ilp
+from costmodel.problem import Problem, evaluate
+from costmodel.search import Graph
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ilp_helpers import brute_force, random_problem  # noqa: E402
+
+
+def _problem(usage_limit=None, copies=True, early=True):
+    """Producer 0 (strategies A, B) feeds consumers 1 (step 1), 2 (step 3) and 3 (step 5), each
+    with strategies A, B. Node usages: 0 holds 4 bytes over [0, 6); the consumers hold 1 byte
+    over their step. Reading layout B from a producer in A needs a copy of 10 bytes: made by a
+    collective (``early``), it is shared by every consumer reading B and lives from the
+    producer's step 0 to the last of them; otherwise (a slice) each reader holds it at its step.
+    Time: A is slower for the consumers (cost 1 vs 0), so the fastest plan reads B everywhere
+    from a producer in A (cost 0 for the producer's A, 5 for B)."""
+    costs = [[0.0, 5.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+    usages = [[4.0, 4.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    intervals = [[0, 6], [1, 2], [3, 4], [5, 6]]
+    edges = [[0, 1], [0, 2], [0, 3]]
+    ecosts = [[0.0, 0.0, 0.0, 0.0]] * 3
+    em = None
+    if copies:
+        want_b, free_if_b = [False, True], [False, True]
+        em = CopyGroups.from_lists([(0, 10.0, [(1, 1, want_b, free_if_b), (2, 3, want_b, free_if_b),
+                                               (3, 5, want_b, free_if_b)], 0, [early, False])])
+    return Problem.from_lists("copies", costs, usages, intervals, edges, ecosts, usage_limit=usage_limit,
+                              edge_memory=em)
+
+
+def usage_at(p, s, t):
+    from costmodel.problem import usage_profile
+    flat = p.strategy_offsets[:-1] + np.asarray(s)
+    ts, live = usage_profile(p, p.node_usages[flat], extra=p.edge_memory.intervals(np.asarray(s)))
+    return float(live[np.searchsorted(ts, t, side="right") - 1])
+
+
+def test_evaluate_prices_a_shared_copy_from_producer_to_last_reader():
+    p = _problem()
+    # all read B from A: one copy of 10 over [0, 6): peak 4 + 10 + 1
+    assert evaluate(p, [0, 1, 1, 1]).peak_memory_bytes == 15.0
+    # only the first and the last read B: still one copy, live across step 3 where nobody reads it
+    assert evaluate(p, [0, 1, 0, 1]).peak_memory_bytes == 15.0 and usage_at(p, [0, 1, 0, 1], 3) == 15.0
+    # only consumer 1 reads B: the copy lives [0, 2), gone at step 3
+    assert usage_at(p, [0, 1, 0, 0], 0) == 14.0 and usage_at(p, [0, 1, 0, 0], 3) == 5.0
+    # the producer stores B: no copy
+    assert evaluate(p, [1, 1, 1, 1]).peak_memory_bytes == 5.0
+    assert evaluate(p, [0, 0, 0, 0]).peak_memory_bytes == 5.0
+    # without edge memory the same plan prices as before
+    assert evaluate(_problem(copies=False), [0, 1, 1, 1]).peak_memory_bytes == 5.0
+
+
+def test_a_slice_copy_is_held_at_each_readers_step_only():
+    p = _problem(early=False)
+    assert evaluate(p, [0, 1, 0, 1]).peak_memory_bytes == 15.0
+    assert usage_at(p, [0, 1, 0, 1], 0) == 4.0 and usage_at(p, [0, 1, 0, 1], 3) == 5.0
+    assert usage_at(p, [0, 1, 0, 1], 5) == 15.0
+
+
+def test_iopddl_round_trip_keeps_the_copies(tmp_path):
+    p = _problem()
+    path = tmp_path / "p.json"
+    p.to_iopddl(str(path))
+    q = Problem.from_iopddl(str(path))
+    for s in ([0, 1, 1, 1], [0, 0, 1, 0], [1, 1, 1, 1]):
+        assert evaluate(q, s).peak_memory_bytes == evaluate(p, s).peak_memory_bytes
+
+
+def test_bad_copy_groups_name_the_group():
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, [True, False, True], [False, True])])])
+    with pytest.raises(ValueError, match="copy group 0 member 0 has 3 want flags"):
+        Problem.from_lists("bad", [[0.0, 1.0], [0.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]], [[0, 2], [1, 2]],
+                           [[0, 1]], [[0.0] * 4], edge_memory=em)
+
+
+@pytest.mark.parametrize("reduce", [True, False])
+def test_ilp_sees_the_copies(reduce):
+    p = _problem()
+    # min time: producer A, consumers B (cost 0), paying the copy: peak 15
+    plan, info = solve_ilp(p, objective="time", reduce=reduce)
+    assert plan == [0, 1, 1, 1] and evaluate(p, plan).peak_memory_bytes == 15.0
+    # under a cap of 14 the copy cannot be live: the producer stores B (cost 5) or the consumers
+    # read A (cost 3): the latter is cheaper
+    plan, info = solve_ilp(p, objective="time", memory_cap_bytes=14.0, reduce=reduce)
+    assert plan == [0, 0, 0, 0] and info.status == "optimal"
+    # min memory: peak 5 (no copy), then the least time at that peak (3 < 5)
+    plan, info = solve_ilp(p, objective="memory", reduce=reduce)
+    assert evaluate(p, plan).peak_memory_bytes == 5.0 and evaluate(p, plan).total == 3.0
+    assert info.status == "optimal"
+    # min memory within step time 2: at most one consumer reads A; any copy adds 10: the producer
+    # stores B (cost 5 > 2) is too slow, so the best is one copy: peak 15
+    plan, info = solve_ilp(p, objective="memory", max_step_time_s=2.0, reduce=reduce)
+    assert evaluate(p, plan).total <= 2.0 and evaluate(p, plan).peak_memory_bytes == 15.0
+
+
+def test_local_search_profile_and_env_price_the_copies():
+    p = _problem()
+    g = Graph(p)
+    for s in ([0, 1, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]):
+        assert g.profile(np.array(s)).max() == evaluate(p, s).peak_memory_bytes
+
+    from env.sharding_env import ShardingEnv
+    env = ShardingEnv(workloads=p, weights={"time": 0.0, "memory": 1.0}, skip_trivial=False)
+    for plan in ([0, 1, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]):
+        _, info = env.reset(options={"problem": p})
+        total, done = 0.0, False
+        while not done:
+            _, r, done, _, info = env.step(plan[int(env._cur)])
+            total += r
+        assert info["cost"].peak_memory_bytes == evaluate(p, plan).peak_memory_bytes
+        assert total == pytest.approx(-info["normalized_objective"], rel=1e-12, abs=1e-12)
+
+
+def _with_random_copies(rng, p: Problem) -> Problem:
+    """``p`` plus random copy groups: a producer node, 1-3 consumer members at random steps with
+    random want / free flags, random integral bytes."""
+    from dataclasses import replace
+    k = p.num_strategies
+    groups = []
+    for _ in range(int(rng.integers(1, 4))):
+        u = int(rng.integers(p.num_nodes))
+        members = []
+        for _ in range(int(rng.integers(1, 4))):
+            v = int(rng.integers(p.num_nodes))
+            members.append((v, int(rng.integers(0, 8)), rng.random(int(k[v])) < 0.5, rng.random(int(k[u])) < 0.3))
+        early = () if rng.random() < 0.5 else (int(rng.integers(0, 4)), rng.random(int(k[u])) < 0.5)
+        groups.append((u, float(rng.integers(1, 30)), members, *early))
+    return replace(p, edge_memory=CopyGroups.from_lists(groups))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 6), objective=st.sampled_from(["time", "memory"]),
+       bounded=st.booleans())
+def test_ilp_with_copies_matches_brute_force(seed, n, objective, bounded):
+    """The ILP (reductions, tightening, copy columns) against enumeration priced by evaluate."""
+    rng = np.random.default_rng(seed)
+    p = _with_random_copies(rng, random_problem(rng, n, kmax=3, limit_q=None))
+    plans = [[int(rng.integers(kk)) for kk in p.num_strategies] for _ in range(6)]
+    cs = [evaluate(p, s) for s in plans]
+    cap = float(sorted(c.peak_memory_bytes for c in cs)[3])
+    max_time = float(sorted(c.total for c in cs)[3]) if bounded else None
+    kw = {"memory_cap_bytes": cap} if objective == "time" else {"max_step_time_s": max_time}
+    best, bc = brute_force(p, objective, cap=kw.get("memory_cap_bytes"), max_time=kw.get("max_step_time_s"))
+    plan, info = solve_ilp(p, objective=objective, time_limit_s=20, **kw)
+    c = evaluate(p, plan)
+    assert info.status == "optimal"
+    if objective == "time":
+        assert c.peak_memory_bytes <= cap and c.total == pytest.approx(bc.total)
+    else:
+        assert c.peak_memory_bytes == pytest.approx(bc.peak_memory_bytes)
+        assert c.total == pytest.approx(bc.total)
+
+
+def test_a_shared_collective_is_one_collective_in_comm_bytes():
+    """Two readers of one gathered copy: the edges each carry the 8 bytes sent, evaluate's
+    comm_bytes counts the collective once (as XLA runs it)."""
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, [False, True], [False, True]), (2, 3, [False, True], [False, True])],
+                                 0, [True, False], [8.0, 0.0])])
+    ecomm = [[0.0, 8.0, 0.0, 0.0]] * 2
+    p = Problem.from_lists("comm", [[0.0, 0.0]] * 3, [[1.0, 1.0]] * 3, [[0, 4], [1, 2], [3, 4]], [[0, 1], [0, 2]],
+                           [[0.0] * 4] * 2, edge_comm_bytes=ecomm, edge_memory=em)
+    assert evaluate(p, [0, 1, 1]).comm_bytes == 8.0
+    assert evaluate(p, [0, 1, 0]).comm_bytes == 8.0
+    assert evaluate(p, [0, 0, 0]).comm_bytes == 0.0
