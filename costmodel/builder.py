@@ -79,7 +79,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     cache: dict = {}
     strats = []
     for nd in nodes:
-        key = node_key(nd)
+        key = node_key(nd, search)
         st = cache.get(key)
         if st is None:
             st = enumerate_strategies(nd, mesh, max_strategies, search)
