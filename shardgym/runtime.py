@@ -354,7 +354,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
     from costmodel.cluster import Cluster
     from costmodel.cost import COLLECTIVES, Mesh, lowered_kind, node_collective
     cluster = cluster if isinstance(cluster, Cluster) else Cluster.preset(cluster)
-    strats = strategies_of(graph, cluster)
+    strats = strategies_of(graph, cluster, space=getattr(problem.meta, "space", None))
     k = problem.num_strategies
     if len(strats) != problem.num_nodes or any(len(st) != int(n) for st, n in zip(strats, k)):
         raise ValueError("strategies_of disagrees with the Problem's strategy counts")
