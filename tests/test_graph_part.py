@@ -37,8 +37,8 @@ def test_halo_plan_by_hand():
 
 
 def test_assumed_halo():
-    hp = graph_part.assumed_halo(131072, 16)          # m = 8192, 2 * sqrt(8192) = 181.02 -> 182
-    assert (hp.shifts, hp.sizes, hp.exact) == ((1, 15), (182, 182), False)
+    hp = graph_part.assumed_halo(131072, 16)          # 2.5 * sqrt(131072) = 905.1 -> 906 per side
+    assert (hp.shifts, hp.sizes, hp.exact) == ((1, 15), (906, 906), False)
     assert graph_part.assumed_halo(16, 8).sizes == (2, 2)  # capped at m = 2; n = 8 -> shifts 1 and 7
 
 
@@ -121,6 +121,9 @@ def _forced_plan(g, p):
             edge = graph_part.mp_kind(nd) == "scatter" and "receivers" in src
             want = [w and (("reduce-scatter x,y" in x and "(halo)" not in x) if edge else "(halo)" in x)
                     for w, x in zip(want, names)]
+        if not any(want):   # replicated result; row-sized operands stay sharded (an all-reduce)
+            row_ops = any(t.shape and t.shape[0] in (n, e) for t in nd.operand_types)
+            want = [set(h) <= {"R"} and (not row_ops or "(all-reduce" in x) for h, x in zip(head, names)]
         if not any(want):
             want = [set(h) <= {"R"} for h in head]
         arr[o[i]:o[i + 1]] += np.where(np.asarray(want), 0.0, 1.0)
@@ -144,7 +147,7 @@ def test_message_passing_plan_executes(mgn):
                     if kind == "collective-permute")
     assert xla_perm == pred_perm > 0
     assert abs(r.collective_wire_bytes / r.predicted_comm_bytes - 1) < 0.10
-    # memory: NOT within the 10%. Measured predicted / XLA = 0.60 (29772 / 49880 B): XLA's
+    # memory: NOT within the 10%. Measured predicted / XLA = 0.71 (29772 / 42216 B): XLA's
     # temp holds all-gathered edge-sized activation copies that the cost model's liveness does not
     # (resharded copies on edges are not charged to memory, costmodel.builder); see the README
     assert 0.5 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.10
