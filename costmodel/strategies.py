@@ -29,7 +29,9 @@ shard_map), gather (index batch
 dims and full-slice window dims ``par``, point-indexed operand dims ``sum``: masked lookup +
 all-reduce, Megatron's vocab-parallel embedding), scatter-add (window dims and scattered-into
 operand dims ``par``: each device applies the updates that land in its rows; update/index dims
-``sum``: partial results all-reduced; plain scatter: update dims ``fixed``), transpose (permuted),
+``sum``: partial results all-reduced; plain scatter: update dims ``fixed``; a row gather /
+scatter-add also gets costmodel.graph_part's halo strategies in the full space: nodes and edges
+sharded on the same axes, the halo rows moved by collective-permutes, run by shard_map), transpose (permuted),
 reshape/squeeze/expand_dims (dims that map through; merging or splitting dims maps the sharding of
 the major dim of the group), broadcast_in_dim, and everything else whose operands have the output's
 rank (element-wise, concatenate, pad, slice, dynamic_slice, select_n, ...): an operand dim follows

@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 
 WORKLOADS = ["fno:hires-512", "fno:hires-1024", "fno:3d-128", "unet:hires-1024", "unet:hires-1024-c32", "unet:3d-128",
-             "unet:3d-256", "meshgraphnet:mesh-131k"]
+             "unet:3d-128-c32", "unet:3d-256", "meshgraphnet:mesh-131k"]
 PRESETS = ["h100-2x8", "tpu-4x4", "a100-hetero-2x4"]
 SMALL = ["fno:tiny:1", "fno:3d-tiny:1", "unet:tiny:1", "meshgraphnet:tiny:1"]   # model:size:batch, on cpu-2x4
 EXECUTED = ("alpa-time", "full-time", "full-memory")
