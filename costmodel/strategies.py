@@ -47,8 +47,9 @@ Input nodes (storage layouts) are the exception: jit arguments must split evenly
 layout whose axes do not divide the dim is excluded.
 
 Cap: at most ``max_strategies`` per node (default 32); a row gather / scatter-add with halo
-strategies (costmodel.graph_part) keeps up to max_strategies // 4 of them (fastest own time first)
-after its capped generic ones, so it may have up to 1.25 x max_strategies. Rule: always keep the fully replicated
+strategies (costmodel.graph_part) keeps k = min(#halo, max_strategies // 4) of them (fastest own
+time first) after max_strategies − k generic ones, so there the full space may lack the slowest of
+Alpa's generic strategies. Rule: always keep the fully replicated
 strategy, then the others by (beyond Alpa's space, own time = compute + the node's collectives,
 per-device memory, enumeration order) ascending: a conv keeps all its Alpa-space strategies before
 any spatial one, so the full space contains Alpa's. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
@@ -505,7 +506,8 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
             i = tuple(_spec(m, assign) if not literal[k] else ((),) * len(ops[k]) for k, m in enumerate(space.operand_maps))
             return Strategy(_name(node, o, i, coll, axes, space) + " (halo)", o, i, flops, coll, extra)
         mp = sorted(halo_strategies(node, space, mesh, search.connectivity, make), key=lambda st: own_time(st, mesh))
-        return _cap(strategies, node, mesh, max_strategies) + mp[:max(1, max_strategies // 4)]
+        k = min(len(mp), max_strategies // 4)
+        return _cap(strategies, node, mesh, max_strategies - k) + mp[:k]
     if conv_spatial:  # spatial strategies are beyond Alpa's space: the cap keeps Alpa's first
         sp = {space.operand_maps[0][d] for d in node.params["dimension_numbers"]["lhs_spec"][2:]}
         beyond = [any(k in sp for k, v in a.items() if v) for a, *_ in cands]
