@@ -90,7 +90,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     cache: dict = {}
     strats = []
     for nd in nodes:
-        key = node_key(nd)
+        key = node_key(nd, search)
         st = cache.get(key)
         if st is None:
             st = enumerate_strategies(nd, mesh, max_strategies, search)
@@ -252,6 +252,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         input_path=[nd.input_path for nd in nodes],
         graph=graph,
         reshard_stats={"measured_pairs": int(covered[0]), "fallback_pairs": int(covered[1])},
+        space=search,
     )
     if covered[1]:   # one text per mesh shape (the counts are in meta.reshard_stats), so Python's
         # default warning filter says it once per mesh and call site instead of once per problem
@@ -293,7 +294,8 @@ def _public(st, cache):
 
 
 def strategies_of(graph: OpGraph, cluster, max_strategies: int = MAX_STRATEGIES, space="full"):
-    """The per-node strategy lists build_problem uses (for inspection and the runtime)."""
+    """The per-node strategy lists build_problem uses (for inspection and the runtime); ``space``
+    may be None ("full")."""
     mesh = Mesh(cluster)
-    search = search_space(space)
+    search = search_space(space or "full")
     return [enumerate_strategies(nd, mesh, max_strategies, search) for nd in graph.nodes]

@@ -46,7 +46,8 @@ class ProblemMeta:
     PartitionSpec of node i's output 0 under strategy s, as a tuple with one entry per dim:
     None, an axis name, or a tuple of axis names. ``operand_specs[i][s]`` likewise per operand.
     ``reshard_stats``: how many distinct resharding pairs were priced from XLA's measured table
-    (``measured_pairs``) and how many by the fallback rules (``fallback_pairs``).
+    (``measured_pairs``) and how many by the fallback rules (``fallback_pairs``). ``space``: the
+    ``costmodel.strategies.SearchSpace`` the strategies were enumerated in (None: unknown).
     """
 
     mesh_shape: tuple[int, ...]
@@ -63,6 +64,7 @@ class ProblemMeta:
     input_path: list[str | None] = field(default_factory=list)
     graph: Any = None
     reshard_stats: dict = field(default_factory=dict)
+    space: Any = None
 
 
 @dataclass(frozen=True, eq=False)

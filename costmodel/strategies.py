@@ -29,7 +29,9 @@ shard_map), gather (index batch
 dims and full-slice window dims ``par``, point-indexed operand dims ``sum``: masked lookup +
 all-reduce, Megatron's vocab-parallel embedding), scatter-add (window dims and scattered-into
 operand dims ``par``: each device applies the updates that land in its rows; update/index dims
-``sum``: partial results all-reduced; plain scatter: update dims ``fixed``), transpose (permuted),
+``sum``: partial results all-reduced; plain scatter: update dims ``fixed``; a row gather /
+scatter-add also gets costmodel.graph_part's halo strategies in the full space: nodes and edges
+sharded on the same axes, the halo rows moved by collective-permutes, run by shard_map), transpose (permuted),
 reshape/squeeze/expand_dims (dims that map through; merging or splitting dims maps the sharding of
 the major dim of the group), broadcast_in_dim, and everything else whose operands have the output's
 rank (element-wise, concatenate, pad, slice, dynamic_slice, select_n, ...): an operand dim follows
@@ -44,7 +46,10 @@ device, see costmodel.cost); specs where a dim is smaller than its shard count a
 Input nodes (storage layouts) are the exception: jit arguments must split evenly, so an input
 layout whose axes do not divide the dim is excluded.
 
-Cap: at most ``max_strategies`` per node (default 32). Rule: always keep the fully replicated
+Cap: at most ``max_strategies`` per node (default 32); a row gather / scatter-add with halo
+strategies (costmodel.graph_part) keeps k = min(#halo, max_strategies // 4) of them (fastest own
+time first) after max_strategies − k generic ones, so there the full space may lack the slowest of
+Alpa's generic strategies. Rule: always keep the fully replicated
 strategy, then the others by (beyond Alpa's space, own time = compute + the node's collectives,
 per-device memory, enumeration order) ascending: a conv keeps all its Alpa-space strategies before
 any spatial one, so the full space contains Alpa's. On 2-D meshes the cap only bites on ops with >= 4 iteration dims.
@@ -53,13 +58,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from costmodel.cost import Mesh, collective, compute_time, local_bytes, spec_name
 from costmodel.fft_plan import fft_strategies
 from costmodel.graph import Node
+from costmodel.graph_part import Connectivity, halo_strategies, mp_kind
 from costmodel.halo import spatial_dims, strategy_halo
 
 MAX_STRATEGIES = 32
@@ -84,14 +90,19 @@ class SearchSpace:
     ``spatial_conv``: conv spatial dims are shardable (halo exchange, costmodel.halo); off = Alpa's
     space (batch / feature sharding only, spatial dims ``fixed``).
     ``distributed_fft``: fft nodes get batch-sharded and transposing (slab / pencil) strategies
-    (costmodel.fft_plan; the runtime runs them with shard_map); off = replicated, as XLA runs it."""
+    (costmodel.fft_plan; the runtime runs them with shard_map); off = replicated, as XLA runs it.
+    ``message_passing``: row gathers / scatter-adds also get node-and-edge-sharded strategies with a
+    halo exchange (costmodel.graph_part; the runtime runs them with shard_map), priced from
+    ``connectivity`` (real index arrays, ``graph_part.space_for``) or, without it, an assumed halo."""
 
     spatial_conv: bool = True
     distributed_fft: bool = True
+    message_passing: bool = True
+    connectivity: Connectivity | None = field(default=None, compare=False, repr=False)
 
 
 FULL = SearchSpace()
-ALPA = SearchSpace(spatial_conv=False, distributed_fft=False)
+ALPA = SearchSpace(spatial_conv=False, distributed_fft=False, message_passing=False)
 SPACES = {"full": FULL, "alpa": ALPA}
 
 
@@ -489,6 +500,14 @@ def enumerate_strategies(node: Node, mesh: Mesh, max_strategies: int = MAX_STRAT
         strategies.append(Strategy(_name(node, out_specs, op_specs, coll, axes, space), out_specs, op_specs,
                                    flops, coll, extra))
     beyond = None
+    if search.message_passing and mp_kind(node) is not None:  # halo gathers / scatter-adds (graph_part)
+        def make(assign, flops, coll, extra):
+            o = tuple(_spec(m, assign) for m in space.out_maps)
+            i = tuple(_spec(m, assign) if not literal[k] else ((),) * len(ops[k]) for k, m in enumerate(space.operand_maps))
+            return Strategy(_name(node, o, i, coll, axes, space) + " (halo)", o, i, flops, coll, extra)
+        mp = sorted(halo_strategies(node, space, mesh, search.connectivity, make), key=lambda st: own_time(st, mesh))
+        k = min(len(mp), max_strategies // 4)
+        return _cap(strategies, node, mesh, max_strategies - k) + mp[:k]
     if conv_spatial:  # spatial strategies are beyond Alpa's space: the cap keeps Alpa's first
         sp = {space.operand_maps[0][d] for d in node.params["dimension_numbers"]["lhs_spec"][2:]}
         beyond = [any(k in sp for k, v in a.items() if v) for a, *_ in cands]
@@ -549,9 +568,12 @@ def _cap(strategies, node, mesh, cap, beyond=None):
     return [strategies[first]] + [strategies[i] for i in rest]
 
 
-def node_key(node: Node) -> tuple:
-    """Everything strategy enumeration depends on (for caching across repeated layers)."""
+def node_key(node: Node, search: SearchSpace | None = None) -> tuple:
+    """Everything strategy enumeration depends on (for caching across repeated layers); a row
+    gather / scatter-add priced from real connectivity also depends on its own index array."""
     params = {k: v for k, v in node.params.items() if k != "name_stack"}
+    if search is not None and search.connectivity is not None and node.id in search.connectivity.index_of_node:
+        params["_index_node"] = node.id
     return (node.primitive, json.dumps(params, sort_keys=True, default=str),
             tuple((t.shape, t.dtype) for t in node.operand_types), tuple((t.shape, t.dtype) for t in node.outputs),
             tuple(src < 0 for src, _ in node.operands), float(node.flops), node.supported, node.is_input)

@@ -1,9 +1,13 @@
-"""AI-for-Science workloads: Alpa's strategy space vs the full one (spatial convs, distributed FFTs).
+"""AI-for-Science workloads: Alpa's strategy space vs the full one (spatial convs, distributed FFTs,
+halo-partitioned message passing).
 
 For each scientific workload (batch below the device count) on each cluster, in the cost model:
   (a) Alpa's space (``build_problem(space="alpa")``: batch / channel / feature sharding, FFT
       replicated as XLA runs it, generic gather): the ILP's min-time plan and its min-peak-memory plan;
-  (b) the full space (spatial conv splits with halo exchange, distributed FFTs): the same two plans;
+  (b) the full space (spatial conv splits with halo exchange, distributed FFTs, node-sharded gathers /
+      scatter-adds with a halo exchange priced from the real mesh connectivity, costmodel.graph_part:
+      MeshGraphNet's graph is built on the host and renumbered by ``graph_part.locality_order``):
+      the same two plans;
   (c) hand-written data parallel (``method="dp"`` on Alpa's space: what jax.jit does with the batch
       sharded).
 Figures: step time (cost model), peak memory per device, bytes sent per device. ``speedup`` =
@@ -14,9 +18,10 @@ On the 8-device CPU mesh (cpu-2x4) the small sizes execute: each plan's numerics
 unsharded step, XLA's per-device memory and collective bytes next to the prediction.
 
     python -m experiments.bench_ai4s [--workloads fno:hires-512,unet:hires-1024] [--presets h100-2x8]
-        [--time-limit-s 30] [--no-execute]
+        [--time-limit-s 30] [--no-execute] [--merge]
 
-Writes results/bench_ai4s.json and results/bench_ai4s.png.
+Writes results/bench_ai4s.json and results/bench_ai4s.png (``--merge``: rows of this run replace
+the same (workload, preset) / (workload, plan) rows of the existing JSON, the others are kept).
 """
 from __future__ import annotations
 
@@ -25,10 +30,10 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-WORKLOADS = ["fno:hires-512", "fno:hires-1024", "fno:3d-128", "unet:hires-1024", "unet:3d-128", "unet:3d-256",
-             "meshgraphnet:mesh-131k"]
+WORKLOADS = ["fno:hires-512", "fno:hires-1024", "fno:3d-128", "unet:hires-1024", "unet:hires-1024-c32", "unet:3d-128",
+             "unet:3d-128-c32", "unet:3d-256", "meshgraphnet:mesh-131k"]
 PRESETS = ["h100-2x8", "tpu-4x4", "a100-hetero-2x4"]
-SMALL = ["fno:tiny:1", "fno:3d-tiny:1", "unet:tiny:1"]   # model:size:batch, executed on cpu-2x4
+SMALL = ["fno:tiny:1", "fno:3d-tiny:1", "unet:tiny:1", "meshgraphnet:tiny:1"]   # model:size:batch, on cpu-2x4
 EXECUTED = ("alpa-time", "full-time", "full-memory")
 FLOWAWARE_MAX_SPEEDUP = 7.8
 
@@ -40,16 +45,36 @@ class Config:
     small: list[str] = field(default_factory=lambda: list(SMALL))
     time_limit_s: float = 30.0
     execute: bool = True
+    merge: bool = False
     seed: int = 0
 
 
 def _trace(name, size, batch=None, abstract=True, seed=0):
+    """(fn, args, graph, full space). A MeshGraphNet's graph arrays are built on the host (also for
+    abstract args: they are small) and renumbered by locality_order; the full space carries them."""
     import shardgym as sg
     import zoo
+    from costmodel import graph_part
     fn, args = zoo.build(name, size, abstract=abstract, seed=seed, batch_size=batch)
+    space = "full"
+    if name == "meshgraphnet":
+        import jax
+        import numpy as np
+
+        from zoo import meshgraphnet as mg
+        cfg = zoo.config(name, size) if batch is None else __import__("dataclasses").replace(zoo.config(name, size), batch=batch)
+        real = jax.jit(lambda k: mg.make_batch(cfg, k))(jax.random.PRNGKey(seed))
+        real = mg.permute_nodes(real, graph_part.locality_order(np.asarray(real["senders"]), np.asarray(real["receivers"]),
+                                                                 cfg.total_nodes))
+        if abstract:   # keep the abstract features, take the real connectivity
+            real = {k: (real[k] if k in ("senders", "receivers") else v) for k, v in args[2].items()}
+        args = (args[0], args[1], real)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fn, args, sg.trace(fn, *args, name=f"{name}-{size}")
+        g = sg.trace(fn, *args, name=f"{name}-{size}")
+    if name == "meshgraphnet":
+        space = graph_part.space_for(g, args)
+    return fn, args, g, space
 
 
 def _figures(problem, plan) -> dict:
@@ -75,7 +100,8 @@ def in_full_space(alpa_problem, full_problem, plan):
 
 def beyond_alpa(problem, graph) -> list[list[bool]]:
     """Per node and strategy: True for the full space's own strategies (a conv that splits a spatial
-    dim of its lhs, an fft whose operand or result is sharded)."""
+    dim of its lhs, an fft whose operand or result is sharded, a halo gather / scatter-add)."""
+    from costmodel import graph_part
     m = problem.meta
     out = []
     for i in range(problem.num_nodes):
@@ -86,6 +112,8 @@ def beyond_alpa(problem, graph) -> list[list[bool]]:
         elif nd.primitive == "fft":
             out.append([any(e is not None for e in ops[0]) or any(e is not None for e in o)
                         for ops, o in zip(m.operand_specs[i], m.out_specs[i])])
+        elif graph_part.mp_kind(nd) is not None:
+            out.append(["(halo)" in nm for nm in m.strategy_names[i]])
         else:
             out.append([False] * int(problem.num_strategies[i]))
     return out
@@ -114,7 +142,7 @@ def preferring_beyond(problem, graph, objective: str, time_limit_s: float):
     return Plan.for_problem(problem, plan.strategies, method="ilp-prefer-full")
 
 
-def plans_for(graph, cluster, time_limit_s: float) -> dict:
+def plans_for(graph, cluster, time_limit_s: float, space="full") -> dict:
     """{label: (problem, plan)} for alpa-time, alpa-memory, full-time, full-memory and dp. The full
     space's plan is the best of three searches in it: its ILP plan, Alpa's plan (which the full space
     contains) and the ILP's plan with conv / fft nodes held to the full space's own strategies
@@ -123,7 +151,7 @@ def plans_for(graph, cluster, time_limit_s: float) -> dict:
     import shardgym as sg
     out = {}
     pa = sg.build_problem(graph, cluster, space="alpa")
-    pf = sg.build_problem(graph, cluster, space="full")
+    pf = sg.build_problem(graph, cluster, space=space)
     key = {"time": lambda c: c.step_time_s, "memory": lambda c: c.peak_memory_bytes}
     for obj in ("time", "memory"):
         try:
@@ -151,10 +179,10 @@ def cost_model_rows(cfg: Config) -> list[dict]:
     rows = []
     for wl in cfg.workloads:
         name, size = wl.split(":")
-        _, args, g = _trace(name, size, seed=cfg.seed)
+        _, args, g, space = _trace(name, size, seed=cfg.seed)
         for preset in cfg.presets:
             t0 = time.perf_counter()
-            res = {k: _figures(p, pl) for k, (p, pl) in plans_for(g, preset, cfg.time_limit_s).items()}
+            res = {k: _figures(p, pl) for k, (p, pl) in plans_for(g, preset, cfg.time_limit_s, space).items()}
             a_t, b_t = res["alpa-time"], res["full-time"]
             a_m, b_m = res["alpa-memory"], res["full-memory"]
             row = {"workload": wl, "preset": preset, "nodes": len(g.nodes),
@@ -180,8 +208,8 @@ def execute_rows(cfg: Config) -> list[dict]:
     rows = []
     for item in cfg.small:
         name, size, batch = item.split(":")
-        fn, args, g = _trace(name, size, int(batch), abstract=False, seed=cfg.seed)
-        for label, (p, plan) in plans_for(g, "cpu-2x4", cfg.time_limit_s).items():
+        fn, args, g, space = _trace(name, size, int(batch), abstract=False, seed=cfg.seed)
+        for label, (p, plan) in plans_for(g, "cpu-2x4", cfg.time_limit_s, space).items():
             if label not in EXECUTED:
                 continue
             r = sg.execute(fn, args, g, plan, problem=p, iters=1)
@@ -192,14 +220,30 @@ def execute_rows(cfg: Config) -> list[dict]:
                                               if nd.primitive == "conv_general_dilated" and "collective-permute" in n),
                          "distributed_ffts": sum(1 for n, nd in zip(names, g.nodes)
                                                  if nd.primitive == "fft" and n.split(" = ")[0].strip("R")),
+                         "halo_mp": sum(1 for n in names if n.endswith("(halo)")),
                          "xla_mem_mib": r.xla_memory_bytes / 2**20, "pred_mem_mib": r.predicted_memory_bytes / 2**20,
                          "xla_comm_mib": r.collective_wire_bytes / 2**20, "pred_comm_mib": r.predicted_comm_bytes / 2**20,
                          "collectives": {c["kind"]: c["count"] for c in r.collectives}})
             x = rows[-1]
             print(f"{item:16s} {label:12s} rel err {x['max_rel_err']:.1e}  mem XLA {x['xla_mem_mib']:.3f} / pred "
                   f"{x['pred_mem_mib']:.3f} MiB  comm XLA {x['xla_comm_mib']:.3f} / pred {x['pred_comm_mib']:.3f} MiB  "
-                  f"spatial {x['spatial_convs']} dist-fft {x['distributed_ffts']}", flush=True)
+                  f"spatial {x['spatial_convs']} dist-fft {x['distributed_ffts']} halo {x['halo_mp']}", flush=True)
     return rows
+
+
+def merged(path, rows: list[dict], ex: list[dict]) -> tuple[list[dict], list[dict]]:
+    """This run's rows over the existing JSON's: same (workload, preset) / (workload, plan) replaced."""
+    import json
+    if not path.exists():
+        return rows, ex
+    old = json.loads(path.read_text())
+    new_keys = {(r["workload"], r["preset"]) for r in rows}
+    new_ex = {(r["workload"], r["plan"]) for r in ex}
+    keep = [r for r in old.get("cost_model", []) if (r["workload"], r["preset"]) not in new_keys]
+    keep_ex = [r for r in old.get("executed", []) if (r["workload"], r["plan"]) not in new_ex]
+    order = {w: i for i, w in enumerate(WORKLOADS)}
+    allrows = sorted(keep + rows, key=lambda r: (order.get(r["workload"], 99), r["preset"]))
+    return allrows, keep_ex + ex
 
 
 def plot(rows: list[dict], path) -> None:
@@ -232,10 +276,15 @@ def main(argv=None) -> None:
     ap.add_argument("--small", default=",".join(SMALL))
     ap.add_argument("--time-limit-s", type=float, default=30.0)
     ap.add_argument("--no-execute", action="store_true")
+    ap.add_argument("--merge", action="store_true")
     a = ap.parse_args(argv)
     cfg = Config(workloads=[w for w in a.workloads.split(",") if w], presets=[p for p in a.presets.split(",") if p],
-                 small=[s for s in a.small.split(",") if s], time_limit_s=a.time_limit_s, execute=not a.no_execute)
+                 small=[s for s in a.small.split(",") if s], time_limit_s=a.time_limit_s, execute=not a.no_execute,
+                 merge=a.merge)
     rows = cost_model_rows(cfg)
+    ex = execute_rows(cfg) if cfg.execute else []
+    if cfg.merge:
+        rows, ex = merged(RESULTS_DIR / "bench_ai4s.json", rows, ex)
     print_table(rows, ["workload", "preset", "alpa_step_ms", "full_step_ms", "dp_step_ms", "speedup",
                        "alpa_min_mem_gib", "full_min_mem_gib", "dp_mem_gib", "memory_ratio",
                        "alpa_comm_mib", "full_comm_mib"], title="cost model: Alpa's space vs full space")
@@ -243,9 +292,8 @@ def main(argv=None) -> None:
     print(f"{len({r['workload'] for r in wins})} workloads reach >= 2x on some cluster "
           f"(best speedup {max(r['speedup'] for r in rows):.2f}x, best memory {max(r['memory_ratio'] for r in rows):.2f}x; "
           f"FlowAware reports up to {FLOWAWARE_MAX_SPEEDUP}x)")
-    ex = execute_rows(cfg) if cfg.execute else []
     if ex:
-        print_table(ex, ["workload", "plan", "max_rel_err", "spatial_convs", "distributed_ffts", "xla_mem_mib",
+        print_table(ex, ["workload", "plan", "max_rel_err", "spatial_convs", "distributed_ffts", "halo_mp", "xla_mem_mib",
                          "pred_mem_mib", "xla_comm_mib", "pred_comm_mib"], title="cpu-2x4: executed small sizes")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = RESULTS_DIR / "bench_ai4s.png"

@@ -40,7 +40,7 @@ import numpy as np
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
-from shardgym import dist_fft
+from shardgym import dist_fft, dist_gather
 from shardgym.hlo import parse_collectives, summarize
 from shardgym.validate import constrain, is_key, plan_cluster
 
@@ -354,7 +354,7 @@ def predicted_collectives(graph: OpGraph, problem, plan: Plan, cluster) -> list[
     from costmodel.cluster import Cluster
     from costmodel.cost import COLLECTIVES, Mesh, lowered_kind, node_collective
     cluster = cluster if isinstance(cluster, Cluster) else Cluster.preset(cluster)
-    strats = strategies_of(graph, cluster)
+    strats = strategies_of(graph, cluster, space=getattr(problem.meta, "space", None))
     k = problem.num_strategies
     if len(strats) != problem.num_nodes or any(len(st) != int(n) for st, n in zip(strats, k)):
         raise ValueError("strategies_of disagrees with the Problem's strategy counts")
@@ -461,6 +461,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                     op_sharding[(nid, v)] = NamedSharding(mesh, _pspec(ops[k]))
     out_treedef = jax.tree.structure(jax.eval_shape(fn, *args))
     fft_dist = _distributed_ffts(problem, plan, g) if graph is not None and problem is not None else {}
+    halo = dist_gather.planned(problem, plan, g, args, sizes) if graph is not None and problem is not None else {}
 
     def run(*call_args):
         leaves = jax.tree.leaves(call_args)
@@ -488,6 +489,12 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
                         raise ValueError(f"runtime: operand {k} of {payload!r} is a constant the tracer did not "
                                          "recover; this program cannot be re-evaluated with per-node constraints")
                 fft_sh = None
+                if kind == "eqn" and nid in halo and payload.primitive.name in ("gather", "scatter-add"):
+                    res = [dist_gather.apply(*halo[nid][:1], ops, *halo[nid][1:], mesh)]
+                    for o, x in zip(outs, res):
+                        sh = sharding_of.get(o)
+                        env[o] = constrain(x, sh) if sh is not None else x
+                    continue
                 if kind == "eqn" and nid in fft_dist and payload.primitive.name == "fft":
                     res = [dist_fft.apply(payload.params, ops[0], *fft_dist[nid], mesh)]
                     for o, x in zip(outs, res):

@@ -6,11 +6,17 @@ Encoders: node MLP and edge MLP to `latent`. n_blocks message-passing blocks, ea
 Decoder MLP to `out_dim` (no LayerNorm). MLP = Dense(latent) relu Dense(latent) relu Dense(out),
 LayerNorm after it except in the decoder. Loss = MSE vs the target.
 
-The graph is part of the batch (role batch): `senders`/`receivers` int32 arrays. Each node receives
-exactly edges_per_node = n_edges / n_nodes edges from distinct-from-itself random senders. A batch
-of `batch` graphs is their disjoint union (node ids offset by g * n_nodes), so the leading dims are
-N = batch * n_nodes and E = batch * n_edges. The target is the graph Laplacian of the first out_dim
-node features, mean over in-edges of (x[s] - x[r]): a function a GNN can learn.
+The graph is part of the batch (role batch): `senders`/`receivers` int32 arrays. The mesh is a
+periodic 2-D lattice of rows x cols = n_nodes points (rows the largest divisor <= sqrt(n_nodes)); node
+r receives edges_per_node = n_edges / n_nodes edges, one from each of its first k lattice neighbours
+in `NEIGHBOUR_OFFSETS` (k = 4: the 4-neighbour grid; 6: the triangulated grid; up to 12). Node ids are
+a random permutation of the lattice order (as an unordered mesh file gives them: a contiguous block
+of ids is scattered over the mesh; costmodel.graph_part.locality_order renumbers it, and
+`permute_nodes` applies a renumbering). Edges are sorted by receiver. A batch of `batch` graphs is
+their disjoint union (node ids offset by g * n_nodes), so the leading dims are N = batch * n_nodes and
+E = batch * n_edges. Node positions are the lattice points (unit square) plus a small jitter. The
+target is the graph Laplacian of the first out_dim node features, mean over in-edges of
+(x[s] - x[r]): a function a GNN can learn.
 """
 from __future__ import annotations
 
@@ -89,23 +95,58 @@ def model(cfg: MeshGraphNetConfig) -> nn.Module:
     return MeshGraphNet(cfg)
 
 
+#: lattice offsets (d_row, d_col) of a node's in-neighbours, nearest first, in symmetric pairs
+NEIGHBOUR_OFFSETS = ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, -1), (1, -1), (-1, 1),
+                     (0, 2), (0, -2), (2, 0), (-2, 0))
+
+
+def lattice(n_nodes: int) -> tuple[int, int]:
+    """(rows, cols) of the periodic lattice: rows = the largest divisor of n_nodes <= sqrt(n_nodes)."""
+    rows = max(d for d in range(1, int(n_nodes ** 0.5) + 1) if n_nodes % d == 0)
+    return rows, n_nodes // rows
+
+
 def make_batch(cfg: MeshGraphNetConfig, key) -> dict:
     kp, ks, kn = jax.random.split(key, 3)
     k = cfg.n_edges // cfg.n_nodes
+    rows, cols = lattice(cfg.n_nodes)
+    if k > len(NEIGHBOUR_OFFSETS) or min(rows, cols) < 5:
+        raise ValueError(f"MeshGraphNetConfig: edges per node {k} must be <= {len(NEIGHBOUR_OFFSETS)} and the "
+                         f"{rows}x{cols} lattice of n_nodes={cfg.n_nodes} at least 5x5")
     g = cfg.batch
+    lat_id = jax.random.permutation(ks, cfg.n_nodes).astype(jnp.int32)   # node id -> lattice point
+    node_of = jnp.zeros(cfg.n_nodes, jnp.int32).at[lat_id].set(jnp.arange(cfg.n_nodes, dtype=jnp.int32))
+    off = jnp.asarray(NEIGHBOUR_OFFSETS[:k], jnp.int32)
+    r_lat = lat_id[:, None]
+    nbr = ((r_lat // cols + off[None, :, 0]) % rows) * cols + (r_lat % cols + off[None, :, 1]) % cols
     receivers = jnp.repeat(jnp.arange(cfg.n_nodes, dtype=jnp.int32), k)
-    shift = jax.random.randint(ks, (cfg.n_edges,), 1, cfg.n_nodes, dtype=jnp.int32)
-    senders = (receivers + shift) % cfg.n_nodes  # never a self-loop
+    senders = node_of[nbr].reshape(-1)
     offsets = (jnp.arange(g, dtype=jnp.int32) * cfg.n_nodes)[:, None]
     senders = (senders[None] + offsets).reshape(-1)
     receivers = (receivers[None] + offsets).reshape(-1)
-    pos = jax.random.uniform(kp, (cfg.total_nodes, 2), jnp.float32)
+    grid = jnp.stack([lat_id // cols / rows, lat_id % cols / cols], axis=-1).astype(jnp.float32)
+    pos = jnp.tile(grid, (g, 1)) + 0.1 / cols * jax.random.uniform(kp, (cfg.total_nodes, 2), jnp.float32)
     nodes = jax.random.normal(kn, (cfg.total_nodes, cfg.node_in), jnp.float32)
     rel = pos[senders] - pos[receivers]
     edges = jnp.concatenate([rel, jnp.linalg.norm(rel, axis=-1, keepdims=True)], axis=-1)
     diff = nodes[senders, : cfg.out_dim] - nodes[receivers, : cfg.out_dim]
     target = jax.ops.segment_sum(diff, receivers, num_segments=cfg.total_nodes) / k
     return {"nodes": nodes, "edges": edges, "senders": senders, "receivers": receivers, "target": target}
+
+
+def permute_nodes(batch: dict, order) -> dict:
+    """``batch`` with its nodes renumbered: new node i is old node ``order[i]`` (nodes, target rows,
+    senders and receivers follow), edges stably re-sorted by their new receiver. The same graph, so
+    the loss is the same up to float summation order."""
+    import numpy as np
+    order = np.asarray(order)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size, dtype=order.dtype)
+    s, r = rank[np.asarray(batch["senders"])], rank[np.asarray(batch["receivers"])]
+    e = np.argsort(r, kind="stable")
+    return {"nodes": jnp.asarray(np.asarray(batch["nodes"])[order]), "target": jnp.asarray(np.asarray(batch["target"])[order]),
+            "edges": jnp.asarray(np.asarray(batch["edges"])[e]), "senders": jnp.asarray(s[e].astype(np.int32)),
+            "receivers": jnp.asarray(r[e].astype(np.int32))}
 
 
 def loss(module, params, batch):

@@ -35,8 +35,11 @@ SIZES = {
     "large": UNetConfig(image=256, channels=3, base=64, levels=4, batch=16, groups=32),
     # a scientific field at batch 1 (fewer samples than devices): only spatial splits scale
     "hires-1024": UNetConfig(image=1024, channels=3, base=8, levels=4, batch=1, groups=4),
+    # the same field with a realistic width (base 32, as weather / PDE U-Nets use)
+    "hires-1024-c32": UNetConfig(image=1024, channels=3, base=32, levels=4, batch=1, groups=8),
     "3d-tiny": UNetConfig(image=16, channels=1, base=4, levels=2, batch=1, groups=2, dims=3),
     "3d-128": UNetConfig(image=128, channels=1, base=8, levels=3, batch=1, groups=4, dims=3),
+    "3d-128-c32": UNetConfig(image=128, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
     "3d-256": UNetConfig(image=256, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
 }
 
