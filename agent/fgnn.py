@@ -22,7 +22,7 @@ With every gate, mixing weight, price gate and damping parameter at zero (``zero
 the network is plain BP: its messages equal ``bp._Messages.update``'s (tests/test_fgnn.py, to
 float32 rounding) and its plan equals ``bp_solve(memory_prices=False, pruned=True)``'s.
 
-Shapes are padded to buckets (powers of √2, at least 64) so one compiled forward serves every
+Shapes are padded to buckets (powers of √2, or of 2 with ``coarse``; at least 64) so one compiled forward serves every
 problem of a similar size; padded slots and entries point at a spare slot whose values are masked.
 """
 from __future__ import annotations
@@ -57,11 +57,11 @@ class FGConfig:
         return cls(**{k: d[k] for k in ("rounds", "hidden", "seed") if k in d})
 
 
-def _bucket(x: int, lo: int = 64) -> int:
-    """Smallest power of √2 (rounded up to an integer) ≥ x + 1 (one spare slot), at least ``lo``."""
+def _bucket(x: int, lo: int = 64, step: float = 0.5) -> int:
+    """Smallest power of 2**step (rounded up to an integer) ≥ x + 1 (one spare slot), at least ``lo``."""
     b = max(lo, x + 1)
-    e = math.ceil(2 * math.log2(b))
-    return int(math.ceil(2 ** (e / 2)))
+    e = math.ceil(math.log2(b) / step)
+    return int(math.ceil(2 ** (e * step)))
 
 
 def _pad(a: np.ndarray, size: int, fill) -> np.ndarray:
@@ -70,82 +70,113 @@ def _pad(a: np.ndarray, size: int, fill) -> np.ndarray:
     return out
 
 
+# the raw arrays of one problem: index arrays and what they index (for offsets when packing)
+_INDEX = {"node_of": "n", "u_flat": "S", "v_flat": "S", "eu_slot": "m", "ev_slot": "m", "row_slot": "U",
+          "col_slot": "V", "lo": "T", "hi": "T"}
+_LEN = {"c": "S", "un": "S", "node_of": "S", "smask": "S", "sbinds": "S", "u_flat": "U", "eu_slot": "U",
+        "umask": "U", "v_flat": "V", "ev_slot": "V", "vmask": "V", "row_slot": "N", "col_slot": "N", "ec": "N",
+        "espr": "m", "lo": "n", "hi": "n", "live": "n", "pmin": "T", "pmax": "T", "tmask": "T", "tbinds": "T",
+        "tlam0": "T", "cls": "S", "w": "n"}   # cls, w: the trainer's targets
+
+
+def pack(raws: list, sizes: dict) -> dict:
+    """Concatenate problems' raw arrays (disjoint union: indices offset) and pad each to ``sizes``
+    (keys S, U, V, N, n, m, T; each at least one more than the total). Padded entries point at
+    the spare last slot of what they index; masks are 0 there."""
+    tot = {k: sum(r["_sizes"][k] for r in raws) for k in "SUVNnmT"}
+    for k in tot:
+        if sizes[k] < tot[k] + 1:
+            raise ValueError(f"pack: {tot[k]} {k} do not fit {sizes[k]}")
+    out = {}
+    for key, dim in _LEN.items():
+        if key not in raws[0]:
+            continue
+        parts, off = [], 0
+        for r in raws:
+            a = r[key]
+            if key in _INDEX:
+                a = a + off
+                off += r["_sizes"][_INDEX[key]]
+            parts.append(a)
+        a = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        fill = sizes[_INDEX[key]] - 1 if key in _INDEX and key not in ("lo", "hi") else (1 if key == "tlam0" else 0)
+        out[key] = _pad(a.astype(np.int32 if key in _INDEX else np.float32), sizes[dim], fill)
+    return out
+
+
+def raw_arrays(mp, scale: float) -> dict:
+    """One problem's unpadded network inputs from its ``bp._Messages`` (costs divided by ``scale``)."""
+    g = mp.g
+    S, n, m = len(g.cost), g.n, len(g.eu)
+    U, V, N = int(mp.su[-1]), int(mp.sv[-1]), len(mp.ec)
+    ec = mp.ec / scale
+    # memory: profiles at the least / greatest usage of each node, over the cap
+    us = g.usage
+    umin = np.minimum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
+    umax = np.maximum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
+    live = g.live_mask
+    pmin = g.profile_of(np.where(live, umin, 0.0)) if n else np.zeros(0)
+    pmax = g.profile_of(np.where(live, umax, 0.0)) if n else np.zeros(0)
+    Tg = len(g.times)
+    cap = g.cap
+    binds = float(cap is not None and Tg and pmin.max() <= cap < pmax.max())
+    ref = float(cap) if cap is not None else float(pmax.max() if Tg and pmax.max() > 0 else 1.0)
+    ref = ref if ref > 0 else 1.0
+    if N:   # per-edge spread of the finite entries (a scale for the residual correction)
+        emin = np.minimum.reduceat(ec, g.eoff[:-1])
+        emax = np.maximum.reduceat(np.where(g.ec < bp.FORBIDDEN, ec, -np.inf), g.eoff[:-1])
+        espr = np.maximum(np.where(np.isfinite(emax), emax - emin, 0.0), 0.0)
+    else:
+        espr = np.zeros(m)
+    return {
+        "c": mp.cost / scale, "un": us / ref, "node_of": g.node_of, "smask": np.ones(S), "sbinds": np.full(S, binds),
+        "u_flat": mp.u_flat, "v_flat": mp.v_flat,
+        "eu_slot": np.repeat(np.arange(m), g.k[g.eu]) if m else np.zeros(0, np.int64),
+        "ev_slot": np.repeat(np.arange(m), g.k[g.ev]) if m else np.zeros(0, np.int64),
+        "umask": np.ones(U), "vmask": np.ones(V), "row_slot": mp.row_slot, "col_slot": mp.col_slot, "ec": ec,
+        "espr": espr, "lo": g.lo, "hi": g.hi, "live": live.astype(np.float64), "pmin": pmin / ref,
+        "pmax": pmax / ref, "tmask": np.ones(Tg), "tbinds": np.full(Tg, binds), "tlam0": np.full(Tg, float(max(n, 1))),
+        "_sizes": {"S": S, "U": U, "V": V, "N": N, "n": n, "m": m, "T": Tg},
+    }
+
+
+def bucket_sizes(sz: dict, coarse: bool = False) -> dict:
+    """Padded sizes for real sizes ``sz`` (powers of √2, or of 2 with ``coarse``; U and V alike)."""
+    st = 1.0 if coarse else 0.5
+    out = {k: _bucket(sz[k], step=st) for k in "SNnm"}
+    out["T"] = _bucket(sz["T"] + 1, 16, st)
+    out["U"] = out["V"] = _bucket(max(sz["U"], sz["V"]), step=st)
+    return out
+
+
 @dataclass(frozen=True)
 class FGInputs:
     """One problem's padded arrays (``arrays``: a dict for the jitted forward), the BP index
     structure they came from (``mp``), the pruned problem and the map of its plans back (``back``),
-    the cost ``scale`` and the real sizes."""
+    the cost ``scale``, the unpadded ``raw`` arrays (for ``pack``) and the real sizes."""
     problem: Problem            # the (pruned) problem the network runs on
     back: object                # pruned plan -> original plan (None: not pruned)
     mp: object                  # bp._Messages of ``problem``
     scale: float
     arrays: dict
+    raw: dict
     sizes: tuple                # (S, U, V, N, n, m, T) real sizes
 
     @classmethod
-    def of(cls, problem: Problem, pruned: bool = True) -> FGInputs:
+    def of(cls, problem: Problem, pruned: bool = True, coarse: bool = False) -> FGInputs:
+        """``coarse``: power-of-2 buckets instead of √2."""
         back = None
         if pruned:
             problem, back = prune(problem)
-        g = Graph(problem)
-        mp = bp._Messages(g)
-        S, n, m = len(g.cost), g.n, len(g.eu)
-        U, V, N = int(mp.su[-1]), int(mp.sv[-1]), len(mp.ec)
+        mp = bp._Messages(Graph(problem))
         pos = np.abs(mp.cost[mp.cost != 0])
         scale = float(np.median(pos)) if len(pos) else 1.0
         if not scale > 0 or not np.isfinite(scale):
             scale = 1.0
-        c = mp.cost / scale
-        ec = mp.ec / scale
-        # memory: profiles at the least / greatest usage of each node, over the cap
-        us = g.usage
-        umin = np.minimum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
-        umax = np.maximum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
-        live = g.live_mask
-        pmin = g.profile_of(np.where(live, umin, 0.0)) if n else np.zeros(0)
-        pmax = g.profile_of(np.where(live, umax, 0.0)) if n else np.zeros(0)
-        Tg = len(g.times)
-        cap = g.cap
-        binds = bool(cap is not None and Tg and pmin.max() <= cap < pmax.max())
-        ref = float(cap) if cap is not None else float(pmax.max() if Tg and pmax.max() > 0 else 1.0)
-        ref = ref if ref > 0 else 1.0
-        Sp, Up, Vp, Np, npad, mpad, Tp = (_bucket(S), _bucket(U), _bucket(V), _bucket(N), _bucket(n),
-                                          _bucket(m), _bucket(Tg + 1, 16))
-        eu_slot = np.repeat(np.arange(m), g.k[g.eu]) if m else np.zeros(0, np.int64)
-        ev_slot = np.repeat(np.arange(m), g.k[g.ev]) if m else np.zeros(0, np.int64)
-        # per-edge spread of the finite entries (a scale for the residual correction)
-        if N:
-            emin = np.minimum.reduceat(ec, g.eoff[:-1])
-            emax = np.maximum.reduceat(np.where(g.ec < bp.FORBIDDEN, ec, -np.inf), g.eoff[:-1])
-            espr = np.maximum(np.where(np.isfinite(emax), emax - emin, 0.0), 0.0)
-        else:
-            espr = np.zeros(0)
-        f32 = np.float32
-        arrays = {
-            "c": _pad(c.astype(f32), Sp, 0.0),
-            "un": _pad((us / ref).astype(f32), Sp, 0.0),
-            "node_of": _pad(g.node_of.astype(np.int32), Sp, npad - 1),
-            "smask": _pad(np.ones(S, f32), Sp, 0.0),
-            "u_flat": _pad(mp.u_flat.astype(np.int32), Up, Sp - 1),
-            "v_flat": _pad(mp.v_flat.astype(np.int32), Vp, Sp - 1),
-            "eu_slot": _pad(eu_slot.astype(np.int32), Up, mpad - 1),
-            "ev_slot": _pad(ev_slot.astype(np.int32), Vp, mpad - 1),
-            "umask": _pad(np.ones(U, f32), Up, 0.0),
-            "vmask": _pad(np.ones(V, f32), Vp, 0.0),
-            "row_slot": _pad(mp.row_slot.astype(np.int32), Np, Up - 1),
-            "col_slot": _pad(mp.col_slot.astype(np.int32), Np, Vp - 1),
-            "ec": _pad(ec.astype(f32), Np, 0.0),
-            "espr": _pad(espr.astype(f32), mpad, 0.0),
-            "lo": _pad(g.lo.astype(np.int32), npad, 0),
-            "hi": _pad(g.hi.astype(np.int32), npad, 0),
-            "live": _pad(live.astype(f32), npad, 0.0),
-            "pmin": _pad((pmin / ref).astype(f32), Tp, 0.0),
-            "pmax": _pad((pmax / ref).astype(f32), Tp, 0.0),
-            "tmask": _pad(np.ones(Tg, f32), Tp, 0.0),
-            "binds": np.float32(binds),
-            "lam0": np.float32(max(n, 1)),
-        }
-        return cls(problem, back, mp, scale, arrays, (S, U, V, N, n, m, Tg))
+        raw = raw_arrays(mp, scale)
+        sz = raw["_sizes"]
+        arrays = pack([raw], bucket_sizes(sz, coarse))
+        return cls(problem, back, mp, scale, arrays, raw, tuple(sz[k] for k in "SUVNnmT"))
 
 
 def _mlp_def(hidden: int):
@@ -184,7 +215,7 @@ class FGNN:
                 "damp": jnp.zeros(T), "soft": jnp.zeros(T), "gate": jnp.full(T, 0.1),
                 "pgate": jnp.full(T, 0.1), "gout": jnp.array(0.1), "logit_scale": jnp.array(1.0),
             }
-        self.params = params
+        self.params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)   # strong float32: no retrace
         self._fwd = jax.jit(self._forward)
 
     @staticmethod
@@ -220,7 +251,7 @@ class FGNN:
         mlp = self.mlp
         c, un, smask = A["c"], A["un"], A["smask"]
         umask, vmask = A["umask"], A["vmask"]
-        binds = A["binds"]
+        tbinds = A["tbinds"]
         node_of = A["node_of"]
         big = jnp.float32(3e38)
 
@@ -245,7 +276,8 @@ class FGNN:
 
         def expected_usage(b):
             m = seg_min(jnp.where(smask > 0, b, big), node_of, npad)
-            w = jnp.where(smask > 0, jnp.exp(-jnp.minimum(b - m[node_of], 50.0)), 0.0)
+            d = jnp.where(smask > 0, b - m[node_of], 50.0)     # no inf on padded slots (NaN-free gradients)
+            w = jnp.where(smask > 0, jnp.exp(-jnp.clip(d, 0.0, 50.0)), 0.0)
             z = seg_sum(w, node_of, npad)
             return seg_sum(w * un, node_of, npad) / jnp.maximum(z, 1e-30)
 
@@ -268,9 +300,9 @@ class FGNN:
             b = belief(cp, to_u, to_v)
             pa = jax.lax.stop_gradient(profile(seg_argmin_usage(b)))
             pe = profile(expected_usage(b))
-            pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, _symlog(lam / A["lam0"]),
+            pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, _symlog(lam / A["tlam0"]),
                             jnp.broadcast_to(r / T, (Tp,))], 1)
-            lam = lam + binds * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) * (lam + A["lam0"]) \
+            lam = lam + tbinds * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) * (lam + A["tlam0"]) \
                 * A["tmask"]
             cp = priced(lam)
             b = belief(cp, to_u, to_v)
@@ -295,7 +327,7 @@ class FGNN:
         m = seg_min(jnp.where(smask > 0, b, big), node_of, npad)
         d = jnp.maximum(b - m[node_of], 0.0)
         spread = seg_max(jnp.where(smask > 0, jnp.minimum(d, 1e6), 0.0), node_of, npad)[node_of]
-        fr = jnp.stack([_symlog(d), _symlog(c), un, _symlog(spread), jnp.broadcast_to(binds, (Sp,))], 1)
+        fr = jnp.stack([_symlog(d), _symlog(c), un, _symlog(spread), A["sbinds"]], 1)
         c_out = cp + params["gout"] * spread * mlp.apply({"params": params["read"]}, fr)
         return c_out, to_u, to_v
 
