@@ -27,6 +27,7 @@ problem of a similar size; padded slots and entries point at a spare slot whose 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -192,6 +193,14 @@ def _mlp_def(hidden: int):
     return MLP()
 
 
+@functools.lru_cache(maxsize=None)
+def _jit_forward(hidden: int):
+    import jax
+    shell = FGNN.__new__(FGNN)
+    shell.mlp = _mlp_def(hidden)
+    return jax.jit(shell._forward)
+
+
 def _symlog(x):
     import jax.numpy as jnp
     return jnp.sign(x) * jnp.log1p(jnp.abs(x))
@@ -216,7 +225,7 @@ class FGNN:
                 "pgate": jnp.full(T, 0.1), "gout": jnp.array(0.1), "logit_scale": jnp.array(1.0),
             }
         self.params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)   # strong float32: no retrace
-        self._fwd = jax.jit(self._forward)
+        self._fwd = _jit_forward(self.config.hidden)   # shared by every FGNN of this width (compiled once a shape)
 
     @staticmethod
     def zero_corrections(params):

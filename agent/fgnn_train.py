@@ -22,6 +22,7 @@ of the seed, the epoch and the checkpointed params.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -128,23 +129,28 @@ def make_loss(net: FGNN):
     return loss_fn
 
 
+@functools.lru_cache(maxsize=None)
+def _jit_step(hidden: int, lr: float):
+    """(optimizer, jitted step, jitted loss) for a width and learning rate (compiled once a shape)."""
+    import jax
+    import optax
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    loss_fn = make_loss(FGNN(FGConfig(rounds=1, hidden=hidden)))
+
+    def step(params, opt_state, A):
+        loss, grads = jax.value_and_grad(loss_fn)(params, A)
+        upd, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, upd), opt_state, loss
+    return opt, jax.jit(step), jax.jit(loss_fn)
+
+
 class Trainer:
     """Adam on the imitation loss, one problem per step (shapes differ: one compile per bucket)."""
 
     def __init__(self, config: FGConfig, lr: float = 3e-3, params=None):
-        import jax
-        import optax
         self.net = FGNN(config, params)
-        self.opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+        self.opt, self._step, self._loss = _jit_step(config.hidden, float(lr))
         self.opt_state = self.opt.init(self.net.params)
-        loss_fn = make_loss(self.net)
-
-        def step(params, opt_state, A):
-            loss, grads = jax.value_and_grad(loss_fn)(params, A)
-            upd, opt_state = self.opt.update(grads, opt_state, params)
-            return optax.apply_updates(params, upd), opt_state, loss
-        self._step = jax.jit(step)
-        self._loss = jax.jit(loss_fn)
 
     def step(self, batch) -> float:
         """One Adam step on a Sample or a packed batch (dict of arrays)."""

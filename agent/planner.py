@@ -448,6 +448,9 @@ class Planner:
             src = _LOADED[stamp]
             return cls(src.params, src.config, source=src.source, update=src.update, extra=src.extra)
         state = load_checkpoint(path)
+        if isinstance(state["config"], dict) and state["config"].get("kind") == "fgnn":
+            from agent.fgnn_planner import FGPlanner   # the factor-graph network's checkpoint
+            return FGPlanner.from_state(state, path)
         params = state["params"]
         if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:
             raise ValueError(f"checkpoint {path!r} does not hold ShardingGNN parameters")

@@ -2,6 +2,7 @@
 
     python experiments/eval_policy.py                       # full: 60 s fine-tune per problem
     python experiments/eval_policy.py --finetune-seconds 15 --ilp-seconds 30   # quick
+    python experiments/eval_policy.py --split fg --ilp-seconds 60   # the factor-graph network (eval_fgnn.py)
 
 Per held-out problem (``env.workloads.heldout_workloads()``, each uncapped and under the memory
 cap fractions in ``--caps``): the ILP optimum (``costmodel.ilp.solve_ilp``, time limit
@@ -75,7 +76,16 @@ def main(argv=None):
     ap.add_argument("--skip-policy", action="store_true",
                     help="only the rows that need no policy (random, greedy_cost, bp, bp_lagrangian); the cap "
                          "counts as binding when the uncapped ILP plan is over it")
+    ap.add_argument("--split", choices=("heldout", "fg"), default="heldout",
+                    help="fg: the harder held-out split and the factor-graph network (experiments/eval_fgnn.py)")
+    ap.add_argument("--fgnn", default="agent/pretrained/fgnn.msgpack", help="--split fg: the network's checkpoint")
+    ap.add_argument("--old-policy-max-nodes", type=int, default=2000, help="--split fg: old policy rows up to this size")
+    ap.add_argument("--no-big", action="store_true", help="--split fg: leave out the >4,000-node problem")
+    ap.add_argument("--no-speed", action="store_true", help="--split fg: skip the planning-speed rows")
     args = ap.parse_args(argv)
+    if args.split == "fg":
+        from experiments.eval_fgnn import main as fg_main
+        return fg_main(args)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
     from costmodel.bp import bp_plan
