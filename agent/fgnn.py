@@ -39,6 +39,7 @@ from costmodel.search import Graph, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6
+MIN_BUCKET = {"S": 256, "U": 512, "V": 512, "N": 4096, "n": 128, "m": 256, "T": 128}   # small problems: one shape
 NOFEAT_PRICE = 6
 NOFEAT_READ = 5
 
@@ -144,9 +145,9 @@ def raw_arrays(mp, scale: float) -> dict:
 def bucket_sizes(sz: dict, coarse: bool = False) -> dict:
     """Padded sizes for real sizes ``sz`` (powers of √2, or of 2 with ``coarse``; U and V alike)."""
     st = 1.0 if coarse else 0.5
-    out = {k: _bucket(sz[k], step=st) for k in "SNnm"}
-    out["T"] = _bucket(sz["T"] + 1, 16, st)
-    out["U"] = out["V"] = _bucket(max(sz["U"], sz["V"]), step=st)
+    out = {k: _bucket(sz[k], MIN_BUCKET[k], step=st) for k in "SNnm"}
+    out["T"] = _bucket(sz["T"] + 1, MIN_BUCKET["T"], st)
+    out["U"] = out["V"] = _bucket(max(sz["U"], sz["V"]), MIN_BUCKET["U"], step=st)
     return out
 
 

@@ -43,7 +43,7 @@ def _clusters():
                                   for s in FG_RANDOM_CLUSTERS]
 
 
-def train_split(seed: int = 0, random: int = 48, models=FG_TRAIN_MODELS) -> list:
+def train_split(seed: int = 0, random: int = 48, models=FG_TRAIN_MODELS, nodes=(20, 300)) -> list:
     """The training split as a list of (name, thunk building the Problem)."""
     rng = np.random.default_rng(seed)
     out = []
@@ -54,7 +54,7 @@ def train_split(seed: int = 0, random: int = 48, models=FG_TRAIN_MODELS) -> list
                 w = Workload(model, size, cl, None, f)
                 out.append((w.name + ("" if f is None else f" cap{f:g}"), w.build))
     for j in range(random):
-        n = int(rng.integers(20, 301))
+        n = int(rng.integers(nodes[0], nodes[1] + 1))
         k = int(rng.integers(2, 9))
         f = float(rng.choice(FG_CAP_FRACTIONS)) if rng.random() < 0.5 else None
         s = int(rng.integers(1 << 30))
@@ -95,9 +95,8 @@ def _label_dir() -> Path:
 
 def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
     """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
-    from costmodel.ilp import solve_ilp
-
     from agent.planner import min_memory_plan
+    from costmodel.ilp import solve_ilp
     path = _label_dir() / f"{problem_hash(problem)}.npz"
     if cache and path.exists():
         z = np.load(path, allow_pickle=False)
@@ -149,7 +148,7 @@ def same_class(problem: Problem, plan) -> np.ndarray:
 
 def restrict(problem: Problem, nodes: np.ndarray, plan) -> tuple[Problem, object]:
     """``problem`` with ``nodes`` fixed to ``plan``'s strategies (the others forbidden, then pruned);
-    returns (the restricted problem, map from its plans to the original's)."""
+    returns (the restricted problem, its plans -> the original's, the original's -> its)."""
     g = Graph(problem)
     cost = g.cost.copy()
     fix = np.zeros(g.n, dtype=bool)

@@ -48,6 +48,7 @@ def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.Argument
     ap.add_argument("--label-fraction", type=float, default=0.4, help="most of the budget for ILP labels")
     ap.add_argument("--ilp-seconds", type=float, default=20.0)
     ap.add_argument("--random-problems", type=int, default=48)
+    ap.add_argument("--random-nodes", default="20,300", help="node-count range LO,HI of the random problems")
     ap.add_argument("--workloads", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--batch-entries", type=int, default=1 << 19,
@@ -216,7 +217,9 @@ def dagger(net: FGNN, samples: list, rng, cuts, ilp_seconds: float, count: int, 
 
 def _labelled(a, deadline: float, log) -> tuple[list, list]:
     samples, rows = [], []
-    split = train_split(a.seed, random=a.random_problems, models=FG_TRAIN_MODELS if a.workloads else ())
+    lo, hi = (int(v) for v in str(a.random_nodes).split(","))
+    split = train_split(a.seed, random=a.random_problems, models=FG_TRAIN_MODELS if a.workloads else (),
+                        nodes=(lo, hi))
     split = [split[j] for j in np.random.default_rng(a.seed).permutation(len(split))]   # diverse when cut short
     for name, build in split:
         if time.perf_counter() > deadline:

@@ -449,7 +449,7 @@ class Planner:
             return cls(src.params, src.config, source=src.source, update=src.update, extra=src.extra)
         state = load_checkpoint(path)
         if isinstance(state["config"], dict) and state["config"].get("kind") == "fgnn":
-            from agent.fgnn_planner import FGPlanner   # the factor-graph network's checkpoint
+            from agent.fgnn_planner import FGPlanner  # the factor-graph network's checkpoint
             return FGPlanner.from_state(state, path)
         params = state["params"]
         if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:

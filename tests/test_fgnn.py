@@ -72,7 +72,7 @@ def test_loss_falls_on_a_fixed_problem():
     p = random_problem(np.random.default_rng(7), 10, kmax=4, edge_p=0.5, limit_q=None)
     lab = ilp_label(p, 10.0, cache=False)
     s = Sample("fixed", p, lab["plan"], lab["cost"])
-    tr = Trainer(FGConfig(rounds=ROUNDS, hidden=8), lr=1e-2)
+    tr = Trainer(FGConfig(rounds=3, hidden=8), lr=1e-2)   # the resume test's shapes: one compile for both
     first = tr.loss(s)
     for _ in range(20):
         tr.step(s)
@@ -85,7 +85,8 @@ def test_resume_is_identical_and_checkpoint_round_trips(tmp_path, monkeypatch):
     from agent.fgnn_train import main
     from agent.planner import Planner
     monkeypatch.setenv("SHARDGYM_CACHE_DIR", str(tmp_path / "cache"))
-    common = ["--no-workloads", "--random-problems", "2", "--rounds", "3", "--hidden", "8", "--dagger-every", "1",
+    common = ["--no-workloads", "--random-problems", "2", "--random-nodes", "8,12", "--lr", "0.01", "--rounds", "3",
+              "--hidden", "8", "--dagger-every", "1",
               "--dagger-problems", "2", "--dagger-cuts", "0.5", "--batch-entries", "1024", "--ilp-seconds", "5",
               "--no-progress", "--seed", "3"]
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
