@@ -8,7 +8,9 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   cluster (``heldout_split``).
 * ``heldout_split()``: models, sizes and clusters never in training, under caps that bind, plus one
   graph above 4,000 nodes under a binding cap (meshgraphnet large).
-* ``ilp_label(problem, seconds)``: the ILP plan (``costmodel.ilp.solve_ilp``, one thread), cached
+* ``ilp_label(problem, seconds)``: the ILP plan (``costmodel.ilp.solve_ilp``, one thread; under a cap
+  ``costmodel.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
+  late; labels cached before that change came from ``solve_ilp``), cached
   under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
   plan's strategy of its node (same cost, usage and every incident edge row/column).
@@ -96,6 +98,7 @@ def _label_dir() -> Path:
 def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
     """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
     from agent.planner import min_memory_plan
+    from costmodel.capped import solve_guarded
     from costmodel.ilp import solve_ilp
     path = _label_dir() / f"{problem_hash(problem)}.npz"
     if cache and path.exists():
@@ -106,11 +109,18 @@ def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> di
                 "ilp_s": float(z["ilp_s"])}
     t = time.perf_counter()
     try:
-        plan, si = solve_ilp(problem, objective="time", time_limit_s=seconds, threads=1,
-                             initial_plans=[min_memory_plan(problem)])
+        if problem.usage_limit is None:
+            plan, si = solve_ilp(problem, objective="time", time_limit_s=seconds, threads=1,
+                                 initial_plans=[min_memory_plan(problem)])
+            status = si.status
+        else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
+            r = solve_guarded(problem, seconds, seeds=[min_memory_plan(problem)], threads=1)
+            if r.plan is None:
+                raise ValueError("no plan fits the cap")
+            plan, status = r.plan, r.status
         c = evaluate(problem, plan)
         out = {"plan": np.asarray(plan, np.int64), "cost": float(c.total),
-               "status": si.status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}
+               "status": status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}
     except (ValueError, RuntimeError):
         out = None
     if cache:

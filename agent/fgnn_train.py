@@ -50,6 +50,8 @@ def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.Argument
     ap.add_argument("--random-problems", type=int, default=48)
     ap.add_argument("--random-nodes", default="20,300", help="node-count range LO,HI of the random problems")
     ap.add_argument("--workloads", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--max-entries", type=int, default=1 << 20,
+                    help="problems whose padded edge-cost entries exceed this are left out (memory: ~1 GB a million)")
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--batch-entries", type=int, default=1 << 19,
                     help="edge-cost entries per packed batch (at least the largest problem's)")
@@ -106,8 +108,22 @@ def make_batches(samples: list, sizes: dict, rng) -> list:
 
 
 def bin_sizes(samples: list) -> dict:
-    """One shape for every batch: each dimension the largest sample's power-of-2 bucket."""
+    """One shape for every packed batch: each dimension the largest sample's power-of-2 bucket."""
     return {k: max(s.bucket[k] for s in samples) for k in "SUVNnmT"}
+
+
+def epoch_batches(data: list, batch_entries: int, rng) -> list:
+    """The epoch's batches: samples up to ``batch_entries`` edge-cost entries packed into one shape
+    (``make_batches``), larger ones alone in their own bucket (one compile per distinct bucket)."""
+    small = [s for s in data if s.bucket["N"] <= batch_entries]
+    big = [s for s in data if s.bucket["N"] > batch_entries]
+    out = []
+    if small:
+        sizes = bin_sizes(small)
+        grow = 1 << max(0, int(np.floor(np.log2(max(batch_entries, 1) / sizes["N"]))))
+        out = make_batches(small, {k: v * grow for k, v in sizes.items()}, rng)
+    out += [s.arrays() for s in big]
+    return [out[j] for j in rng.permutation(len(out))]
 
 
 def make_loss(net: FGNN):
@@ -235,10 +251,14 @@ def _labelled(a, deadline: float, log) -> tuple[list, list]:
             rows.append({"problem": name, "skipped": "no ILP plan"})
             continue
         try:
-            samples.append(Sample(name, p, lab["plan"], lab["cost"]))
+            s = Sample(name, p, lab["plan"], lab["cost"])
         except ValueError as exc:
             rows.append({"problem": name, "skipped": str(exc)})
             continue
+        if s.bucket["N"] > a.max_entries:
+            rows.append({"problem": name, "nodes": p.num_nodes, "skipped": f"over --max-entries ({s.bucket['N']})"})
+            continue
+        samples.append(s)
         rows.append({"problem": name, "nodes": p.num_nodes, "status": lab["status"], "ilp_s": lab["ilp_s"],
                      "capped": p.usage_limit is not None})
         log(f"label {len(samples)}: {name} n={p.num_nodes} {lab['status']}")
@@ -298,10 +318,6 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
     base = list(samples)
     extra_samples: list = []
     hist = list(run.state.get("history", []))
-    sizes = bin_sizes(base)      # one batch shape (one compile); scaled up to about --batch-entries entries
-    grow = 1 << max(0, int(np.floor(np.log2(max(a.batch_entries, 1) / sizes["N"]))))
-    sizes = {k: v * grow for k, v in sizes.items()}
-    log(f"batch shape {sizes}")
     cuts = [float(x) for x in str(a.dagger_cuts).split(",") if x.strip()]
     # DAgger problems of earlier sessions: rebuilt from their recorded prefixes (labels are cached)
     done_d = list(run.state.get("dagger", []))
@@ -321,7 +337,7 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
                     log(f"dagger at epoch {epoch}: {len(new)} conditioned problems in {time.perf_counter() - t:.0f}s")
                 data = base + extra_samples
                 t = time.perf_counter()
-                batches = make_batches(data, sizes, np.random.default_rng(a.seed * 7919 + epoch))
+                batches = epoch_batches(data, a.batch_entries, np.random.default_rng(a.seed * 7919 + epoch))
                 losses = [tr.step(b) for b in batches]
                 epoch += 1
                 rec = {"epoch": epoch, "loss": float(np.mean(losses)), "samples": len(data), "batches": len(batches),

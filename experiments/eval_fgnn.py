@@ -154,18 +154,9 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(16, 5.5))
-    present = [m for m in METHODS if any(m in r for r in rows)]
-    x = np.arange(len(rows))
-    w = 0.85 / max(len(present), 1)
-    for j, m in enumerate(present):
-        ax.bar(x + j * w - 0.425 + w / 2, [r.get(m, np.nan) for r in rows], w, label=m)
-    ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
-    ax.set_yscale("log")
-    ax.set_xticks(x)
-    ax.set_xticklabels([r["problem"] for r in rows], rotation=40, ha="right", fontsize=7)
-    ax.set_ylabel("plan cost / ILP cost (log)")
-    ax.set_title("fg held-out split: factor-graph network vs baselines")
-    ax.legend(fontsize=7, ncol=5)
+    from experiments.eval_policy import bars
+    bars(ax, rows, [m for m in METHODS if any(m in r for r in rows)], str,
+         "fg held-out split: factor-graph network vs baselines", fontsize=7, ncol=5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
