@@ -42,6 +42,7 @@ from costmodel.problem import Problem, evaluate
 
 REFINE_TIME_S = 1.5  # Planner.plan: refinement when the memory cap binds (costmodel.search.refine)
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "policy.msgpack")
+PRETRAINED_FGNN = os.path.join(os.path.dirname(PRETRAINED), "fgnn.msgpack")   # the factor-graph network
 
 
 # ---- vectorised local costs ----------------------------------------------------------------
@@ -436,9 +437,10 @@ class Planner:
     # ---- loading ----
     @classmethod
     def load(cls, which: str = "pretrained") -> Planner:
-        """``"pretrained"`` (agent/pretrained/policy.msgpack) or a checkpoint path."""
+        """``"pretrained"`` (agent/pretrained/policy.msgpack), ``"fgnn"`` (agent/pretrained/fgnn.msgpack,
+        the factor-graph network: an ``agent.fgnn_planner.FGPlanner``) or a checkpoint path."""
         from agent.checkpoints import load_checkpoint
-        path = PRETRAINED if which == "pretrained" else os.fspath(which)
+        path = {"pretrained": PRETRAINED, "fgnn": PRETRAINED_FGNN}.get(which) or os.fspath(which)
         if not os.path.exists(path):
             hint = (" (the shipped policy is missing: train one with `shardgym train --minutes M` and copy its policy.msgpack there)"
                     if which == "pretrained" else "")
@@ -448,6 +450,9 @@ class Planner:
             src = _LOADED[stamp]
             return cls(src.params, src.config, source=src.source, update=src.update, extra=src.extra)
         state = load_checkpoint(path)
+        if isinstance(state["config"], dict) and state["config"].get("kind") == "fgnn":
+            from agent.fgnn_planner import FGPlanner  # the factor-graph network's checkpoint
+            return FGPlanner.from_state(state, path)
         params = state["params"]
         if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:
             raise ValueError(f"checkpoint {path!r} does not hold ShardingGNN parameters")

@@ -1,5 +1,6 @@
 """Train the GNN policy: teacher plans, behaviour cloning, then PPO, in a run folder that survives
-interruption. ``shardgym train ARGS`` and ``python experiments/pretrain.py ARGS`` both call ``main``.
+interruption. ``shardgym train ARGS`` and ``python experiments/pretrain.py ARGS`` both call ``main``;
+``--model fgnn`` hands the run to agent/fgnn_train.py (the factor-graph network).
 
 1. Problems: every workload of ``env.workloads.train_workloads()`` uncapped and again under a seeded
    random memory cap (``--no-workloads`` skips them), plus ``--random-problems`` synthetic problems.
@@ -99,6 +100,8 @@ def teacher_plan(problem, teacher: str, ilp_seconds: float):
 def build_parser(prog: str = "shardgym train") -> argparse.ArgumentParser:
     from agent.ppo import PPOConfig
     ap = OneLineParser(prog=prog, description="Train the sharding policy: teacher plans, behaviour cloning, PPO.")
+    ap.add_argument("--model", choices=("gnn", "fgnn"), default="gnn",
+                    help="gnn: the PPO policy (this module); fgnn: the factor-graph network (agent/fgnn_train.py)")
     ap.add_argument("--minutes", type=float, default=20.0, help="total wall-time budget, every phase counted")
     ap.add_argument("--updates", type=int, default=None, help="stop PPO after this many updates in all")
     ap.add_argument("--teacher-fraction", type=float, default=0.3, help="most of the budget for teacher plans")
@@ -323,9 +326,25 @@ def _ppo_phase(run: _Run, a, cfg) -> None:
     trainer.close()
 
 
+def _wants_fgnn(argv: list) -> bool:
+    """``--model fgnn`` given, or ``--resume`` of a run folder made with it."""
+    for j, x in enumerate(argv):
+        if x == "--model=fgnn" or (x == "--model" and argv[j + 1:j + 2] == ["fgnn"]):
+            return True
+        if x == "--resume" and j + 1 < len(argv):
+            path = os.path.join(argv[j + 1], STATE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    return json.load(f).get("args", {}).get("model") == "fgnn"
+    return False
+
+
 def main(argv=None, prog: str = "shardgym train") -> int:
     """Parse ``argv``, run (or resume) the phases; 0 when done, 130 after Ctrl-C (state saved)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _wants_fgnn(argv):   # the factor-graph network: its own phases (agent/fgnn_train.py), this run folder
+        from agent.fgnn_train import main as fgnn_main
+        return fgnn_main(argv, prog=f"{prog} --model fgnn" if "--model" not in argv else prog)
     ap = build_parser(prog)
     a = ap.parse_args(argv)
     from agent.ppo import PPOConfig, git_rev

@@ -2,6 +2,7 @@
 
     python experiments/eval_policy.py                       # full: 60 s fine-tune per problem
     python experiments/eval_policy.py --finetune-seconds 15 --ilp-seconds 30   # quick
+    python experiments/eval_policy.py --split fg --ilp-seconds 60   # the factor-graph network (eval_fgnn.py)
 
 Per held-out problem (``env.workloads.heldout_workloads()``, each uncapped and under the memory
 cap fractions in ``--caps``): the ILP optimum (``costmodel.ilp.solve_ilp``, time limit
@@ -75,7 +76,16 @@ def main(argv=None):
     ap.add_argument("--skip-policy", action="store_true",
                     help="only the rows that need no policy (random, greedy_cost, bp, bp_lagrangian); the cap "
                          "counts as binding when the uncapped ILP plan is over it")
+    ap.add_argument("--split", choices=("heldout", "fg"), default="heldout",
+                    help="fg: the harder held-out split and the factor-graph network (experiments/eval_fgnn.py)")
+    ap.add_argument("--fgnn", default="fgnn", help="--split fg: the network's checkpoint")
+    ap.add_argument("--old-policy-max-nodes", type=int, default=2000, help="--split fg: old policy rows up to this size")
+    ap.add_argument("--no-big", action="store_true", help="--split fg: leave out the >4,000-node problem")
+    ap.add_argument("--no-speed", action="store_true", help="--split fg: skip the planning-speed rows")
     args = ap.parse_args(argv)
+    if args.split == "fg":
+        from experiments.eval_fgnn import main as fg_main
+        return fg_main(args)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
     from costmodel.bp import bp_plan
@@ -217,25 +227,29 @@ def main(argv=None):
                                      "eval_policy.png"), big_row)
 
 
+def bars(ax, rows, present, label_of, title, fontsize: int = 8, ncol: int = 1):
+    """Grouped bars of cost / ILP cost per problem (log scale), one bar per method in ``present``."""
+    x = np.arange(len(rows))
+    w = 0.8 / max(len(present), 1)
+    for j, m in enumerate(present):
+        ax.bar(x + j * w - 0.4 + w / 2, [r.get(m, np.nan) for r in rows], w, label=label_of(m))
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
+    ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([r["problem"] for r in rows], rotation=35, ha="right", fontsize=fontsize)
+    ax.set_ylabel("plan cost / ILP cost (log scale)")
+    ax.set_title(title)
+    ax.legend(fontsize=fontsize, ncol=ncol)
+
+
 def plot(rows, methods, path, big_row):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
-    x = np.arange(len(rows))
     present = ["policy_greedy_raw"] + [m for m in methods if any(m in r for r in rows)]
-    w = 0.8 / max(len(present), 1)
-    for j, m in enumerate(present):
-        vals = [r.get(m, np.nan) for r in rows]
-        label = "policy greedy, raw decode" if m.endswith("_raw") else m.replace("_", " ") + " (+ post-processing)"
-        ax.bar(x + j * w - 0.4 + w / 2, vals, w, label=label)
-    ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
-    ax.set_yscale("log")
-    ax.set_xticks(x)
-    ax.set_xticklabels([r["problem"] for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("plan cost / ILP cost (log scale)")
-    ax.set_title("Held-out problems: policy vs baselines")
-    ax.legend(fontsize=8)
+    bars(ax, rows, present, lambda m: "policy greedy, raw decode" if m.endswith("_raw")
+         else m.replace("_", " ") + " (+ post-processing)", "Held-out problems: policy vs baselines")
     ilp_s = [r["ilp_s"] for r in rows]
     pol_s = [r.get("policy_greedy_s", np.nan) for r in rows]
     ax2.scatter(ilp_s, pol_s, label="held-out problems (the planner's default)")

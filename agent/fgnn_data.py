@@ -1,0 +1,177 @@
+"""Training data for the factor-graph network: the training split, ILP labels cached on disk, and
+the imitation targets (strategies with identical costs, usages and edge rows/columns are one class).
+
+* ``train_split(seed)``: zoo models x sizes (``FG_TRAIN_MODELS``) x clusters (the two training
+  presets and ``FG_RANDOM_CLUSTERS`` seeded random 8-device clusters), each uncapped and under two of
+  the cap fractions ``FG_CAP_FRACTIONS`` (drawn per model and cluster), plus ``random`` synthetic
+  problems (20-300 nodes, up to 8 strategies, half of them capped). Never a held-out model or
+  cluster (``heldout_split``).
+* ``heldout_split()``: models, sizes and clusters never in training (fno tiny and large,
+  meshgraphnet tiny, unet 3d-tiny on h100-2x8, tpu-4x4, a100-hetero-2x4), under caps at 10% and
+  30% of the way from the least to the greatest peak and with the builder's device limit only
+  (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
+  binding cap (meshgraphnet large, 4,095 nodes).
+* ``ilp_label(problem, seconds)``: the ILP plan (``costmodel.ilp.solve_ilp``, one thread; under a cap
+  ``costmodel.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
+  late; labels cached before that change came from ``solve_ilp``), cached
+  under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
+* ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
+  plan's strategy of its node (same cost, usage and every incident edge row/column).
+* ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
+  strategies (others forbidden, then ``search.prune``): DAgger's conditioned problem.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+from costmodel.search import Graph, _Pruning
+from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
+
+FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
+                   ("vit", "base"))
+FG_RANDOM_CLUSTERS = (0, 1, 2, 3, 4, 5)
+FG_CAP_FRACTIONS = (0.05, 0.15, 0.35, 0.7)
+FG_HELDOUT = (("fno", "tiny"), ("fno", "large"), ("meshgraphnet", "tiny"), ("unet", "3d-tiny"))
+FG_HELDOUT_CLUSTERS = ("h100-2x8", "tpu-4x4", "a100-hetero-2x4")
+FG_HELDOUT_CAPS = (None, 0.1, 0.3)
+
+
+def _clusters():
+    return list(TRAIN_PRESETS) + [random_cluster(np.random.default_rng(1000 + s), name=f"fg-random-{s}")
+                                  for s in FG_RANDOM_CLUSTERS]
+
+
+def train_split(seed: int = 0, random: int = 48, models=FG_TRAIN_MODELS, nodes=(20, 300)) -> list:
+    """The training split as a list of (name, thunk building the Problem)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for model, size in models:
+        for cl in _clusters():
+            caps = [None] + sorted(rng.choice(FG_CAP_FRACTIONS, 2, replace=False).tolist())
+            for f in caps:
+                w = Workload(model, size, cl, None, f)
+                out.append((w.name + ("" if f is None else f" cap{f:g}"), w.build))
+    for j in range(random):
+        n = int(rng.integers(nodes[0], nodes[1] + 1))
+        k = int(rng.integers(2, 9))
+        f = float(rng.choice(FG_CAP_FRACTIONS)) if rng.random() < 0.5 else None
+        s = int(rng.integers(1 << 30))
+        out.append((f"random-{j}-n{n}-k{k}" + ("" if f is None else f" cap{f:g}"),
+                    lambda n=n, k=k, f=f, s=s, j=j: random_problem(np.random.default_rng(s), n, k,
+                                                                   memory_cap_fraction=f, name=f"fg-random-{j}")))
+    return out
+
+
+def heldout_split(big: bool = True) -> list:
+    """(name, thunk) for the held-out problems; ``big`` adds meshgraphnet large under a binding cap."""
+    out = []
+    for model, size in FG_HELDOUT:
+        for cl in FG_HELDOUT_CLUSTERS:
+            for f in FG_HELDOUT_CAPS:
+                if f is None and (model, size) == ("fno", "tiny"):
+                    continue        # replicating everything is its optimum: the split keeps that share <= 20%
+                w = Workload(model, size, cl, None, f)
+                out.append((w.name + ("" if f is None else f" cap{f:g}"), w.build))
+    if big:
+        w = Workload("meshgraphnet", "large", "h100-2x8", None, 0.3)
+        out.append((w.name + " cap0.3", w.build))
+    return out
+
+
+def problem_hash(p: Problem) -> str:
+    h = hashlib.sha256()
+    for a in (p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges, p.edge_offsets, p.edge_costs):
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update(repr(p.usage_limit).encode())
+    return h.hexdigest()[:24]
+
+
+def _label_dir() -> Path:
+    base = os.environ.get("SHARDGYM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "shardgym")
+    d = Path(base) / "fgnn_labels"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
+    """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
+    from agent.planner import min_memory_plan
+    from costmodel.capped import solve_guarded
+    from costmodel.ilp import solve_ilp
+    path = _label_dir() / f"{problem_hash(problem)}.npz"
+    if cache and path.exists():
+        z = np.load(path, allow_pickle=False)
+        if str(z["status"]) == "none":
+            return None
+        return {"plan": z["plan"].astype(np.int64), "cost": float(z["cost"]), "status": str(z["status"]),
+                "ilp_s": float(z["ilp_s"])}
+    t = time.perf_counter()
+    try:
+        if problem.usage_limit is None:
+            plan, si = solve_ilp(problem, objective="time", time_limit_s=seconds, threads=1,
+                                 initial_plans=[min_memory_plan(problem)])
+            status = si.status
+        else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
+            r = solve_guarded(problem, seconds, seeds=[min_memory_plan(problem)], threads=1)
+            if r.plan is None:
+                raise ValueError("no plan fits the cap")
+            plan, status = r.plan, r.status
+        c = evaluate(problem, plan)
+        out = {"plan": np.asarray(plan, np.int64), "cost": float(c.total),
+               "status": status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}
+    except (ValueError, RuntimeError):
+        out = None
+    if cache:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+        if out is None:
+            np.savez(tmp, plan=np.zeros(0, np.int64), cost=np.inf, status="none", ilp_s=time.perf_counter() - t)
+        else:
+            np.savez(tmp, **out)
+        os.replace(tmp, path)
+    return out
+
+
+def same_class(problem: Problem, plan) -> np.ndarray:
+    """Per flat strategy: True where it is interchangeable with ``plan``'s strategy of its node."""
+    g = Graph(problem)
+    rng = np.random.default_rng(12345)
+    kmax = int(g.k.max()) if g.n else 1
+    wcol, wrow = rng.normal(size=kmax), rng.normal(size=kmax)
+    sig = g.cost * 1.0 + g.usage * np.pi
+    m = len(g.eu)
+    if m:
+        ku, kv = g.k[g.eu], g.k[g.ev]
+        ent = np.repeat(np.arange(m), ku * kv)
+        loc = np.arange(len(g.ec)) - g.eoff[ent]
+        row, col = loc // kv[ent], loc % kv[ent]
+        ew = rng.normal(size=m)
+        rflat = g.offs[g.eu[ent]] + row
+        cflat = g.offs[g.ev[ent]] + col
+        sig = sig + np.bincount(rflat, g.ec * wcol[col] * ew[ent], minlength=len(sig))
+        sig = sig + np.bincount(cflat, g.ec * wrow[row] * ew[ent] * 1.7, minlength=len(sig))
+    x = np.asarray(plan, np.int64)
+    ref = sig[g.offs[:-1] + x]
+    return np.isclose(sig, ref[g.node_of], rtol=1e-9, atol=0.0)
+
+
+def restrict(problem: Problem, nodes: np.ndarray, plan) -> tuple[Problem, object]:
+    """``problem`` with ``nodes`` fixed to ``plan``'s strategies (the others forbidden, then pruned);
+    returns (the restricted problem, its plans -> the original's, the original's -> its)."""
+    g = Graph(problem)
+    cost = g.cost.copy()
+    fix = np.zeros(g.n, dtype=bool)
+    fix[np.asarray(nodes, np.int64)] = True
+    x = np.asarray(plan, np.int64)
+    chosen = np.zeros(len(cost), dtype=bool)
+    chosen[g.offs[:-1] + x] = True
+    cost[fix[g.node_of] & ~chosen] = 1e18
+    p2 = replace(problem, node_costs=cost)
+    pr = _Pruning(Graph(p2))
+    return pr.problem, pr.to_orig, pr.from_orig

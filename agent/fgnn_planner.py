@@ -1,0 +1,79 @@
+"""The factor-graph network as a planner: a checkpoint of ``shardgym train --model fgnn`` turned
+into plans with the same call as the GNN policy's ``Planner`` (``Planner.load`` hands such a
+checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
+
+``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and costmodel/bp.py's
+masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap.
+With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
+(``agent.planner.improve``: memory repair, local-search polish and, when the cap binds, refine for
+``REFINE_TIME_S``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from agent.fgnn import FGNN, FGConfig
+from agent.planner import REFINE_TIME_S, improve, min_memory_plan
+from costmodel.problem import Problem, evaluate
+
+
+class FGPlanner:
+    """A trained factor-graph network; ``plan`` as ``agent.planner.Planner.plan``."""
+
+    def __init__(self, params, config: dict, source: str = "", update: int = 0, extra: dict | None = None):
+        self.config = FGConfig.from_dict(dict(config))
+        self.net = FGNN(self.config, params)
+        self.source, self.update, self.extra = source, int(update), dict(extra or {})
+
+    @classmethod
+    def from_state(cls, state: dict, source: str) -> FGPlanner:
+        from flax import serialization
+        cfg = FGConfig.from_dict(state["config"])
+        template = FGNN(cfg).params
+        params = serialization.from_state_dict(template, state["params"])
+        return cls(params, state["config"], source=source, update=state["update"], extra=state.get("extra"))
+
+    @property
+    def params(self):
+        return self.net.params
+
+    def describe(self) -> dict:
+        import jax
+        n = sum(int(np.size(x)) for x in jax.tree.leaves(self.net.params))
+        return {"source": self.source, "kind": "fgnn", "epochs": self.update, "parameters": n,
+                "rounds": self.config.rounds, "hidden": self.config.hidden}
+
+    def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
+             polish: bool = True, seed: int = 0, refine_time_s: float | None = None, return_info: bool = False,
+             params=None, **_ignored):
+        """The network's plan (see the module docstring); ValueError if no plan fits the cap."""
+        if memory_cap_bytes is not None:
+            problem = problem.with_usage_limit(float(memory_cap_bytes))
+        t0 = time.perf_counter()
+        try:
+            x = self.net.plan(problem, params=params)
+        except ValueError:
+            mm = min_memory_plan(problem)
+            c = evaluate(problem, mm)
+            raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
+                             f"the least possible peak is {c.peak_memory_bytes:.4g} bytes") from None
+        raw = evaluate(problem, x)
+        binds = problem.usage_limit is not None and not raw.feasible
+        if polish:
+            if problem.usage_limit is not None and refine_time_s is None:
+                free = evaluate(problem.with_usage_limit(None), x)
+                binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
+            out = improve(problem, x, refine_time_s=(REFINE_TIME_S if binds else 0.0) if refine_time_s is None
+                          else refine_time_s, seed=seed)
+            x = x if out is None else out
+        x = [int(v) for v in x]
+        if return_info:
+            return x, {"plan_time_s": time.perf_counter() - t0, "raw_total": raw.total, "raw_feasible": raw.feasible,
+                       "cap_binds": binds}
+        return x
+
+    def finetune(self, problem: Problem, seconds: float, **_kw) -> list[dict]:
+        """Not implemented for this network (the GNN policy's PPO fine-tuning does not apply)."""
+        raise NotImplementedError("fine-tuning the factor-graph network is not implemented")

@@ -1,0 +1,168 @@
+"""The factor-graph network against the baselines on the harder held-out split (agent.fgnn_data.
+heldout_split: models, sizes and clusters never in training, caps at 10% and 30% of the way from
+the least to the greatest peak, plus meshgraphnet large under a binding cap), and its planning
+speed. ``python experiments/eval_policy.py --split fg [--fgnn PATH]`` runs it.
+
+Per problem, cost / ILP cost (the cached label of ``fgnn_data.ilp_label``: 60 s, 300 s above 2,000
+nodes; its status says whether it is a proven optimum), every row a raw plan unless named otherwise:
+* ``fgnn_raw``: one forward pass + bp.py's masked decode (``solve(method="policy", search=False)``
+  with this checkpoint); ``fgnn``: the same + the planner's polish/refine;
+* ``fgnn_bpmsg_raw``: the ablation: learned prices and readout kept, messages plain BP's;
+* ``bp_raw`` / ``bp_lagrangian_raw``: 60 rounds of min-sum BP without / with memory prices;
+* ``replicated_raw``: every node replicated (strategy 0), then ``repair_memory`` if over the cap;
+* ``greedy_cost_raw``, ``random_raw``: greedy by cost and random valid actions (memory-repaired);
+* ``policy_raw`` / ``policy``: the old shipped GNN policy, raw decode / with its polish.
+Summary: median, max and feasibility over all problems and over those whose cap binds (the
+uncapped ILP plan is over the cap). Speed: warm planning time of the raw decode on random problems
+of 1,000 and 10,000 nodes, uncapped and under a binding cap (the first call compiles a shape).
+Writes results/eval_fgnn.json and results/eval_fgnn.png.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+
+def _rows_for(p, name, fg, old, args):
+    from agent.fgnn import FGNN
+    from agent.fgnn_data import ilp_label
+    from agent.planner import greedy_by_cost, repair_memory
+    from costmodel.bp import bp_plan
+    from costmodel.problem import evaluate
+    from experiments.eval_policy import random_policy_plan
+    lab = ilp_label(p, 300.0 if p.num_nodes > 2000 else args.ilp_seconds)
+    if lab is None:
+        print(f"{name}: no ILP plan; skipped", flush=True)
+        return None
+    opt = lab["cost"]
+    row = {"problem": name, "nodes": p.num_nodes, "ilp_status": lab["status"], "ilp_s": lab["ilp_s"],
+           "ilp_cost": opt, "capped": p.usage_limit is not None}
+    if p.usage_limit is not None:
+        free = ilp_label(p.with_usage_limit(None), args.ilp_seconds)
+        row["cap_binds"] = free is not None and not evaluate(p, free["plan"]).feasible
+    else:
+        row["cap_binds"] = False
+    rep = evaluate(p, [0] * p.num_nodes)
+    row["replicated_optimal"] = bool(rep.feasible and rep.total <= opt * 1.0005)
+
+    def record(key, fn):
+        t = time.perf_counter()
+        try:
+            plan = fn()
+        except (ValueError, RuntimeError) as exc:
+            row[key], row[key + "_feasible"] = float("nan"), False
+            row[key + "_error"] = str(exc)[:120]
+            return
+        row[key + "_s"] = time.perf_counter() - t
+        if plan is not None and not evaluate(p, plan).feasible:
+            plan = repair_memory(p, plan)
+        if plan is None:
+            row[key], row[key + "_feasible"] = float("nan"), False
+            return
+        c = evaluate(p, plan)
+        row[key] = c.total / opt if opt > 0 else float("nan")
+        row[key + "_feasible"] = bool(c.feasible)
+
+    record("fgnn_raw", lambda: fg.plan(p, polish=False))
+    record("fgnn", lambda: fg.plan(p, polish=True))
+    record("fgnn_bpmsg_raw", lambda: fg.plan(p, polish=False, params=FGNN.bp_messages(fg.params)))
+    record("bp_raw", lambda: bp_plan(p, rounds=60, memory_prices=False))
+    record("bp_lagrangian_raw", lambda: bp_plan(p, rounds=60, memory_prices=True))
+    record("replicated_raw", lambda: [0] * p.num_nodes)
+    record("greedy_cost_raw", lambda: greedy_by_cost(p))
+    record("random_raw", lambda: random_policy_plan(p, args.seed))
+    if old is not None and p.num_nodes <= args.old_policy_max_nodes:
+        record("policy_raw", lambda: old.plan(p, polish=False, seed=args.seed))
+        record("policy", lambda: old.plan(p, polish=True, seed=args.seed))
+    return row
+
+
+METHODS = ("fgnn_raw", "fgnn", "fgnn_bpmsg_raw", "bp_raw", "bp_lagrangian_raw", "replicated_raw",
+           "greedy_cost_raw", "random_raw", "policy_raw", "policy")
+
+
+def summarise(rows):
+    out = {}
+    for m in METHODS:
+        vals = [r[m] for r in rows if m in r]
+        if vals:
+            out[m] = {"n": len(vals), "median": float(np.nanmedian(vals)), "max": float(np.nanmax(vals)),
+                      "mean": float(np.nanmean(vals)),
+                      "all_feasible": all(r.get(m + "_feasible", False) for r in rows if m in r),
+                      "median_s": float(np.nanmedian([r.get(m + "_s", np.nan) for r in rows if m in r]))}
+    return out
+
+
+def speed(fg, seed: int = 0) -> list:
+    """Warm raw-decode planning time on random problems (a first call compiles the shape)."""
+    from costmodel.problem import evaluate
+    from env.workloads import random_problem
+    out = []
+    for n in (1000, 10000):
+        for cap in (None, 0.3):
+            p = random_problem(np.random.default_rng(seed), n, 8, memory_cap_fraction=cap)
+            fg.plan(p, polish=False)
+            t = time.perf_counter()
+            x = fg.plan(p, polish=False)
+            out.append({"nodes": n, "edges": p.num_edges, "cap_fraction": cap, "plan_s": time.perf_counter() - t,
+                        "feasible": bool(evaluate(p, x).feasible)})
+            print(out[-1], flush=True)
+    return out
+
+
+def main(args):
+    from agent.fgnn_data import heldout_split
+    from agent.planner import Planner
+    from experiments.common import print_table, write_results
+    fg = Planner.load(args.fgnn)
+    try:
+        old = Planner.load(args.checkpoint)
+    except (FileNotFoundError, ValueError):
+        old = None
+    rows = []
+    split = heldout_split(big=not args.no_big)
+    split = split[-1:] + [split[j] for j in np.argsort([j % 4 for j in range(len(split) - 1)], kind="stable")] \
+        if not args.no_big else split      # the big one, then models interleaved: a cut-short run stays diverse
+    for name, build in split:
+        if args.only and args.only not in name:
+            continue
+        row = _rows_for(build(), name, fg, old, args)
+        if row is not None:
+            rows.append(row)
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                   if not k.endswith("_feasible")}, flush=True)
+            write_results("eval_fgnn", {"rows": rows, "partial": True, "summary": summarise(rows),
+                                        "summary_binding": summarise([r for r in rows if r["cap_binds"]])},
+                          config=vars(args), seed=args.seed)
+    summary = summarise(rows)
+    binding = [r for r in rows if r["cap_binds"]]
+    summary_binding = summarise(binding)
+    sp = [] if args.no_speed else speed(fg, args.seed)
+    cols = ["problem", "nodes", "ilp_status"] + [m for m in METHODS if any(m in r for r in rows)]
+    print_table(rows, cols, title="cost / ILP cost on the fg held-out split (raw plans unless named)")
+    for title, s in (("all problems", summary), (f"the {len(binding)} binding-cap problems", summary_binding)):
+        print_table([{"method": k, **v} for k, v in s.items()], ["method", "n", "median", "max", "all_feasible",
+                                                                  "median_s"], title=f"summary over {title}")
+    rep_share = float(np.mean([r["replicated_optimal"] for r in rows])) if rows else float("nan")
+    print(f"replicated is optimal on {rep_share:.0%} of the split")
+    write_results("eval_fgnn", {"rows": rows, "summary": summary, "summary_binding": summary_binding,
+                                "replicated_optimal_share": rep_share, "speed": sp,
+                                "fgnn": fg.describe(), "old_policy": None if old is None else old.describe()},
+                  config=vars(args), seed=args.seed)
+    plot(rows, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
+                            "eval_fgnn.png"))
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(16, 5.5))
+    from experiments.eval_policy import bars
+    bars(ax, rows, [m for m in METHODS if any(m in r for r in rows)], str,
+         "fg held-out split: factor-graph network vs baselines", fontsize=7, ncol=5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")

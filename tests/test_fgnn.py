@@ -1,0 +1,100 @@
+"""The factor-graph network (agent/fgnn.py) and its trainer (agent/fgnn_train.py): zero corrections
+are plain BP, the decode honours the cap, the imitation loss falls, checkpoints round-trip and a
+resumed run ends bit-identical. Tiny shapes and few rounds (one compile per shape is the cost)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.checkpoints import weights_digest
+from agent.fgnn import FGNN, FGConfig, FGInputs
+from costmodel import bp
+from costmodel.problem import evaluate
+from costmodel.search import Graph, _Pruning
+from tests.ilp_helpers import brute_force, random_problem
+from tests.test_bp import _tree
+
+ROUNDS = 8
+
+
+@pytest.fixture(scope="module")
+def net():
+    return FGNN(FGConfig(rounds=ROUNDS, hidden=8))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_zero_corrections_equal_bp(net, seed):
+    """With every learned correction at zero the network's messages are bp.py's after the same
+    rounds (to float32 rounding) and its plan is bp_solve's (plain BP, pruned)."""
+    rng = np.random.default_rng(200 + seed)
+    p = random_problem(rng, 9, kmax=4, edge_p=0.5, limit_q=None)
+    z = FGNN.zero_corrections(net.params)
+    inp = FGInputs.of(p, pruned=False)
+    c, tu, tv = net.forward(inp, z)
+    mp = inp.mp
+    u, v = np.zeros(int(mp.su[-1])), np.zeros(int(mp.sv[-1]))
+    for _ in range(ROUNDS):
+        u, v = mp.update(mp.cost, u, v, 0.5)
+    scale = max(np.abs(u).max(), np.abs(v).max(), 1e-12)
+    assert np.abs(tu - u).max() <= 1e-5 * scale and np.abs(tv - v).max() <= 1e-5 * scale
+    assert np.allclose(c, mp.cost, rtol=1e-6)
+    ref = bp.bp_solve(p, rounds=ROUNDS, memory_prices=False, bound=False).plan
+    assert net.plan(p, params=z) == ref
+
+
+def test_zero_corrections_exact_on_a_tree(net):
+    """On a tree the zero-correction network (plain BP) decodes the brute-force optimum."""
+    p = _tree(2, n=6)
+    _, bc = brute_force(p)
+    z = FGNN.zero_corrections(net.params)
+    assert evaluate(p, net.plan(p, params=z)).total == pytest.approx(bc.total, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_masked_strategies_never_chosen(net, seed):
+    """Under a binding limit and forbidden entries, the (untrained) network's plan fits the limit
+    and uses no strategy that pruning removed (forbidden, or no memory-feasible plan uses it)."""
+    rng = np.random.default_rng(300 + seed)
+    p = random_problem(rng, 8, kmax=3, edge_p=0.5, limit_q=0.3, forbid_p=0.1)
+    best, _ = brute_force(p)
+    assert best is not None
+    x = net.plan(p)
+    c = evaluate(p, x)
+    assert c.feasible and c.peak_memory_bytes <= p.usage_limit
+    keep = _Pruning(Graph(p)).keep
+    assert keep[p.strategy_offsets[:-1] + np.asarray(x)].all()
+
+
+def test_loss_falls_on_a_fixed_problem():
+    """Thirty Adam steps of imitation on one problem lower its loss by at least 10%."""
+    from agent.fgnn_data import ilp_label
+    from agent.fgnn_train import Sample, Trainer
+    p = random_problem(np.random.default_rng(7), 10, kmax=4, edge_p=0.5, limit_q=None)
+    lab = ilp_label(p, 30.0, cache=False)
+    s = Sample("fixed", p, lab["plan"], lab["cost"])
+    tr = Trainer(FGConfig(rounds=3, hidden=8), lr=1e-2)   # the resume test's shapes: one compile for both
+    first = tr.loss(s)
+    for _ in range(30):
+        tr.step(s)
+    assert tr.loss(s) < 0.9 * first
+
+
+def test_resume_is_identical_and_checkpoint_round_trips(tmp_path, monkeypatch):
+    """Two epochs in one go and one epoch + ``--resume`` to two end with the same weights; the
+    checkpoint loads as a planner that plans."""
+    from agent.fgnn_train import main
+    from agent.planner import Planner
+    monkeypatch.setenv("SHARDGYM_CACHE_DIR", str(tmp_path / "cache"))
+    common = ["--no-workloads", "--random-problems", "2", "--random-nodes", "8,12", "--lr", "0.01", "--rounds", "3",
+              "--hidden", "8", "--dagger-every", "1",
+              "--dagger-problems", "2", "--dagger-cuts", "0.5", "--batch-entries", "1024", "--ilp-seconds", "5",
+              "--no-progress", "--seed", "3"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert main(common + ["--epochs", "2", "--out", a]) == 0
+    assert main(common + ["--epochs", "1", "--out", b]) == 0
+    assert main(["--resume", b, "--epochs", "2"]) == 0
+    assert weights_digest(f"{a}/fgnn.msgpack") == weights_digest(f"{b}/fgnn.msgpack")
+    pl = Planner.load(f"{a}/fgnn.msgpack")
+    p = random_problem(np.random.default_rng(9), 6, kmax=3, edge_p=0.5, limit_q=0.5)
+    x = pl.plan(p, polish=False)
+    assert evaluate(p, x).feasible
