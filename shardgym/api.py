@@ -54,7 +54,15 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     cap = _binding_cap(problem, memory_cap_bytes) if method == "ilp" else None
     if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
             and set(kw) <= {"initial_plan", "initial_plans", "threads"}):
-        strategies, info = _solve_capped_time(problem, cap, float(time_limit_s), t0, **kw)
+        if problem.edge_memory is None:
+            strategies, info = _solve_capped_time(problem, cap, float(time_limit_s), t0, **kw)
+        else:   # the capped core prices node memory only: fit the copies by lowering its cap
+            strategies, info = _fit_copies(
+                problem, cap, float(time_limit_s),
+                lambda sur, c, left: _solve_capped_time(sur, c, left, time.perf_counter(), **kw))
+            if strategies is None:
+                raise RuntimeError(f"no plan of {problem.name!r} with its resharded copies fits the memory cap "
+                                   f"{cap:.4g} bytes within time_limit_s={time_limit_s:g}; raise time_limit_s")
     elif method == "ilp":
         from costmodel.ilp import solve_ilp
         # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
@@ -81,7 +89,20 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         planner = Planner.load(kw.pop("checkpoint", "pretrained"))
         if not kw.pop("search", True):   # the raw decode: one forward pass + the masked decode, no polish/refine
             kw["polish"] = False
-        strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)
+        pcap = _binding_cap(problem, memory_cap_bytes)
+        try:
+            strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)
+            fits = pcap is None or evaluate(problem.with_usage_limit(pcap), strategies).feasible
+        except ValueError:   # the planner's least-usage fallback does not see copies
+            strategies, fits = None, False
+        if not fits and pcap is not None and problem.edge_memory is not None:
+            fallback = strategies
+            strategies, _ = _fit_copies(
+                problem, pcap, float(time_limit_s),
+                lambda sur, c, left: (planner.plan(sur, memory_cap_bytes=c, **kw), {}))
+            strategies = strategies if strategies is not None else fallback
+        if strategies is None:
+            strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)   # its own error
         info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     else:
         from costmodel.baselines import baseline_plan
@@ -155,6 +176,45 @@ def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: fl
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
                  "objective_name": "time"})
     return r.plan, info
+
+
+def _fit_copies(problem: Problem, cap: float, time_limit_s: float, solve_under, rounds: int = 6):
+    """Solvers that price node memory only (the capped core, the policy planner) on a problem with
+    copy groups (``Problem.edge_memory``): each round plans the copy-free surrogate under a cap
+    lowered by the excess that the last plan's copies put over ``cap`` by ``evaluate`` (which
+    prices them), until a plan fits; the cheapest plan that fits wins. ``solve_under(surrogate,
+    cap, seconds_left)`` returns (strategies, info); a ValueError (nothing fits the lowered cap)
+    ends the rounds. Returns (None, {}) when no round fits. A heuristic: the copies a plan carries
+    change with the plan, so no round count is proven to reach a fit."""
+    from dataclasses import replace
+    t0 = time.perf_counter()
+    surrogate = replace(problem, edge_memory=None)
+    target = problem.with_usage_limit(cap)
+    best, best_info, best_cost, c, tried = None, {}, float("inf"), cap, []
+    for r in range(rounds):
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left < 1.0 or c <= 0:
+            break
+        try:
+            s, info = solve_under(surrogate, c, left / max(1, min(2, rounds - r)))
+        except (ValueError, RuntimeError):
+            break
+        if s is None:
+            break
+        cost = evaluate(target, s)
+        tried.append({"surrogate_cap_bytes": c, "peak_bytes": cost.peak_memory_bytes, "total": cost.total})
+        if cost.feasible:
+            if cost.total < best_cost:
+                best, best_info, best_cost = [int(x) for x in s], dict(info), cost.total
+            break
+        c -= 1.05 * (cost.peak_memory_bytes - cap)
+    if best is not None:
+        best_info["copy_rounds"] = tried
+        if best_info.get("status") == "optimal":   # optimal for the surrogate, not for the copies
+            best_info["status"] = "feasible"
+        best_info["gap"] = None
+        best_info["bound"] = None
+    return best, best_info
 
 
 def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
