@@ -90,19 +90,18 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
         if not kw.pop("search", True):   # the raw decode: one forward pass + the masked decode, no polish/refine
             kw["polish"] = False
         pcap = _binding_cap(problem, memory_cap_bytes)
+        strategies, error = None, None
         try:
             strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)
-            fits = pcap is None or evaluate(problem.with_usage_limit(pcap), strategies).feasible
-        except ValueError:   # the planner's least-usage fallback does not see copies
-            strategies, fits = None, False
-        if not fits and pcap is not None and problem.edge_memory is not None:
-            fallback = strategies
-            strategies, _ = _fit_copies(
-                problem, pcap, float(time_limit_s),
-                lambda sur, c, left: (planner.plan(sur, memory_cap_bytes=c, **kw), {}))
-            strategies = strategies if strategies is not None else fallback
+        except ValueError as exc:   # the planner's least-usage fallback does not see copies
+            error = exc
+        if (pcap is not None and problem.edge_memory is not None
+                and (strategies is None or not evaluate(problem.with_usage_limit(pcap), strategies).feasible)):
+            fitted, _ = _fit_copies(problem, pcap, float(time_limit_s),
+                                    lambda sur, c, left: (planner.plan(sur, memory_cap_bytes=c, **kw), {}))
+            strategies = fitted if fitted is not None else strategies
         if strategies is None:
-            strategies = planner.plan(problem, memory_cap_bytes=memory_cap_bytes, **kw)   # its own error
+            raise error
         info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     else:
         from costmodel.baselines import baseline_plan
@@ -182,7 +181,7 @@ def _fit_copies(problem: Problem, cap: float, time_limit_s: float, solve_under, 
     """Solvers that price node memory only (the capped core, the policy planner) on a problem with
     copy groups (``Problem.edge_memory``): each round plans the copy-free surrogate under a cap
     lowered by the excess that the last plan's copies put over ``cap`` by ``evaluate`` (which
-    prices them), until a plan fits; the cheapest plan that fits wins. ``solve_under(surrogate,
+    prices them), until a plan fits; the first that fits is returned. ``solve_under(surrogate,
     cap, seconds_left)`` returns (strategies, info); a ValueError (nothing fits the lowered cap)
     ends the rounds. Returns (None, {}) when no round fits. A heuristic: the copies a plan carries
     change with the plan, so no round count is proven to reach a fit."""
@@ -190,7 +189,7 @@ def _fit_copies(problem: Problem, cap: float, time_limit_s: float, solve_under, 
     t0 = time.perf_counter()
     surrogate = replace(problem, edge_memory=None)
     target = problem.with_usage_limit(cap)
-    best, best_info, best_cost, c, tried = None, {}, float("inf"), cap, []
+    c, tried = cap, []
     for r in range(rounds):
         left = time_limit_s - (time.perf_counter() - t0)
         if left < 1.0 or c <= 0:
@@ -204,17 +203,12 @@ def _fit_copies(problem: Problem, cap: float, time_limit_s: float, solve_under, 
         cost = evaluate(target, s)
         tried.append({"surrogate_cap_bytes": c, "peak_bytes": cost.peak_memory_bytes, "total": cost.total})
         if cost.feasible:
-            if cost.total < best_cost:
-                best, best_info, best_cost = [int(x) for x in s], dict(info), cost.total
-            break
+            info = dict(info, copy_rounds=tried, gap=None, bound=None)   # no proof for the copies
+            if info.get("status") == "optimal":   # optimal for the surrogate only
+                info["status"] = "feasible"
+            return [int(x) for x in s], info
         c -= 1.05 * (cost.peak_memory_bytes - cap)
-    if best is not None:
-        best_info["copy_rounds"] = tried
-        if best_info.get("status") == "optimal":   # optimal for the surrogate, not for the copies
-            best_info["status"] = "feasible"
-        best_info["gap"] = None
-        best_info["bound"] = None
-    return best, best_info
+    return None, {}
 
 
 def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
