@@ -1,10 +1,10 @@
 """The factor-graph network: learned min-sum message passing over a Problem's strategy graph.
 
 It owns the network (``FGNN``: parameters, ``forward``), its padded per-problem inputs
-(``FGInputs.of``) and the raw plan (``FGNN.plan``: one forward pass, then ``costmodel.bp``'s masked
+(``FGInputs.of``) and the raw plan (``FGNN.plan``: one forward pass, then ``solvers.bp``'s masked
 one-node-at-a-time decode with the learned messages in place of BP's).
 
-One message per (edge direction, strategy), as in ``costmodel.bp``. Costs are divided by one scale
+One message per (edge direction, strategy), as in ``solvers.bp``. Costs are divided by one scale
 per problem (the median positive node cost), so the network sees the same numbers whatever the
 units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming messages:
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel import bp
+from solvers import bp
 from costmodel.problem import Problem
-from costmodel.search import Graph, prune
+from solvers.search import Graph, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6

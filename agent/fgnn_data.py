@@ -11,8 +11,8 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   30% of the way from the least to the greatest peak and with the builder's device limit only
   (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
   binding cap (meshgraphnet large, 4,095 nodes).
-* ``ilp_label(problem, seconds)``: the ILP plan (``costmodel.ilp.solve_ilp``, one thread; under a cap
-  ``costmodel.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
+* ``ilp_label(problem, seconds)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
+  ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
   late; labels cached before that change came from ``solve_ilp``), cached
   under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from costmodel.search import Graph, _Pruning
+from solvers.search import Graph, _Pruning
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
 
 FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
@@ -103,8 +103,8 @@ def _label_dir() -> Path:
 def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
     """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
     from agent.planner import min_memory_plan
-    from costmodel.capped import solve_guarded
-    from costmodel.ilp import solve_ilp
+    from solvers.capped import solve_guarded
+    from solvers.ilp import solve_ilp
     path = _label_dir() / f"{problem_hash(problem)}.npz"
     if cache and path.exists():
         z = np.load(path, allow_pickle=False)

@@ -2,7 +2,7 @@
 into plans with the same call as the GNN policy's ``Planner`` (``Planner.load`` hands such a
 checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
 
-``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and costmodel/bp.py's
+``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and solvers/bp.py's
 masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap.
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
 (``agent.planner.improve``: memory repair, local-search polish and, when the cap binds, refine for

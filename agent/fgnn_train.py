@@ -35,7 +35,7 @@ from agent.cliutil import OneLineParser
 from agent.fgnn import FGNN, FGConfig, FGInputs, bucket_sizes, pack
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
 from costmodel.problem import evaluate
-from costmodel.search import Graph, _Pruning
+from solvers.search import Graph, _Pruning
 
 CKPT = "fgnn.msgpack"
 

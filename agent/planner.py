@@ -20,14 +20,14 @@ c_i(s) + Σ_(i,v) E[s, s_v] + Σ_(u,i) E[s_u, s]; every round computes all of th
 moves a set of improving nodes no two of which share an edge (each moves iff its gain beats all
 its neighbours'), so the total falls by exactly the sum of their gains. Moves that would break the
 memory cap are dropped (only usage-non-increasing moves are kept when the batch is infeasible).
-Then exact forest moves (``costmodel.search.forest_dp``): a random induced forest of the graph is
+Then exact forest moves (``solvers.search.forest_dp``): a random induced forest of the graph is
 re-optimised by tree DP with every other node held, which lets whole chains switch together.
 
 Under a memory cap that is not enough: the cap couples every node live at the peak, and the
 optimum often shards a parameter, its optimizer state and its whole update chain together, which
 pays only when all of them move (forest moves break such groups up; the polish stalled at 1.2-1.7x
 the ILP on capped held-out problems). There ``plan`` adds a second start (the policy's decode of
-the uncapped problem, repaired to fit) and, when the cap binds, ``costmodel.search.refine``:
+the uncapped problem, repaired to fit) and, when the cap binds, ``solvers.search.refine``:
 large-neighbourhood search with the exact MILP on 90-node BFS neighbourhoods (1.5 s).
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 
-REFINE_TIME_S = 1.5  # Planner.plan: refinement when the memory cap binds (costmodel.search.refine)
+REFINE_TIME_S = 1.5  # Planner.plan: refinement when the memory cap binds (solvers.search.refine)
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "policy.msgpack")
 PRETRAINED_FGNN = os.path.join(os.path.dirname(PRETRAINED), "fgnn.msgpack")   # the factor-graph network
 
@@ -110,12 +110,12 @@ class LocalCosts:
 def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | None = None,
            tree_moves: int = 64, seed: int = 0, max_fails: int = 10) -> list[int]:
     """Local search: best response and edge pair moves (``pair_moves``) to a local optimum, then
-    up to ``tree_moves`` forest moves (``costmodel.search.forest_dp``: a random induced forest
+    up to ``tree_moves`` forest moves (``solvers.search.forest_dp``: a random induced forest
     re-optimised exactly by tree DP, every other node held), each memory-repaired if needed,
     followed by the same local optimisation and kept only if it lowers the true cost within the
     memory cap; stops after ``max_fails`` failed forest moves in a row or when ``time_budget_s``
     is spent. Never makes a plan worse or infeasible."""
-    from costmodel.search import Graph, forest_dp
+    from solvers.search import Graph, forest_dp
     t0 = time.perf_counter()
     lc = lc or LocalCosts.of(problem)
     graph = Graph(problem) if tree_moves and problem.num_edges else None
@@ -158,10 +158,10 @@ def polish(problem: Problem, plan, time_budget_s: float = 1.0, lc: LocalCosts | 
 def improve(problem: Problem, plan, polish_time_s: float = 0.5, refine_time_s: float = 0.0,
             lc: LocalCosts | None = None, seed: int = 0) -> list[int] | None:
     """What ``Planner.plan`` does to a decoded plan, for any start plan: memory repair if it is over
-    the cap (None if that fails), ``polish``, then ``costmodel.search.refine`` for
+    the cap (None if that fails), ``polish``, then ``solvers.search.refine`` for
     ``refine_time_s``. Used to give the comparison rows of experiments/eval_policy.py the same
     post-processing as the policy (with the refinement time the planner chose)."""
-    from costmodel.search import refine
+    from solvers.search import refine
     lc = lc or LocalCosts.of(problem)
     if not evaluate(problem, plan).feasible:
         plan = repair_memory(problem, plan, lc=lc)
@@ -399,7 +399,7 @@ def heuristic_plan(problem: Problem) -> tuple[list[int] | None, str]:
     starts = {"greedy": greedy_by_cost(problem)}
     if problem.meta is not None:
         try:
-            from costmodel.baselines import baseline_plan
+            from solvers.baselines import baseline_plan
             for m in ("replicated", "dp", "megatron", "fsdp"):
                 starts[m] = baseline_plan(problem, m)
         except Exception:  # baselines not applicable to this problem
@@ -533,7 +533,7 @@ class Planner:
         candidate is the greedy decode of the same problem without its cap, memory-repaired and
         polished (a second basin: the policy's uncapped plan, shrunk to fit). If that plan,
         polished without the cap, is over the cap (the cap *binds*), the best plan is then refined
-        by ``costmodel.search.refine`` for ``refine_time_s`` (default ``REFINE_TIME_S``; 0 when the
+        by ``solvers.search.refine`` for ``refine_time_s`` (default ``REFINE_TIME_S``; 0 when the
         cap does not bind, e.g. a builder's device-memory limit far above the plan).
         ``return_info`` adds ``{"plan_time_s", "candidates", "cap_binds"}``. Raises ValueError if
         no plan fits the cap."""
@@ -584,7 +584,7 @@ class Planner:
         if refine_time_s is None:
             refine_time_s = REFINE_TIME_S if binds else 0.0
         if polish and refine_time_s > 0:
-            from costmodel.search import refine
+            from solvers.search import refine
             best = refine(problem, best, refine_time_s, seed=seed)
         best = [int(x) for x in best]
         if return_info:

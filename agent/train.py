@@ -86,7 +86,7 @@ def teacher_plan(problem, teacher: str, ilp_seconds: float):
     info = {"teacher": f"heuristic:{name}"}
     if teacher == "ilp" and ilp_seconds > 0.5:
         try:
-            from costmodel.ilp import solve_ilp
+            from solvers.ilp import solve_ilp
             s, si = solve_ilp(problem, objective="time", time_limit_s=ilp_seconds)
             c = evaluate(problem, s)
             info["ilp_status"] = si.status

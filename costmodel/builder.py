@@ -257,7 +257,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     if covered[1]:   # one text per mesh shape (the counts are in meta.reshard_stats), so Python's
         # default warning filter says it once per mesh and call site instead of once per problem
         warnings.warn(f"build_problem: resharding on mesh {tuple(cluster.mesh_shape)} is partly priced by the hand "
-                      "rules (no measured table entry; build one with python -m shardgym.reshard_probe); "
+                      "rules (no measured table entry; build one with python -m runtime.reshard_probe); "
                       "problem.meta.reshard_stats has the counts", stacklevel=2)
     limit = float(cluster.memory_limit_bytes)
     if memory_cap_bytes is not None:

@@ -31,7 +31,7 @@ instances and for every problem built without it, which then price exactly as be
   schedule (the same plan: every ``*slice_fusion`` lives under 45 of 1,194 schedule positions).
 
 ``evaluate``, the ILP, local search and the environment all price copies
-through this module (the ILP's columns: ``costmodel.copy_rows``). Approximate: XLA's CPU
+through this module (the ILP's columns: ``solvers.copy_rows``). Approximate: XLA's CPU
 layout copies (``copy_*fusion``: a transposed operand of a dot, kept from the forward to the
 backward pass) are not copy groups; the schedule is the trace order, while XLA's differs.
 """

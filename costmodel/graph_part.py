@@ -30,7 +30,7 @@ a 3-D mesh (N^(2/3) per level) or a random graph (nearly all of N) far more.
 Node numbering decides the halo: ``locality_order`` (breadth-first levels from a pseudo-peripheral
 node, Cuthill–McKee style, per connected component, from senders/receivers only) makes a block of
 consecutive ids a band of the mesh, so the halo of a node-sharded gather is about two BFS levels
-instead of the whole table. The runtime (shardgym/dist_gather.py) executes the plan with
+instead of the whole table. The runtime (runtime/dist_gather.py) executes the plan with
 ``jax.shard_map``, ``jax.lax.ppermute`` and a local gather / scatter-add (XLA's partitioner
 all-gathers the table instead). Cost: FLOPs / n per device, per shift a collective-permute of
 H_s x (local feature bytes of a row); memory: the halo rows (``Strategy.extra_bytes``) plus the

@@ -3,10 +3,10 @@
 A table holds, per (mesh shape, source spec, destination spec) — specs in Alpa notation over mesh
 axis indices (``spec_name``: "S01RR", "RRS1", ...; the name's length is the tensor's rank) — what
 XLA's SPMD partitioner compiled for ``with_sharding_constraint(x, src)`` followed by
-``with_sharding_constraint(x, dst)`` on the CPU backend (``shardgym.reshard_probe`` builds it):
+``with_sharding_constraint(x, dst)`` on the CPU backend (``runtime.reshard_probe`` builds it):
 
 * ``collectives``: (kind, mesh axes, bytes_frac, wire_frac, count) per collective instruction,
-  with bytes_frac = the per-device buffer the collective works on (shardgym/hlo.py ``bytes``:
+  with bytes_frac = the per-device buffer the collective works on (runtime/hlo.py ``bytes``:
   all-gather result, all-to-all / all-reduce / permute operand) and wire_frac = what one device
   sends (ring formulas), both as fractions of the whole tensor's bytes;
 * ``sent_frac``: Σ wire_frac x count — the bytes each device sends, over the tensor's bytes;
@@ -99,7 +99,7 @@ def read(path) -> tuple[dict, dict[str, Transition]]:
         raise ValueError(f"{path}: not a readable resharding table ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"{path}: not a resharding table (missing format {FORMAT!r}); rebuild it with "
-                         "python -m shardgym.reshard_probe")
+                         "python -m runtime.reshard_probe")
     return doc, {k: Transition.from_json(v) for k, v in doc["entries"].items()}
 
 

@@ -516,7 +516,7 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
                    num_eqns=len(kept) - n_in, num_nodes_unfolded=len(kept), name=name)
 
 
-# ---- flat program for the runtime (shardgym/runtime.py re-evaluates it with sharding constraints) ----
+# ---- flat program for the runtime (runtime/core.py re-evaluates it with sharding constraints) ----
 @dataclass
 class FlatProgram:
     """The inlined program ``trace`` sees, in evaluable form, with each value's graph node.

@@ -30,7 +30,7 @@ action, which is then NOT applied (the state is unchanged); ``infeasible_penalty
 added once on the last step when the final peak exceeds the memory cap.
 
 Reference cost R (> 0): the data-parallel plan's cost when the problem is traced (has meta) and
-``costmodel.baselines`` can build it, else the cost of the greedy plan (``greedy_plan``: each node
+``solvers.baselines`` can build it, else the cost of the greedy plan (``greedy_plan``: each node
 in the decision order takes the strategy with the least node + resharding cost to decided
 neighbours, avoiding "impossible" costs as the action mask does). If that is not > 0, the mean
 positive node cost times num_nodes, else 1. Preprocessing (order, reference plan, static
@@ -207,7 +207,7 @@ def reference_plan(problem: Problem, order: np.ndarray | None = None) -> tuple[l
     """(plan, name): the data-parallel plan for a traced problem when available, else greedy."""
     if problem.meta is not None:
         try:
-            from costmodel.baselines import baseline_plan
+            from solvers.baselines import baseline_plan
             return [int(x) for x in baseline_plan(problem, "dp")], "dp"
         except Exception:  # baselines not available or not applicable: fall back to greedy
             pass

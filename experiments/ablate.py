@@ -333,7 +333,7 @@ def _teacher(problem, cfg: AblationConfig):
     plan = heuristic_for(problem)
     if cfg.teacher == "ilp":
         try:
-            from costmodel.ilp import solve_ilp
+            from solvers.ilp import solve_ilp
             s, _ = solve_ilp(problem, objective="time", time_limit_s=cfg.ilp_seconds)
             if evaluate(problem, s).feasible and (plan is None or evaluate(problem, s).total <= evaluate(problem, plan).total):
                 plan = np.asarray(s)

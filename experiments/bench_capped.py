@@ -1,7 +1,7 @@
 """``shardgym.solve(method="ilp")`` under binding memory caps against ``method="policy"``.
 
 Per problem (zoo tiny models and train steps written here, outside the zoo) on a cluster: lo = the
-least peak any plan reaches (``costmodel.ilp.min_peak_memory``), hi = the peak of the uncapped
+least peak any plan reaches (``solvers.ilp.min_peak_memory``), hi = the peak of the uncapped
 time-optimal plan (ILP, ``--uncapped-seconds``); per cap at 25 / 50 / 75 % of the way from lo to
 hi: the ILP's plan at ``--seconds`` (cost, status, bound, gap, wall) and the policy's (cost,
 wall), ratio = ILP cost / policy cost (<= 1: never worse). Records the load average.
@@ -97,7 +97,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import shardgym as sg
     import zoo
-    from costmodel.ilp import min_peak_memory
+    from solvers.ilp import min_peak_memory
     from experiments.common import print_table, write_results
     rows = []
     for spec in a.problems.split(","):

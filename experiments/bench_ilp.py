@@ -2,7 +2,7 @@
 
 (a) random 1,000-node problems (8 strategies per node, sparse DAG of ~1.5 edges per node, random
     intervals, a memory limit that binds): wall time to the proven optimum with and without the
-    reductions of costmodel/reduce.py;
+    reductions of solvers/reduce.py;
 (b) every shared IOPDDL instance (../shared/iopddl): ``shardgym iopddl FILE TIMEOUT`` in a
     subprocess with the contest timeout times ``--timeout-scale``: cost, feasibility, score =
     best_known / cost, wall, and the machine's load average around each run;
@@ -82,7 +82,7 @@ def random_problem(n: int, k: int, seed: int) -> Problem:
 
 
 def section_a(cfg: Config) -> list[dict]:
-    from costmodel.ilp import solve_ilp
+    from solvers.ilp import solve_ilp
     rows = []
     for i in range(cfg.random_instances):
         p = random_problem(cfg.random_nodes, cfg.random_strategies, cfg.seed + i)
@@ -153,7 +153,7 @@ def section_s(cfg: Config) -> list[dict]:
         print('(s) skipped: OR-Tools is not installed (pip install -e ".[cpsat]")')
         return [{"skipped": "ortools not installed"}]
     import shardgym as sg
-    from costmodel.ilp import solve_ilp
+    from solvers.ilp import solve_ilp
     from shardgym import workflow
     probs = [random_problem(cfg.random_nodes, cfg.random_strategies, cfg.seed + i)
              for i in range(cfg.random_instances)]
@@ -236,7 +236,7 @@ def section_c(cfg: Config) -> list[dict]:
     except ImportError as exc:
         print(f"(c) skipped: build_problem is unavailable ({exc})")
         return [{"skipped": str(exc)}]
-    from costmodel.ilp import InfeasibleError, solve_ilp
+    from solvers.ilp import InfeasibleError, solve_ilp
     rows = []
     for spec in cfg.zoo.split(","):
         model, size = spec.split(":")

@@ -29,7 +29,7 @@ def _rows_for(p, name, fg, old, args):
     from agent.fgnn import FGNN
     from agent.fgnn_data import ilp_label
     from agent.planner import greedy_by_cost, repair_memory
-    from costmodel.bp import bp_plan
+    from solvers.bp import bp_plan
     from costmodel.problem import evaluate
     from experiments.eval_policy import random_policy_plan
     lab = ilp_label(p, 300.0 if p.num_nodes > 2000 else args.ilp_seconds)

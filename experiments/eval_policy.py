@@ -5,7 +5,7 @@
     python experiments/eval_policy.py --split fg --ilp-seconds 60   # the factor-graph network (eval_fgnn.py)
 
 Per held-out problem (``env.workloads.heldout_workloads()``, each uncapped and under the memory
-cap fractions in ``--caps``): the ILP optimum (``costmodel.ilp.solve_ilp``, time limit
+cap fractions in ``--caps``): the ILP optimum (``solvers.ilp.solve_ilp``, time limit
 ``--ilp-seconds``; its status is reported: a "time_limit" incumbent is not a proven optimum) and,
 as cost / ILP cost, with and without the local-search polish:
 * ``policy_greedy``: the argmax decode (with polish: ``Planner.plan``'s default, which under a cap
@@ -15,7 +15,7 @@ as cost / ILP cost, with and without the local-search polish:
   ``--finetune-seconds`` of PPO on that problem alone;
 * ``random``: a uniformly random valid action at every step of the env (its memory mask on);
 * ``greedy_cost``: each node in order takes its least node + resharding cost to decided neighbours;
-* ``bp`` / ``bp_lagrangian``: 60 rounds of min-sum belief propagation (``costmodel.bp.bp_plan``),
+* ``bp`` / ``bp_lagrangian``: 60 rounds of min-sum belief propagation (``solvers.bp.bp_plan``),
   without / with Lagrangian memory prices, then its masked one-node-at-a-time decode.
 "With polish" means the same post-processing the planner gives its own decode
 (``agent.planner.improve``: repair, polish and, under a cap, refine), so the rows compare starts.
@@ -88,8 +88,8 @@ def main(argv=None):
         return fg_main(args)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
-    from costmodel.bp import bp_plan
-    from costmodel.ilp import solve_ilp
+    from solvers.bp import bp_plan
+    from solvers.ilp import solve_ilp
     from costmodel.problem import evaluate
     from env.workloads import Workload, heldout_workloads, random_problem
     from experiments.common import print_table, write_results

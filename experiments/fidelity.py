@@ -4,12 +4,12 @@ cpu-2x4 mesh (8 virtual CPU devices), at its smallest size (executed) or, with `
 one realistic size (REAL_SIZES: gpt 125m, vit base, unet / fno / meshgraphnet / mlp large),
 compiled abstractly (nothing allocated; numerics columns empty).
 
-For each (model, plan): execute the plan (shardgym.runtime.execute) and put side by side
+For each (model, plan): execute the plan (runtime.core.execute) and put side by side
   * memory per device: the cost model's peak (evaluate(problem, plan).peak_memory_bytes) vs XLA's
     argument + output − alias + temp (compiled.memory_analysis()), and their ratio;
   * collective bytes sent per device: the cost model's node collectives + resharding
     (cost.comm_bytes) vs the collectives of the compiled HLO under the same ring formulas
-    (shardgym/hlo.py wire_bytes), and their ratio;
+    (runtime/hlo.py wire_bytes), and their ratio;
   * numerics vs the unsharded program (loss relative error, largest per-leaf relative error).
 Targets: memory within ±10%, collective bytes within ±5%; rows outside are flagged.
 
@@ -32,7 +32,7 @@ Known outliers and their causes (the terms' docstrings say more):
     not modelled (under-count);
   * memory, min-memory plans with copies: the memory objective's phase 1 is now a MIP that the
     ILP does not close at this script's 20 s limit; the plan is the best of the baselines and
-    the copy-aware peak shaver's (costmodel/copy_search.py);
+    the copy-aware peak shaver's (solvers/copy_search.py);
   * memory, fno: XLA all-gathers every sharded FFT operand (the model runs fft replicated,
     strategies.XLA_FFT_REPLICATED); the runtime's identity matmuls around sharded FFTs add small
     buffers the model lacks;
@@ -86,7 +86,7 @@ def ratio(pred: float | None, xla: float) -> float | None:
 
 def run_row(name: str, plan_name: str, fn, args, graph, problem, cfg: Config) -> dict:
     import shardgym as sg
-    from shardgym.runtime import execute
+    from runtime.core import execute
 
     method, _, rest = plan_name.partition("-")
     objective, _, bound = rest.partition("-")

@@ -40,7 +40,7 @@ class Config:
 def run_model(name: str, size: str, cfg: Config) -> dict:
     import shardgym as sg
     import zoo
-    from shardgym.runtime import execute
+    from runtime.core import execute
 
     fn, args = zoo.build(name, size, abstract=True, seed=cfg.seed)
     graph = sg.trace(fn, *args, name=f"{name}-{size}")

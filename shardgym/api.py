@@ -1,12 +1,12 @@
 """The functions users call: trace, build_problem, solve, evaluate, execute, verify.
 
-This module only dispatches; the work lives in costmodel/, agent/ and shardgym/runtime.py.
+This module only dispatches; the work lives in costmodel/, agent/ and runtime/core.py.
 """
 from __future__ import annotations
 
 import time
 
-from costmodel.capped import milp_ok
+from solvers.capped import milp_ok
 from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem, evaluate
@@ -64,7 +64,7 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
                 raise RuntimeError(f"no plan of {problem.name!r} with its resharded copies fits the memory cap "
                                    f"{cap:.4g} bytes within time_limit_s={time_limit_s:g}; raise time_limit_s")
     elif method == "ilp":
-        from costmodel.ilp import solve_ilp
+        from solvers.ilp import solve_ilp
         # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
         if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
                                     or problem.edge_memory is not None):
@@ -104,7 +104,7 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
             raise error
         info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     else:
-        from costmodel.baselines import baseline_plan
+        from solvers.baselines import baseline_plan
         strategies = baseline_plan(problem, method)
     if method != "ilp":
         info.setdefault("status", "heuristic" if method == "policy" else "rule")
@@ -148,16 +148,16 @@ def _binding_cap(problem: Problem, memory_cap_bytes):
 
 def _solve_capped_time(problem: Problem, cap: float, time_limit_s: float, t0: float, initial_plan=None,
                        initial_plans=None, threads=None):
-    """Time objective under a memory cap that can bind: ``costmodel.capped.solve_capped`` seeded
+    """Time objective under a memory cap that can bind: ``solvers.capped.solve_capped`` seeded
     with the given plans, replicated (traced problems) and the baselines when replication does not
     fit; never worse than any of them (nor than BP or the search inside). The policy's plan is
     not a default seed: Planner.plan took 75-95 s on gpt tiny under this machine's load (pass it
     as ``initial_plans`` to have it count). Only on graphs the MILP
-    holds (``costmodel.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first path. The seeds' time counts
+    holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first path. The seeds' time counts
     against the limit. Falls back to ``solve_ilp`` (for its infeasibility report) when no plan
     fits."""
-    from costmodel.capped import solve_guarded
-    from costmodel.ilp import solve_ilp
+    from solvers.capped import solve_guarded
+    from solvers.ilp import solve_ilp
     capped = problem.with_usage_limit(cap)
     seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
     seeds = [list(getattr(s, "strategies", s)) for s in seeds]
@@ -217,8 +217,8 @@ def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
     Empty for problems without roles (IOPDDL). Costs about a second or two per baseline."""
     if problem.meta is None or not getattr(problem.meta, "roles", None):
         return []
-    from costmodel.baselines import METHODS as BASELINES
-    from costmodel.baselines import baseline_plan
+    from solvers.baselines import METHODS as BASELINES
+    from solvers.baselines import baseline_plan
     seeds = []
     for m in BASELINES:
         try:
@@ -229,8 +229,8 @@ def _baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
 
 
 def execute(fn, args, graph: OpGraph, plan: Plan, **kw):
-    """Run ``fn(*args)`` sharded as ``plan`` says on the local devices; see shardgym/runtime.py."""
-    from shardgym.runtime import execute as _execute
+    """Run ``fn(*args)`` sharded as ``plan`` says on the local devices; see runtime/core.py."""
+    from runtime.core import execute as _execute
     return _execute(fn, args, graph, plan, **kw)
 
 

@@ -146,7 +146,8 @@ def cmd_compare(args) -> int:
 
 def cmd_run(args) -> int:
     from costmodel.problem import Plan
-    from shardgym import validate, workflow, xla_log
+    from shardgym import validate, workflow
+    from runtime import xla_log
     out, err = _console()
     plan = Plan.from_json(args.plan)
     source = validate.check_plan_file(plan, args.plan)
@@ -186,7 +187,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_iopddl(args) -> int:
-    from costmodel.iopddl_cli import main_iopddl, process_age_s
+    from solvers.iopddl_cli import main_iopddl, process_age_s
     main_iopddl(args.file, args.timeout_s, started_s_ago=process_age_s())
     return 0
 

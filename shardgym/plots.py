@@ -89,7 +89,7 @@ def pareto_front(problem: Problem, rows, path: str, points: int = 5, time_limit_
     between the time-optimal and the memory-optimal plans, with the other methods as points.
     The ILP rows already in ``rows`` are reused; each sweep point is a time-limited solve
     (``time_limit_s``), so a point may sit slightly above the true front."""
-    from costmodel.ilp import solve_ilp
+    from solvers.ilp import solve_ilp
     known = {(m, o): c for m, o, _, c in rows if c is not None and m == "ilp"}
     c_fast = known.get(("ilp", "time")) or evaluate(problem, solve_ilp(problem, objective="time", time_limit_s=time_limit_s)[0])
     c_small = known.get(("ilp", "memory")) or evaluate(problem, solve_ilp(problem, objective="memory", time_limit_s=time_limit_s)[0])

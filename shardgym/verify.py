@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.problem import Plan, Problem, as_strategy_array, evaluate
-from shardgym import runtime
+from runtime import core as runtime
 
 _PEAK = re.compile(r"^\s*([\w.\-]+)\{[^}]*\}:\s*(\d+)\s*bytes")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([a-z][\w\-]*)\((.*)$")

@@ -55,7 +55,7 @@ def all_plans(p: Problem):
 
 
 def brute_force(p: Problem, objective: str = "time", cap=None, max_time=None):
-    """(best plan, its cost) under the lexicographic objective of costmodel.ilp, or (None, None)."""
+    """(best plan, its cost) under the lexicographic objective of solvers.ilp, or (None, None)."""
     best, best_key = None, None
     for s in all_plans(p):
         c = evaluate(p, list(s))

@@ -166,7 +166,7 @@ def test_numpy_encoder_matches_flax():
 def test_planner_refines_only_when_the_cap_binds(monkeypatch):
     """A limit far above every plan's peak (as the builder's device memory usually is) does not
     bind: no refine. A limit at the least possible peak does: refine runs, and the plan fits it."""
-    import costmodel.search as search
+    import solvers.search as search
     from agent.planner import REFINE_TIME_S, Planner
     from env.workloads import peak_bounds
     calls = []

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import zoo
-from costmodel.baselines import METHODS, allowed_strategies, baseline_plan
+from solvers.baselines import METHODS, allowed_strategies, baseline_plan
 from costmodel.builder import build_problem
 from costmodel.cluster import Cluster
 from costmodel.problem import Problem, evaluate

@@ -1,10 +1,10 @@
-"""Min-sum BP (costmodel/bp.py): exact on trees, decode within the memory limit, a valid bound."""
+"""Min-sum BP (solvers/bp.py): exact on trees, decode within the memory limit, a valid bound."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from costmodel.bp import bp_plan, bp_solve
+from solvers.bp import bp_plan, bp_solve
 from costmodel.problem import Problem, evaluate
 from tests.ilp_helpers import brute_force, random_problem
 

@@ -1,4 +1,4 @@
-"""The capped-solving core (costmodel/capped.py) and the IOPDDL command's watchdog around it."""
+"""The capped-solving core (solvers/capped.py) and the IOPDDL command's watchdog around it."""
 from __future__ import annotations
 
 import time
@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from costmodel import capped, iopddl_cli
-from costmodel.capped import solve_capped
+from solvers import capped, iopddl_cli
+from solvers.capped import solve_capped
 from costmodel.problem import Problem, evaluate
 from tests.ilp_helpers import brute_force, random_problem
 

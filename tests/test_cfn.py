@@ -1,10 +1,10 @@
-"""The toulbar2 cost-function-network solver with adaptive memory prices (costmodel/cfn.py)."""
+"""The toulbar2 cost-function-network solver with adaptive memory prices (solvers/cfn.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from costmodel.cfn import available, cfn_solve
+from solvers.cfn import available, cfn_solve
 from costmodel.problem import evaluate
 from tests.ilp_helpers import brute_force, random_problem
 

@@ -19,8 +19,8 @@ from costmodel.cost import Mesh, collective, public_spec
 from costmodel.fft_plan import schedule
 from costmodel.strategies import enumerate_strategies
 from costmodel.trace import flatten_program
-from shardgym import dist_fft
-from shardgym.hlo import parse_collectives, summarize
+from runtime import dist_fft
+from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
 from plan_helpers import forced_plan  # noqa: E402

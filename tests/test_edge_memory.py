@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel.edge_memory import CopyGroups
-from costmodel.ilp import solve_ilp
+from solvers.ilp import solve_ilp
 from costmodel.problem import Problem, evaluate
-from costmodel.search import Graph
+from solvers.search import Graph
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402

@@ -8,9 +8,9 @@ import pytest
 
 from agent.checkpoints import weights_digest
 from agent.fgnn import FGNN, FGConfig, FGInputs
-from costmodel import bp
+from solvers import bp
 from costmodel.problem import evaluate
-from costmodel.search import Graph, _Pruning
+from solvers.search import Graph, _Pruning
 from tests.ilp_helpers import brute_force, random_problem
 from tests.test_bp import _tree
 

@@ -1,4 +1,4 @@
-"""Graph partitioning for message passing (costmodel/graph_part.py, shardgym/dist_gather.py): halos
+"""Graph partitioning for message passing (costmodel/graph_part.py, runtime/dist_gather.py): halos
 checked by hand, the renumbering, and a MeshGraphNet step with node-sharded (halo) gathers and
 scatter-adds and an edge-sharded (reduce-scatter) aggregation executed on the 8 CPU devices."""
 from __future__ import annotations

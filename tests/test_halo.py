@@ -17,7 +17,7 @@ from costmodel.cost import Mesh, collective, public_spec
 from costmodel.halo import SpatialDim, conv_halo, halo_widths
 from costmodel.strategies import enumerate_strategies
 from costmodel.trace import flatten_program
-from shardgym.hlo import parse_collectives, summarize
+from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
 from plan_helpers import forced_plan  # noqa: E402

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
-from costmodel.ilp import InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
+from solvers.ilp import InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from costmodel.reduce import reduce_problem  # noqa: E402
+from solvers.reduce import reduce_problem  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
@@ -202,7 +202,7 @@ def test_tighten_is_exact(seed, n, q):
     drops never bind for a plan of kept strategies (checked on all plans)."""
     from ilp_helpers import all_plans
 
-    from costmodel.ilp import _tighten
+    from solvers.ilp import _tighten
     from costmodel.problem import usage_profile
     rng = np.random.default_rng(seed)
     p = random_problem(rng, n, kmax=4, limit_q=None)
@@ -232,7 +232,7 @@ def test_tighten_by_hand():
     # >= 2 -> 7 > 5, dropped; then max live = 1 + 3 = 4 <= 5: no row binds, both nodes are free
     p = Problem.from_lists("hand", [np.array([3.0, 1.0]), np.array([1.0, 2.0])],
                            [np.array([1.0, 5.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
-    from costmodel.ilp import _tighten
+    from solvers.ilp import _tighten
     allowed, free, rows = _tighten(p, None, 5.0, 5.0)
     assert allowed.tolist() == [True, False, True, True]
     assert free.tolist() == [True, True] and len(rows) == 0
@@ -253,7 +253,7 @@ def test_tighten_by_hand():
 
 def test_min_usage_phase_one_and_seed_errors():
     p = Problem.from_iopddl(EXAMPLE).with_usage_limit(None)
-    from costmodel.ilp import min_peak_memory
+    from solvers.ilp import min_peak_memory
     assert min_peak_memory(p) == 50.0                        # by hand, see the cap test above
     with pytest.raises(ValueError, match="initial_plan"):
         solve_ilp(p, objective="memory", initial_plans=[[0, 0]])
@@ -282,7 +282,7 @@ def test_memory_objective_never_above_seeded_baselines():
 def test_block_edges_match_brute_force(seed, n, objective, limit, reduce, running_sums):
     """Edge matrices with repeated rows and columns (one y per block in the model), with memory
     as dense rows or as running-sum columns (what big models get): still the brute-force optimum."""
-    import costmodel.ilp as ilp
+    import solvers.ilp as ilp
     p = random_problem(np.random.default_rng(seed), n, kmax=4, limit_q=limit, blocks=True)
     saved = ilp.DENSE_MEMORY_NONZEROS
     ilp.DENSE_MEMORY_NONZEROS = -1 if running_sums else saved
@@ -305,7 +305,7 @@ def test_block_compression_shrinks_the_model():
 def test_lp_first_agrees_with_the_mip(monkeypatch):
     """The LP relaxation tried first (integral vertex = proven optimum) gives the optimum the
     branch-and-bound gives without it; on gpt tiny the LP alone proves it."""
-    import costmodel.ilp as ilp
+    import solvers.ilp as ilp
     from shardgym.workflow import model_problem
     _, _, _, p = model_problem("gpt", "tiny", "cpu-2x4")
     calls = []

@@ -14,8 +14,8 @@ from costmodel.builder import build_problem
 from costmodel.cluster import Cluster
 from costmodel.cost import Mesh as CostMesh
 from costmodel.cost import clear_reshard_cache, reshard, reshard_rules
-from shardgym import reshard_probe
-from shardgym.hlo import mesh_axes, parse_collectives, replica_groups
+from runtime import reshard_probe
+from runtime.hlo import mesh_axes, parse_collectives, replica_groups
 
 S01RR, RRS01 = ((0, 1), (), ()), ((), (), (0, 1))
 S1RR, RRS0 = ((1,), (), ()), ((), (), (0,))

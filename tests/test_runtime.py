@@ -1,4 +1,4 @@
-"""shardgym/hlo.py (collectives in HLO text) and shardgym/runtime.py (execute a Plan on 8 CPU devices).
+"""runtime/hlo.py (collectives in HLO text) and runtime/core.py (execute a Plan on 8 CPU devices).
 
 HLO snippets below are copied from ``compiled.as_text()`` of jax 0.10.2 on the CPU backend (the
 Shardy ``mesh[...] {'axis'}`` groups, iota groups, ``/*index=5*/`` operand comments) plus the GPU
@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from costmodel.problem import Plan
-from shardgym.hlo import group_size, parse_collectives, shape_bytes, summarize
+from runtime.hlo import group_size, parse_collectives, shape_bytes, summarize
 
 # ---- hlo.py --------------------------------------------------------------------------------------
 HLO_MODULE = """\
@@ -144,7 +144,7 @@ def test_parser_on_a_real_compiled_program():
 
 
 # ---- runtime.py: the harness with hand-made plans ------------------------------------------------
-from shardgym.runtime import execute  # noqa: E402
+from runtime.core import execute  # noqa: E402
 
 
 def _mlp_step():

@@ -14,9 +14,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
-from costmodel.iopddl_cli import main_iopddl  # noqa: E402
+from solvers.iopddl_cli import main_iopddl  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from costmodel.search import Graph, _Contraction, _Pruning, _range_max, solve_large  # noqa: E402
+from solvers.search import Graph, _Contraction, _Pruning, _range_max, solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
@@ -215,7 +215,7 @@ def test_pruning_keeps_the_best_forbidden_free_plan():
 def test_forest_dp_is_exact_on_a_tree(seed):
     """On a graph that is a tree every node joins the random induced forest, so one forest move
     from any plan is the optimum (the planner's polish and the contest search both use it)."""
-    from costmodel.search import forest_dp
+    from solvers.search import forest_dp
     rng = np.random.default_rng(seed)
     n = 7
     ks = rng.integers(1, 4, size=n)
@@ -236,7 +236,7 @@ def test_refine_makes_the_all_or_nothing_move_that_polish_cannot():
     moves (single nodes, edge pairs, induced forests: at most 2 nodes of a K4) stall at all-zero;
     refine's MILP neighbourhood covers the graph and finds all-one (cost 4 -> 0)."""
     from agent.planner import polish
-    from costmodel.search import refine
+    from solvers.search import refine
     edges = [(u, v) for u in range(4) for v in range(u + 1, 4)]
     p = Problem.from_lists("k4", [np.array([1.0, 0.0])] * 4, [np.zeros(2)] * 4,
                            np.zeros((4, 2), dtype=np.int64), edges, [np.array([0.0, 3.0, 3.0, 0.0])] * 6)
@@ -252,7 +252,7 @@ def test_refine_never_worse_stays_feasible_and_is_exact_on_small_graphs(seed):
     """Under a memory limit, from the lowest-usage plan: refine's result fits the limit, is no
     worse than its start, and (the 10-node graph lies inside one 60-node neighbourhood when it is
     connected) equals the brute-force optimum then."""
-    from costmodel.search import refine
+    from solvers.search import refine
     p = random_problem(np.random.default_rng(100 + seed), 8, kmax=3, edge_p=0.6, limit_q=0.4)
     g = Graph(p)
     start = g.local[np.lexsort((g.local, g.usage, g.node_of))[g.offs[:-1]]]

@@ -1,6 +1,6 @@
 """Exact planning: the strategy problem as a mixed-integer program solved by HiGHS.
 
-Model (Alpa's formulation, on the reduced problem from ``costmodel.reduce``):
+Model (Alpa's formulation, on the reduced problem from ``solvers.reduce``):
 
 * x[i, s] ∈ {0, 1}, Σ_s x[i, s] = 1 for every node i (single-strategy nodes are fixed to 1).
 * Edge e = (u, v): continuous y[e, s, t] ≥ 0 with Σ_t y[e, s, t] = x[u, s] and
@@ -14,7 +14,7 @@ Model (Alpa's formulation, on the reduced problem from ``costmodel.reduce``):
   cap = min(problem.usage_limit, memory_cap_bytes). Nodes with one usage add a constant. Big
   models get the same constraint as running sums of per-node usage columns (``_MemAux``).
   Resharded copies (``problem.edge_memory``) add z columns bounded by edge variables
-  (``costmodel.copy_rows``); their nodes are kept whole by the reductions (copy classes). On gpt
+  (``solvers.copy_rows``); their nodes are kept whole by the reductions (copy classes). On gpt
   tiny the min-M model then has 7,460 integer and 129,680 columns in all (without copies the
   reductions left 3,800 strategies at the minimum peak).
 * time = Σ node costs + Σ edge costs (exactly ``evaluate(...).total``).
@@ -66,10 +66,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.copy_rows import CopyColumns, copy_columns, edge_signatures
-from costmodel.copy_search import CopyShaver
+from solvers.copy_rows import CopyColumns, copy_columns, edge_signatures
+from solvers.copy_search import CopyShaver
 from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
-from costmodel.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
+from solvers.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
 OBJECTIVES = ("time", "memory", "redundancy")
 HIGHS_OPTIONS: dict = {}   # extra HiGHS options for every model (benchmarks set them; empty = defaults)
@@ -146,7 +146,7 @@ class _EdgeBlocks:
     @staticmethod
     def of(p: Problem, forbid: bool, signatures: dict | None = None) -> "_EdgeBlocks":
         """``signatures``: per edge a code matrix that must be constant on blocks too (the copy
-        masks, ``costmodel.copy_rows.edge_signatures``)."""
+        masks, ``solvers.copy_rows.edge_signatures``)."""
         ru, cv, gu, gv, bc = [], [], [], [], []
         for e in range(p.num_edges):
             M = p.edge_matrix(e)
@@ -258,7 +258,7 @@ class _MemAux:
 
 
 def _y_terms(p: Problem, eb: _EdgeBlocks, S: int):
-    """For costmodel.copy_rows: (u, v, mask over u's x v's strategies) -> the y columns of the
+    """For solvers.copy_rows: (u, v, mask over u's x v's strategies) -> the y columns of the
     blocks of the u-v edge that the mask covers (blocks are pure: the copy signatures), or None
     when no edge joins u and v. Forbidden blocks have no column (their y is 0)."""
     k = p.num_strategies
@@ -437,7 +437,7 @@ def _build(p: Problem, cap, need_m: bool, max_time, forbid: bool, weights: dict,
             lo.append(np.full(P, -np.inf))
             hi.append(-aux.const / mem_scale)
             r += P
-    if cc is not None:   # z >= the y (or x) terms saying the copy is live there (costmodel.copy_rows)
+    if cc is not None:   # z >= the y (or x) terms saying the copy is live there (solvers.copy_rows)
         rows.append(r + cc.rows)
         cols.append(cc.cols)
         vals.append(cc.vals)

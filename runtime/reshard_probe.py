@@ -3,7 +3,7 @@
 A probe of src -> dst compiles ``jit(lambda x: wsc(wsc(x, src), dst), in_shardings=src,
 out_shardings=dst)`` on a ``jax.ShapeDtypeStruct`` (nothing is allocated) over a Mesh of the first
 N devices in row-major order, and reads the compiled program: its collectives
-(``shardgym.hlo.parse_collectives``, with the mesh axes each runs over from its replica groups)
+(``runtime.hlo.parse_collectives``, with the mesh axes each runs over from its replica groups)
 and ``memory_analysis().temp_size_in_bytes``. Every pair is probed on two f32 shapes whose dims
 are multiples of N (``probe_shapes``); the fractions of the second are kept and ``stable`` says
 whether both agreed (to 1e-6 of the tensor).
@@ -11,9 +11,9 @@ whether both agreed (to 1e-6 of the tensor).
 Meshes with more devices than this process has are probed in a subprocess started with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (set before jax is imported).
 
-    python -m shardgym.reshard_probe --preset cpu-2x4 --ranks 1-4            # -> the user cache
-    python -m shardgym.reshard_probe --preset cpu-2x4 --ranks 1-4 --shipped  # -> costmodel/reshard_tables
-    python -m shardgym.reshard_probe --mesh 2x8 --ranks 1-3
+    python -m runtime.reshard_probe --preset cpu-2x4 --ranks 1-4            # -> the user cache
+    python -m runtime.reshard_probe --preset cpu-2x4 --ranks 1-4 --shipped  # -> costmodel/reshard_tables
+    python -m runtime.reshard_probe --mesh 2x8 --ranks 1-3
 
 One probe takes 30-300 ms on the 2-core CPU box (two per pair); ranks 1-4 on a 2x4 mesh are 1,352
 pairs (5 + 11 + 19 + 29 specs per rank, squared, minus the identities... counted by ``all_specs``).
@@ -66,7 +66,7 @@ def measure(mesh, src, dst, shape):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardgym.hlo import mesh_axes, parse_collectives
+    from runtime.hlo import mesh_axes, parse_collectives
 
     names = mesh.axis_names
 
@@ -144,7 +144,7 @@ def build(mesh_shape, ranks=(1, 2, 3, 4), out: str | Path | None = None, log=pri
         return reshard_table.write(path, mesh_shape, entries, header)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip())
-    cmd = [sys.executable, "-m", "shardgym.reshard_probe", "--mesh", mesh_tag(mesh_shape),
+    cmd = [sys.executable, "-m", "runtime.reshard_probe", "--mesh", mesh_tag(mesh_shape),
            "--ranks", ",".join(str(r) for r in ranks), "--out", str(path)]
     subprocess.run(cmd, env=env, check=True)
     return path

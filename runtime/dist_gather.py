@@ -3,7 +3,7 @@ and edges' mesh axes, one ``jax.lax.ppermute`` per halo shift, and a local gathe
 
 XLA's SPMD partitioner all-gathers a row-sharded gather table (or all-reduces a scatter's partial
 result), so where a plan picks a halo strategy the runtime's constrained program
-(shardgym/runtime.py) calls ``apply`` instead of binding the equation. Per device d (own rows
+(runtime/core.py) calls ``apply`` instead of binding the equation. Per device d (own rows
 [d·m, (d+1)·m)):
   gather:      table = [own rows; the rows received per shift]; out = table[pos(idx)]
   scatter-add: part = zeros(m + H rows).at[pos(idx)].add(updates); out = operand + part[:m] +

@@ -14,7 +14,7 @@ and XLA's own memory and collective figures beside the cost model's.
 4. compiles (``compile_time_s``), runs ``warmup`` + ``iters`` steps (``step_time_s`` = median of the
    timed steps), and compares every output leaf with a plain single-device ``jax.jit`` run;
 5. reads ``compiled.memory_analysis()`` (per device) and the collectives of ``compiled.as_text()``
-   (shardgym/hlo.py), and prices the same plan with the cost model.
+   (runtime/hlo.py), and prices the same plan with the cost model.
 
 With ``jax.ShapeDtypeStruct`` args (``zoo.build(..., abstract=True)``) steps 1-3 and 5 run and step 4
 stops after compiling: nothing is allocated (GPT-125M compiles in ~5-80 s under 4 GB RSS), and the
@@ -40,8 +40,8 @@ import numpy as np
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
-from shardgym import dist_fft, dist_gather
-from shardgym.hlo import parse_collectives, summarize
+from runtime import dist_fft, dist_gather
+from runtime.hlo import parse_collectives, summarize
 from shardgym.validate import constrain, is_key, plan_cluster
 
 #: every equation of graph node i is traced under jax.named_scope(f"{NODE_SCOPE}{i}"), so an HLO
@@ -57,7 +57,7 @@ class Report:
 
     ``xla_memory_bytes`` = argument + output − alias + temp bytes of ``compiled.memory_analysis()``;
     ``xla_peak_memory_bytes`` = its ``peak_memory_in_bytes`` (can be below temp on CPU).
-    ``collectives``: per kind {kind, count, bytes, wire_bytes, group_sizes} (shardgym/hlo.py);
+    ``collectives``: per kind {kind, count, bytes, wire_bytes, group_sizes} (runtime/hlo.py);
     ``collective_wire_bytes`` (bytes each device sends, ring formulas) is what compares with
     ``predicted_comm_bytes`` (the cost model's node collectives + resharding, same formulas);
     ``predicted_collectives``: per kind {kind, count, wire_bytes} (see predicted_collectives).
@@ -520,7 +520,7 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
 
 def _distributed_ffts(problem, plan: Plan, graph: OpGraph) -> dict[int, tuple]:
     """graph node id -> (operand spec, result spec) of every fft node whose chosen strategy is a
-    distributed FFT (shardgym/dist_fft.py runs those; the replicated one stays XLA's)."""
+    distributed FFT (runtime/dist_fft.py runs those; the replicated one stays XLA's)."""
     m = getattr(problem, "meta", None)
     if m is None or not m.operand_specs or len(plan.strategies) != problem.num_nodes:
         return {}
@@ -706,7 +706,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
 def xla_figures(compiled, num_devices: int) -> tuple[dict, list]:
     """XLA's view of a compiled program: ({"total": argument + output − alias + temp bytes,
     "peak": peak_memory_in_bytes, "breakdown": {argument, output, alias, temp}}, every collective
-    (shardgym.hlo.Collective)), per device."""
+    (runtime.hlo.Collective)), per device."""
     ma = compiled.memory_analysis()
     breakdown = {k: float(getattr(ma, k + "_size_in_bytes", 0) or 0) for k in ("argument", "output", "alias", "temp")}
     total = breakdown["argument"] + breakdown["output"] - breakdown["alias"] + breakdown["temp"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from costmodel.search import Graph, prune
+from solvers.search import Graph, prune
 
 FORBIDDEN = 1e17
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update

@@ -9,8 +9,8 @@ Bad input is a ValueError naming the file and the field (``Problem.from_iopddl``
 usage limit that no plan fits (the lowest-usage strategy of every node already exceeds it); ``[]``
 is still printed as the last line.
 
-Solving is ``costmodel.capped.solve_capped`` (anchor, BP with memory prices, toulbar2 with
-adaptive memory prices (``costmodel.cfn``), the large-instance search, on MILP-sized graphs the
+Solving is ``solvers.capped.solve_capped`` (anchor, BP with memory prices, toulbar2 with
+adaptive memory prices (``solvers.cfn``), the large-instance search, on MILP-sized graphs the
 exact MILP warm-started from the best plan and MILP neighbourhoods), run in a forked child that streams each new best plan back; the parent prints the
 best one it holds at the deadline and kills the child, so no native call can overrun it.
 """
@@ -77,13 +77,13 @@ def check_fits(problem: Problem, path: str = "problem") -> None:
 
 
 def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
-    """The capped-solving core under its watchdog (``costmodel.capped.solve_guarded``: a forked
+    """The capped-solving core under its watchdog (``solvers.capped.solve_guarded``: a forked
     child streams each new best plan and is killed at the deadline, so no native call overruns)."""
-    from costmodel.capped import solve_guarded
+    from solvers.capped import solve_guarded
     r = solve_guarded(problem, deadline - time.perf_counter(), progress=_say)
     _say(f"{r.status}: cost={r.cost:.10g} bound={r.bound:.10g} ({time.perf_counter() - t0:.1f}s)")
     return r.plan or []
 
 
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m costmodel.iopddl_cli FILE T
+if __name__ == "__main__":  # pragma: no cover - convenience: python -m solvers.iopddl_cli FILE T
     main_iopddl(sys.argv[1], float(sys.argv[2]))

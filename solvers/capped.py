@@ -7,17 +7,17 @@ Phases, each against one deadline:
 
 1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not).
 2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
-   with Lagrangian memory prices (``costmodel.bp``: a plan and a lower bound), then the large-instance search
-   (``costmodel.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
+   with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
+   (``solvers.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
    ICM, repair, polish) started from the best of them.
    With pytoulbar2 installed and a budget of at least ``CFN_MIN_S``, the cost-function-network
-   solver (``costmodel.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
+   solver (``solvers.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
    bound) runs too: on graphs too big for the MILP first, with ``CFN_SHARE_LARGE`` of the time
    (the search then starts from its plan and polishes it; a toulbar2 round with no plan gives the
    time back to the search, as on IOPDDL S); on MILP-sized graphs after the search,
    with ``CFN_SHARE_SMALL`` of the time left (it proves B and G optimal in seconds), and the MILP
    is skipped when its bound already closes the gap.
-3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``costmodel.ilp.solve_ilp``)
+3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``solvers.ilp.solve_ilp``)
    warm-started from the best plan, with up to ``MILP_SHARE`` of the time left; it proves the
    optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
    (``search.refine``) from the incumbent for the rest. On larger graphs the search runs with its
@@ -39,11 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.bp import bp_solve
-from costmodel.cfn import available as cfn_available
-from costmodel.cfn import cfn_solve
+from solvers.bp import bp_solve
+from solvers.cfn import available as cfn_available
+from solvers.cfn import cfn_solve
 from costmodel.problem import Problem, evaluate
-from costmodel.search import prepare, refine, solve_large
+from solvers.search import prepare, refine, solve_large
 
 MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries
 MILP_NODES = 5_000              # ... and nodes
@@ -53,7 +53,7 @@ BP_MAX_S = 6.0
 SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
 GUARD_MARGIN_S = 1.0            # solve_guarded: the child's budget is this much shorter
 SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
-CFN_MIN_S = 5.0                 # toulbar2 (costmodel.cfn, when pytoulbar2 is installed) from this budget on
+CFN_MIN_S = 5.0                 # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
 CFN_SHARE_LARGE = 0.75          # of the time left, on graphs too big for the MILP (the search gets the rest)
 CFN_SHARE_SMALL = 0.25          # of the time left after BP and the search, on MILP-sized graphs
 
@@ -162,7 +162,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
 
 
 def _cfn(problem, limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
-    """toulbar2 rounds at adaptive memory prices (``costmodel.cfn``) from the best plan; its bound.
+    """toulbar2 rounds at adaptive memory prices (``solvers.cfn``) from the best plan; its bound.
     On contest-size graphs a round without a plan hands the rest of the time to the search."""
     r = cfn_solve(problem, limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
                   on_plan=lambda plan, cost: consider(plan, "cfn"))
@@ -174,7 +174,7 @@ def _cfn(problem, limit_s, best, consider, say, give_up_empty=False, prepared=No
 
 def _milp(problem, limit_s, best, relax_cap, threads, consider, say):
     """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
-    from costmodel.ilp import solve_ilp
+    from solvers.ilp import solve_ilp
     try:
         plan, info = solve_ilp(problem, time_limit_s=limit_s, initial_plan=best[0], relax_cap=relax_cap,
                                threads=threads)

@@ -1,5 +1,5 @@
 """Peak shaving that sees the resharded copies (``Problem.edge_memory``): the memory objective's
-heuristic when copies make its exact model big (``costmodel.ilp`` uses it in place of the
+heuristic when copies make its exact model big (``solvers.ilp`` uses it in place of the
 node-usage-only ``_PeakShaver`` for such problems).
 
 ``CopyShaver(problem).shave(start, cap, deadline)``: from ``start``, repeatedly take the time point

@@ -30,7 +30,7 @@ If a rule leaves a node no strategy (a dim too small), the node falls back to re
 
 Solver for the restricted problem: greedy in program order then iterated conditional modes (each
 node re-picks its best strategy given its neighbours, until no change) — and, when
-``costmodel.ilp`` is importable, the ILP on the restricted sub-problem (time-limited); the plan
+``solvers.ilp`` is importable, the ILP on the restricted sub-problem (time-limited); the plan
 with the lower total wins. Neither sees the memory limit (baselines are what they are).
 """
 from __future__ import annotations
@@ -273,7 +273,7 @@ def _min_time(problem: Problem, allowed: list[np.ndarray], use_ilp: bool, time_l
     best_cost = evaluate(sub, best).total
     if use_ilp:
         try:
-            from costmodel.ilp import solve_ilp
+            from solvers.ilp import solve_ilp
         except ImportError:
             solve_ilp = None
         if solve_ilp is not None:

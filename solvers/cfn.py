@@ -6,7 +6,7 @@ penalty (the IOPDDL contest winner's approach).
 feasible plan, its cost, a lower bound, rounds run). ``available()`` says whether pytoulbar2 imports.
 
 * **Model**: the problem is pruned and its permutation ties contracted exactly as the
-  large-instance search does (``costmodel.search.prepare``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
+  large-instance search does (``solvers.search.prepare``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
   from 34,932 nodes to 285 with a choice). One toulbar2 variable per component; unary cost
   functions are the component costs, binary ones the edge matrices. Each function's minimum is
   kept aside as a constant, so what toulbar2 sees is ≥ 0. Costs are integers in toulbar2: they are
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import Problem
-from costmodel.search import FORBIDDEN, Graph, _icm, _node_prices, _repair_tied, prepare
+from solvers.search import FORBIDDEN, Graph, _icm, _node_prices, _repair_tied, prepare
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
 TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about this many units

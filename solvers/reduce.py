@@ -11,7 +11,7 @@ the optimum of every objective is preserved. The reductions:
    the threshold, or whose row/column in some incident edge is all at least the threshold, is
    dropped (unless it is the node's last). IOPDDL marks impossible shardings with cost 1e18. This
    one is *not* exact in general: the caller re-solves without it if the reduced problem turns out
-   infeasible (see ``costmodel.ilp``).
+   infeasible (see ``solvers.ilp``).
 2. **Dominated strategies**: strategy a of node i is dropped when another strategy b of i is no
    worse in every respect that matters: node cost, usage (only when memory matters and the node's
    interval is non-empty), redundant bytes (only when redundancy matters), and every entry of its
@@ -96,7 +96,7 @@ def reduce_problem(problem: Problem, memory_matters: bool = True, redundancy_mat
 
     ``allowed``: optional boolean mask over all strategies (``problem.node_costs``'s layout); the
     others are dropped first (a node keeps at least one). The caller vouches that no optimal plan
-    needs a dropped strategy (e.g. ``costmodel.ilp`` drops strategies that break a memory cap on
+    needs a dropped strategy (e.g. ``solvers.ilp`` drops strategies that break a memory cap on
     their own). ``memory_free``: optional boolean mask over nodes whose usage the caller proved
     cannot matter (every memory row they sit in is slack for any choice); they are treated like
     nodes with constant usage (dominance ignores their usage and they may be eliminated), and the

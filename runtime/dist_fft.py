@@ -2,7 +2,7 @@
 dims and ``jax.lax.all_to_all`` transposes, in the order ``costmodel.fft_plan.schedule`` gives.
 
 XLA's SPMD partitioner all-gathers a sharded fft operand and transforms it replicated, so where a
-plan picks a sharded fft strategy the runtime's constrained program (shardgym/runtime.py) calls
+plan picks a sharded fft strategy the runtime's constrained program (runtime/core.py) calls
 ``apply`` instead of binding the fft equation. ``apply`` computes the same transform: an n-D FFT is
 the composition of 1-D FFTs along its dims (any order; IFFT's 1/N is the product of the per-dim
 1/n_d; RFFT = rfft along the last dim then complex FFTs; IRFFT = complex IFFTs then irfft along the

@@ -21,7 +21,7 @@
    basin (better on instance M, where tied descent stalls). Steps 4 and 5 get 30 % of the main
    phase each; the one that found the best plan gets the rest.
 6. **Feasible polish** (components, then single nodes); on graphs of at most ``LNS_MAX_NODES``,
-   **large-neighbourhood search** with the exact MILP (``costmodel.ilp``) on BFS neighbourhoods.
+   **large-neighbourhood search** with the exact MILP (``solvers.ilp``) on BFS neighbourhoods.
 
 Always keeps the best feasible plan (priced on the original problem) and checks the clock between
 steps; it returns by ``timeout_s`` (the caller keeps a margin) -- an approximation: one forest DP
@@ -368,7 +368,7 @@ def _lns(g: Graph, s: np.ndarray, best_cost: float, deadline: float, rng, progre
     at most ``sub_time_s`` and ends ``margin_s`` before ``deadline``; none starts with less than
     ``min_sub_s`` to run. Centres are uniform over the nodes with a choice or (``weighted``) drawn
     half the time in proportion to the resharding cost the current plan pays on their edges."""
-    from costmodel.ilp import solve_ilp
+    from solvers.ilp import solve_ilp
     p = g.p
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
@@ -710,7 +710,7 @@ class _Pruning:
 
 def prepare(problem: Problem, tie: bool = True, g: Graph | None = None):
     """(pruning, pruned graph, contraction, component graph) of ``problem``: the exact reductions
-    ``solve_large`` and ``costmodel.cfn`` work on."""
+    ``solve_large`` and ``solvers.cfn`` work on."""
     pr = _Pruning(g if g is not None else Graph(problem))
     g2 = Graph(pr.problem)
     C = _Contraction(g2, tie)
@@ -934,7 +934,7 @@ def solve_large(problem: Problem, timeout_s: float, progress=None, seed: int = 0
                 prepared=None) -> list[int] | None:
     """Best feasible plan found within ``timeout_s`` seconds, or None if no plan fits the memory
     limit (proved by the lowest-usage plan being over it). ``starts``: plans found elsewhere (e.g.
-    ``costmodel.bp``); the feasible ones are candidates, and the best of them starts the tied and
+    ``solvers.bp``); the feasible ones are candidates, and the best of them starts the tied and
     untied Lagrangian runs where it is cheaper than their own ICM start. ``on_plan(plan)`` is called
     with every new best plan (so a caller that is stopped mid-run keeps it). ``prepared``: the
     (pruning, pruned graph, contraction, component graph) of ``prepare(problem)``, when the caller
