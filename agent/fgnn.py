@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers import bp
 from costmodel.problem import Problem
+from solvers import bp
 from solvers.search import Graph, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from solvers.search import Graph, _Pruning
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
+from solvers.search import Graph, _Pruning
 
 FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
                    ("vit", "base"))

@@ -97,8 +97,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import shardgym as sg
     import zoo
-    from solvers.ilp import min_peak_memory
     from experiments.common import print_table, write_results
+    from solvers.ilp import min_peak_memory
     rows = []
     for spec in a.problems.split(","):
         if spec in OUTSIDE:

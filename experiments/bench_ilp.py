@@ -153,8 +153,8 @@ def section_s(cfg: Config) -> list[dict]:
         print('(s) skipped: OR-Tools is not installed (pip install -e ".[cpsat]")')
         return [{"skipped": "ortools not installed"}]
     import shardgym as sg
-    from solvers.ilp import solve_ilp
     from shardgym import workflow
+    from solvers.ilp import solve_ilp
     probs = [random_problem(cfg.random_nodes, cfg.random_strategies, cfg.seed + i)
              for i in range(cfg.random_instances)]
     for spec in ("gpt:tiny", "unet:tiny"):

@@ -88,11 +88,11 @@ def main(argv=None):
         return fg_main(args)
 
     from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
-    from solvers.bp import bp_plan
-    from solvers.ilp import solve_ilp
     from costmodel.problem import evaluate
     from env.workloads import Workload, heldout_workloads, random_problem
     from experiments.common import print_table, write_results
+    from solvers.bp import bp_plan
+    from solvers.ilp import solve_ilp
 
     caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
     workloads = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from solvers.capped import milp_ok
 from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem, evaluate
+from solvers.capped import milp_ok
 
 __all__ = ["Cluster", "Cost", "OpGraph", "Plan", "Problem", "build_problem", "evaluate", "execute", "solve", "trace",
            "verify"]

@@ -146,8 +146,8 @@ def cmd_compare(args) -> int:
 
 def cmd_run(args) -> int:
     from costmodel.problem import Plan
-    from shardgym import validate, workflow
     from runtime import xla_log
+    from shardgym import validate, workflow
     out, err = _console()
     plan = Plan.from_json(args.plan)
     source = validate.check_plan_file(plan, args.plan)

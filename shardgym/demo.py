@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     import shardgym as sg
-    from shardgym import validate, workflow
     from runtime import xla_log
+    from shardgym import validate, workflow
 
     out = Console(width=None if sys.stdout.isatty() else 150)
     err = Console(file=os.fdopen(os.dup(2), "w", buffering=1))   # keeps working while fd 2 is captured

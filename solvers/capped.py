@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
-from costmodel.problem import Problem, evaluate
 from solvers.search import prepare, refine, solve_large
 
 MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries

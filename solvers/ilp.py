@@ -66,9 +66,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from solvers.copy_rows import CopyColumns, copy_columns, edge_signatures
 from solvers.copy_search import CopyShaver
-from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
 from solvers.reduce import FORBIDDEN_COST, Reduction, identity_reduction, reduce_problem
 
 OBJECTIVES = ("time", "memory", "redundancy")

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import zoo
-from solvers.baselines import METHODS, allowed_strategies, baseline_plan
 from costmodel.builder import build_problem
 from costmodel.cluster import Cluster
 from costmodel.problem import Problem, evaluate
+from solvers.baselines import METHODS, allowed_strategies, baseline_plan
 
 
 @pytest.fixture(scope="module")

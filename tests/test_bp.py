@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.bp import bp_plan, bp_solve
 from costmodel.problem import Problem, evaluate
+from solvers.bp import bp_plan, bp_solve
 from tests.ilp_helpers import brute_force, random_problem
 
 

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
+from costmodel.problem import Problem, evaluate
 from solvers import capped, iopddl_cli
 from solvers.capped import solve_capped
-from costmodel.problem import Problem, evaluate
 from tests.ilp_helpers import brute_force, random_problem
 
 

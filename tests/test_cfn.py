@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.cfn import available, cfn_solve
 from costmodel.problem import evaluate
+from solvers.cfn import available, cfn_solve
 from tests.ilp_helpers import brute_force, random_problem
 
 

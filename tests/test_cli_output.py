@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from costmodel.problem import Cost, Plan
-from shardgym import plots, workflow
 from runtime import xla_log
+from shardgym import plots, workflow
 
 
 def _cost(**kw):

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel.edge_memory import CopyGroups
-from solvers.ilp import solve_ilp
 from costmodel.problem import Problem, evaluate
+from solvers.ilp import solve_ilp
 from solvers.search import Graph
 
 sys.path.insert(0, os.path.dirname(__file__))

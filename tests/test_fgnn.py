@@ -8,8 +8,8 @@ import pytest
 
 from agent.checkpoints import weights_digest
 from agent.fgnn import FGNN, FGConfig, FGInputs
-from solvers import bp
 from costmodel.problem import evaluate
+from solvers import bp
 from solvers.search import Graph, _Pruning
 from tests.ilp_helpers import brute_force, random_problem
 from tests.test_bp import _tree

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
-from solvers.ilp import InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
+from solvers.ilp import InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
 from solvers.reduce import reduce_problem  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
@@ -202,8 +202,8 @@ def test_tighten_is_exact(seed, n, q):
     drops never bind for a plan of kept strategies (checked on all plans)."""
     from ilp_helpers import all_plans
 
-    from solvers.ilp import _tighten
     from costmodel.problem import usage_profile
+    from solvers.ilp import _tighten
     rng = np.random.default_rng(seed)
     p = random_problem(rng, n, kmax=4, limit_q=None)
     peaks = sorted(evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p))

@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
-from solvers.iopddl_cli import main_iopddl  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
+from solvers.iopddl_cli import main_iopddl  # noqa: E402
 from solvers.search import Graph, _Contraction, _Pruning, _range_max, solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
