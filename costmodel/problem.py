@@ -33,6 +33,10 @@ import numpy as np
 
 from costmodel.edge_memory import CopyGroups
 
+# A cost at or above this marks a strategy or an edge pair as impossible (IOPDDL writes 1e18).
+# The one threshold every solver, the env and the reductions use.
+FORBIDDEN_COST = 1e15
+
 
 class PlanError(ValueError):
     """A plan that does not fit its problem (wrong length, strategy index out of range)."""
