@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
 from flax import serialization
 
 from agent.fgnn import FGNN, FGConfig

@@ -43,7 +43,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from env.sharding_env import ShardingEnv
 from solvers.local import REFINE_TIME_LIMIT_S, LocalCosts, improve, least_usage_plan, refine, repair_memory
-from solvers.local import polish as polish_plan   # ``Planner.plan`` has a flag named ``polish``
+from solvers.local import polish as polish_plan  # ``Planner.plan`` has a flag named ``polish``
 
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "policy.msgpack")
 PRETRAINED_FGNN = os.path.join(os.path.dirname(PRETRAINED), "fgnn.msgpack")   # the factor-graph network
