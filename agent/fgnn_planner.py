@@ -74,6 +74,6 @@ class FGPlanner:
                        "cap_binds": binds}
         return x
 
-    def finetune(self, problem: Problem, seconds: float, **_kw) -> list[dict]:
+    def finetune(self, problem: Problem, time_limit_s: float, **_kw) -> list[dict]:
         """Not implemented for this network (the GNN policy's PPO fine-tuning does not apply)."""
         raise NotImplementedError("fine-tuning the factor-graph network is not implemented")

@@ -42,8 +42,21 @@ from agent.ppo import PPOConfig, PPOTrainer, make_model, problem_env_fn
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from env.sharding_env import ShardingEnv
-from solvers.local import REFINE_TIME_LIMIT_S, LocalCosts, improve, least_usage_plan, refine, repair_memory
+from solvers.local import (
+    REFINE_TIME_LIMIT_S,
+    LocalCosts,
+    greedy_by_cost,
+    heuristic_plan,
+    improve,
+    least_usage_plan,
+    refine,
+    repair_memory,
+)
 from solvers.local import polish as polish_plan  # ``Planner.plan`` has a flag named ``polish``
+
+# ``heuristic_plan`` and ``greedy_by_cost`` live in solvers.local; they stay importable from here for
+# agent/ppo.py, agent/train.py and tests/test_ablate.py (other owners) until those import them from there.
+__all__ = ["PRETRAINED", "PRETRAINED_FGNN", "Planner", "capped", "cl_copy", "greedy_by_cost", "heuristic_plan"]
 
 PRETRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "policy.msgpack")
 PRETRAINED_FGNN = os.path.join(os.path.dirname(PRETRAINED), "fgnn.msgpack")   # the factor-graph network

@@ -16,7 +16,6 @@ import env as env_pkg
 from costmodel.problem import Problem, evaluate
 from env.features import ACTION_FEATURES, ACTION_INDEX, EDGE_FEATURES, NODE_FEATURES, NODE_INDEX
 from env.sharding_env import ShardingEnv
-from solvers.local import decision_order, greedy_by_cost
 from env.workloads import (
     HELDOUT_MODELS,
     HELDOUT_PRESETS,
@@ -31,6 +30,7 @@ from env.workloads import (
     sample_workload,
     train_workloads,
 )
+from solvers.local import decision_order, greedy_by_cost
 
 HERE = os.path.dirname(__file__)
 IOPDDL = os.path.join(HERE, "..", "..", "shared", "iopddl")

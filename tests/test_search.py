@@ -143,7 +143,7 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
     sub = Problem(f"{p.name}[:{n}]", offs, p.node_costs[:offs[-1]], p.node_usages[:offs[-1]],
                   p.intervals[:n], p.edges[keep], eoffs, p.edge_costs[idx])
     g = LocalCosts(sub)
-    minu = g.local[np.lexsort((g.local, g.cost, g.usage, g.node_of))[g.offs[:-1]]]
+    minu = np.asarray(least_usage_plan(sub))
     cheap = g.seg_argmin(g.cost)
     a, b = g.profile(minu).max(), g.profile(cheap).max()
     return sub.with_usage_limit(float(a + limit_frac * (b - a)))
@@ -152,9 +152,7 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
 @pytest.mark.slow
 def test_solve_large_on_head_of_A_is_feasible_forbidden_free_and_improves():
     p = _head(Problem.from_iopddl(A), 6000, 0.3)
-    g = LocalCosts(p)
-    forb = (g.cost >= 1e15).astype(np.int64)
-    anchor = g.local[np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))[g.offs[:-1]]]
+    anchor = least_usage_plan(p, avoid_forbidden=True)
     anchor_cost = evaluate(p, anchor).total
     t0 = time.perf_counter()
     plan = solve_large(p, 8.0, seed=1)
