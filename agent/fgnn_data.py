@@ -11,7 +11,7 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   30% of the way from the least to the greatest peak and with the builder's device limit only
   (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
   binding cap (meshgraphnet large, 4,095 nodes).
-* ``ilp_label(problem, seconds)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
+* ``ilp_label(problem, time_limit_s)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
   ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
   late; labels cached before that change came from ``solve_ilp``), cached
   under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
@@ -102,7 +102,7 @@ def _label_dir() -> Path:
     return d
 
 
-def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
+def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) -> dict | None:
     """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
     path = _label_dir() / f"{problem_hash(problem)}.npz"
     if cache and path.exists():
@@ -114,11 +114,11 @@ def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> di
     t = time.perf_counter()
     try:
         if problem.usage_limit is None:
-            plan, si = solve_ilp(problem, objective="time", time_limit_s=seconds, threads=1,
+            plan, si = solve_ilp(problem, objective="time", time_limit_s=time_limit_s, threads=1,
                                  initial_plans=[least_usage_plan(problem)])
             status = si.status
         else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
-            r = solve_guarded(problem, seconds, seeds=[least_usage_plan(problem)], threads=1)
+            r = solve_guarded(problem, time_limit_s, seeds=[least_usage_plan(problem)], threads=1)
             if r.plan is None:
                 raise ValueError("no plan fits the cap")
             plan, status = r.plan, r.status

@@ -156,11 +156,11 @@ class _Model:
 
 
 def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, progress=None,
-              round_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
+              round_time_limit_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
               prepared=None) -> CFNResult:
     """Rounds of toulbar2 at adaptive memory prices within ``time_limit_s`` (see the module
     docstring). ``starts``: feasible plans found elsewhere (the best is the first upper bound);
-    ``on_plan(plan, cost)`` on every new best plan; ``round_s``: toulbar2's time per round
+    ``on_plan(plan, cost)`` on every new best plan; ``round_time_limit_s``: toulbar2's time per round
     (default a quarter of the budget, at least 1 s); ``max_rounds``: stop after that many;
     ``give_up_empty``: stop after a round that timed out without a plan (instead of doubling the
     slice), so that a caller with other solvers gets the time back; ``prepared``: the problem's
@@ -201,7 +201,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
         prices.warm(C, gc, min(deadline, time.perf_counter() + WARM_SHARE * time_limit_s),
                     lambda sc: consider(pr.to_orig(C.expand(sc)), "cfn warm-up icm"))
     bound, rounds = -np.inf, 0
-    slice_s = round_s or max(1.0, time_limit_s / 4.0)
+    slice_s = round_time_limit_s or max(1.0, time_limit_s / 4.0)
     while True:
         t = min(slice_s, deadline - time.perf_counter() - ROUND_MARGIN_S)
         if t < 1.0 or (max_rounds is not None and rounds >= max_rounds):
@@ -219,7 +219,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             if give_up_empty:
                 say(f"cfn round {rounds}: no plan in {t:.0f} s; giving the time back")
                 break
-            if round_s is None:
+            if round_time_limit_s is None:
                 slice_s *= 2.0    # no plan in the slice (S: ~25 s a round under load): longer rounds
         bound = max(bound, lb - prices.penalty())
         if best[0] is not None and bound >= best[1] - 1e-9 * max(abs(best[1]), 1.0):

@@ -257,7 +257,7 @@ def prepare(problem: Problem, tie: bool = True, g: LocalCosts | None = None):
 
 def prune(problem: Problem) -> tuple[Problem, object]:
     """(the problem without the strategies no forbidden-free, memory-feasible plan uses, a function
-    mapping its plans back to the original's strategy indices); see ``_Pruning``."""
+    mapping its plans back to the original's strategy indices); see ``Pruning``."""
     pr = Pruning(LocalCosts(problem))
     return pr.problem, pr.to_orig
 
