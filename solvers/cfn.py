@@ -44,7 +44,7 @@ import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
 from solvers.local import LocalCosts, best_response, prepare, repair_tied
-from solvers.search import ICM_ROUNDS
+from solvers.search import ICM_SWEEPS
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
 TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about this many units
@@ -276,14 +276,16 @@ class _Prices:
         return r
 
     def warm(self, C, gc: LocalCosts, until: float, consider, fits_needed: int = 3) -> None:
-        """Price rounds with best response (ICM) (a fraction of a toulbar2 round each) until
+        """Price rounds with colour-class best response (ICM) (a fraction of a toulbar2 round each) until
         ``fits_needed`` plans have fit or ``until``: toulbar2 then starts near the right prices
         instead of at λ = 0, whose plan is far over the limit where memory binds (S: 16x)."""
+        classes = gc.colour_classes()
         sc = gc.seg_argmin(gc.cost)
         fits = 0
         while fits < fits_needed and time.perf_counter() < until:
-            sc = np.asarray(best_response(gc.p, sc, time_limit_s=until - time.perf_counter(), max_rounds=ICM_ROUNDS,
-                                         lc=gc, node_cost=self.unary(C, gc), memory=False), dtype=np.int64)
+            sc = np.asarray(best_response(gc.p, sc, time_limit_s=until - time.perf_counter(),
+                                         max_rounds=ICM_SWEEPS * max(len(classes), 1), lc=gc,
+                                         node_cost=self.unary(C, gc), memory=False, classes=classes), dtype=np.int64)
             if self.update(C.expand(sc)).max() <= 1.0:
                 fits += 1
                 consider(sc)

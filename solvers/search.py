@@ -52,13 +52,15 @@ __all__ = ["Contraction", "Graph", "LNS_MAX_NODES", "LocalCosts", "Pruning", "fo
            "refine", "solve_large"]
 
 
-def _icm(gc: LocalCosts, sc: np.ndarray, node_cost: np.ndarray, until: float, max_rounds: int = 10_000) -> np.ndarray:
-    """Best response (``solvers.local.best_response``) on ``node_cost``, memory ignored, until ``until``."""
-    return np.asarray(best_response(gc.p, sc, time_limit_s=until - time.perf_counter(), max_rounds=max_rounds,
-                                    lc=gc, node_cost=node_cost, memory=False), dtype=np.int64)
+def _icm(gc: LocalCosts, sc: np.ndarray, node_cost: np.ndarray, classes, until: float, sweeps: int = 50) -> np.ndarray:
+    """Colour-class best response (``solvers.local.best_response`` with ``classes``) on
+    ``node_cost``, memory ignored, for at most ``sweeps`` passes over the classes or until ``until``."""
+    return np.asarray(best_response(gc.p, sc, time_limit_s=until - time.perf_counter(),
+                                    max_rounds=sweeps * max(len(classes), 1), lc=gc, node_cost=node_cost,
+                                    memory=False, classes=classes), dtype=np.int64)
 
 
-ICM_ROUNDS = 12   # best-response rounds per Lagrangian round (was 4 sweeps of colour-class ICM)
+ICM_SWEEPS = 4   # colour-class best-response passes per Lagrangian round
 
 
 def _polish_tied(C: Contraction, gc: LocalCosts, sc: np.ndarray, deadline: float, passes: int = 5) -> np.ndarray:
@@ -120,6 +122,7 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
     rounds continue from it. (A fixed subgradient step that doubled per infeasible round overshot
     by 100x after a few stubborn points and left the plan stuck at 0.91 of the limit.)"""
     g = C.g
+    classes = gc.colour_classes()
     pos = g.cost[np.abs(g.cost) < FORBIDDEN_COST]
     cost_scale = float(np.median(np.abs(pos)) + 1.0) if len(pos) else 1.0
     use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
@@ -134,7 +137,7 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
             continue
         pen = C.penalty(g.interval_sums(lam)) if lam.any() else gc.cost
         sc = forest_dp(gc, sc, pen, rng, until)
-        sc = _icm(gc, sc, pen, until, max_rounds=ICM_ROUNDS)
+        sc = _icm(gc, sc, pen, classes, until, sweeps=ICM_SWEEPS)
         it += 1
         if g.cap is None:
             consider(sc, f"{tag} dp[{it}]")
@@ -206,7 +209,7 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
     def consider_tied(sc, tag) -> bool:
         return sc is not None and consider(pr.to_orig(C.expand(sc)), tag)
 
-    sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, deadline)
+    sc = _icm(gc, gc.seg_argmin(gc.cost), gc.cost, gc.colour_classes(), deadline)
     consider_tied(sc, "tied icm")
     if have_start:
         b2 = pr.from_orig(best)
@@ -240,10 +243,11 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
     if tie and time.perf_counter() + 1.0 < main_deadline:
         C1 = Contraction(g2, tie=False)
         g1 = LocalCosts(C1.problem)
-        s0 = _icm(g1, g1.seg_argmin(g1.cost), g1.cost, main_deadline)
+        cls1 = g1.colour_classes()
+        s0 = _icm(g1, g1.seg_argmin(g1.cost), g1.cost, cls1, main_deadline)
         s1 = _icm(g1, np.asarray(greedy_by_cost(C1.problem, order=np.arange(g1.n),
                                                 time_limit_s=min(main_deadline - time.perf_counter(), 0.05 * time_limit_s))),
-                  g1.cost, main_deadline)
+                  g1.cost, cls1, main_deadline)
         if g1.total(s1) < g1.total(s0):
             s0 = s1
         b2 = pr.from_orig(best) if have_start else None

@@ -152,6 +152,19 @@ class LocalCosts:
     def total(self, s: np.ndarray) -> float:
         return evaluate(self.p, s).total
 
+    def colour_classes(self) -> list[np.ndarray]:
+        """A greedy proper colouring (nodes in index order, each the least colour unused by its
+        neighbours): independent sets that ``best_response`` may move one at a time."""
+        colour = np.full(self.n, -1, dtype=np.int64)
+        ptr, adj = self.adj_ptr, self.adj
+        for i in range(self.n):
+            used = set(colour[adj[ptr[i]:ptr[i + 1]]].tolist())
+            c = 0
+            while c in used:
+                c += 1
+            colour[i] = c
+        return [np.nonzero(colour == c)[0] for c in range(int(colour.max(initial=-1)) + 1)]
+
     # ---- memory --------------------------------------------------------------------------
     def profile_of(self, u: np.ndarray) -> np.ndarray:
         """Live usage at each compressed time point when node i holds u[i] bytes."""

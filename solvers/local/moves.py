@@ -2,9 +2,11 @@
 
 * ``best_response(problem, plan, ...)``: iterated best response (ICM). Every round computes all
   local costs (``LocalCosts.local``, on the problem's node costs or on ``node_cost``, e.g.
-  Lagrangian prices) and moves a set of improving nodes no two of which share an edge (a node
-  moves iff its gain beats every improving neighbour's; ties: the lower index), so the total
-  falls by exactly the sum of their gains. With ``memory`` (default) and a usage limit, a batch
+  Lagrangian prices) and moves a set of improving nodes no two of which share an edge, so the
+  total falls by exactly the sum of their gains. Which set: by default the improving nodes whose
+  gain beats every improving neighbour's (ties: the lower index); with ``classes`` (a colouring,
+  ``LocalCosts.colour_classes``; the large-instance driver's schedule) the improving nodes of the
+  next colour class in turn, until a whole pass over the classes moves nothing. With ``memory`` (default) and a usage limit, a batch
   that would break the limit is cut to its moves that do not raise their node's usage, or, when
   none, the round retries among the usage-non-increasing strategies only. Never makes a plan
   worse (in ``node_cost``) or, with ``memory``, infeasible.
@@ -45,7 +47,7 @@ def _nb_max(lc: LocalCosts, prio: np.ndarray) -> np.ndarray:
 
 def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds: int = 10_000,
                   lc: LocalCosts | None = None, node_cost: np.ndarray | None = None,
-                  memory: bool = True) -> list[int]:
+                  memory: bool = True, classes: list | None = None) -> list[int]:
     """Iterated best response (see the module docstring)."""
     lc = lc or LocalCosts(problem)
     plan = np.asarray(plan, dtype=np.int64).copy()
@@ -54,7 +56,8 @@ def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds:
     limit = lc.cap if memory else None
     t0 = time.perf_counter()
     prio_base = np.arange(n)
-    for _ in range(max_rounds):
+    idle = 0                               # colour classes in a row that moved nothing
+    for r in range(max_rounds):
         if time.perf_counter() - t0 > time_limit_s:
             break
         tot = lc.local(plan, node_cost)
@@ -63,10 +66,21 @@ def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds:
         best = lc.seg_argmin(tot)
         gain = cur - tot[off[:-1] + best]
         scale = max(float(np.abs(cur).max()), 1e-30) if n else 1.0
-        cand = gain > 1e-12 * scale
-        if not cand.any():
-            break
-        prio, move = _independent(cand, gain, lc, prio_base)
+        if classes is not None:            # the next colour class: an independent set already
+            move = np.zeros(n, dtype=bool)
+            cls = classes[r % len(classes)] if len(classes) else np.zeros(0, np.int64)
+            move[cls[gain[cls] > 1e-12 * np.maximum(1.0, np.abs(cur[cls]))]] = True
+            idle = 0 if move.any() else idle + 1
+            if idle >= max(len(classes), 1):
+                break
+            if not move.any():
+                continue
+            prio = np.where(move, gain, -1)
+        else:
+            cand = gain > 1e-12 * scale
+            if not cand.any():
+                break
+            prio, move = _independent(cand, gain, lc, prio_base)
         new = plan.copy()
         new[move] = best[move]
         if limit is not None and not lc.feasible(new):
