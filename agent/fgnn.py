@@ -19,7 +19,7 @@ units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming mess
 * **readout**: score_i(s) = b_i(s) + g_out · spread_i · MLP(node-strategy features).
 
 With every gate, mixing weight, price gate and damping parameter at zero (``zero_corrections``)
-the network is plain BP: its messages equal ``bp._Messages.update``'s (tests/test_fgnn.py, to
+the network is plain BP: its messages equal ``bp.Messages.update``'s (tests/test_fgnn.py, to
 float32 rounding) and its plan equals ``bp_solve(memory_prices=False, pruned=True)``'s.
 
 Shapes are padded to buckets (powers of √2, or of 2 with ``coarse``; at least 64) so one compiled forward serves every
@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.problem import Problem
+from costmodel.limits import Limits
+from costmodel.problem import FORBIDDEN_COST, Problem
 from solvers import bp
-from solvers.search import Graph, prune
+from solvers.local import LocalCosts, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6
@@ -107,7 +108,7 @@ def pack(raws: list, sizes: dict) -> dict:
 
 
 def raw_arrays(mp, scale: float) -> dict:
-    """One problem's unpadded network inputs from its ``bp._Messages`` (costs divided by ``scale``)."""
+    """One problem's unpadded network inputs from its ``bp.Messages`` (costs divided by ``scale``)."""
     g = mp.g
     S, n, m = len(g.cost), g.n, len(g.eu)
     U, V, N = int(mp.su[-1]), int(mp.sv[-1]), len(mp.ec)
@@ -126,7 +127,7 @@ def raw_arrays(mp, scale: float) -> dict:
     ref = ref if ref > 0 else 1.0
     if N:   # per-edge spread of the finite entries (a scale for the residual correction)
         emin = np.minimum.reduceat(ec, g.eoff[:-1])
-        emax = np.maximum.reduceat(np.where(g.ec < bp.FORBIDDEN, ec, -np.inf), g.eoff[:-1])
+        emax = np.maximum.reduceat(np.where(g.ec < FORBIDDEN_COST, ec, -np.inf), g.eoff[:-1])
         espr = np.maximum(np.where(np.isfinite(emax), emax - emin, 0.0), 0.0)
     else:
         espr = np.zeros(m)
@@ -158,7 +159,7 @@ class FGInputs:
     the cost ``scale``, the unpadded ``raw`` arrays (for ``pack``) and the real sizes."""
     problem: Problem            # the (pruned) problem the network runs on
     back: object                # pruned plan -> original plan (None: not pruned)
-    mp: object                  # bp._Messages of ``problem``
+    mp: object                  # bp.Messages of ``problem``
     scale: float
     arrays: dict
     raw: dict
@@ -170,7 +171,7 @@ class FGInputs:
         back = None
         if pruned:
             problem, back = prune(problem)
-        mp = bp._Messages(Graph(problem))
+        mp = bp.Messages(LocalCosts(problem))
         pos = np.abs(mp.cost[mp.cost != 0])
         scale = float(np.median(pos)) if len(pos) else 1.0
         if not scale > 0 or not np.isfinite(scale):
@@ -368,12 +369,11 @@ class FGNN:
     def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None) -> list[int]:
         """One forward pass and bp.py's masked decode with the learned scores and messages; the
         plan of the original problem (strategy indices). Honours ``memory_cap_bytes`` (or the
-        problem's usage limit) whenever the least-usage plan fits."""
-        if memory_cap_bytes is not None:
-            problem = problem.with_usage_limit(float(memory_cap_bytes))
+        problem's usage limit, whichever is lower) whenever the least-usage plan fits."""
+        problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem)
         c, tu, tv = self.forward(inputs, params)
-        x = bp._decode(inputs.mp, c, tu, tv)
+        x = bp.decode(inputs.mp, c, tu, tv)
         if x is None:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")
         if inputs.back is not None:

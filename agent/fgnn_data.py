@@ -11,14 +11,14 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   30% of the way from the least to the greatest peak and with the builder's device limit only
   (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
   binding cap (meshgraphnet large, 4,095 nodes).
-* ``ilp_label(problem, seconds)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
+* ``ilp_label(problem, time_limit_s)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
   ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
   late; labels cached before that change came from ``solve_ilp``), cached
   under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
   plan's strategy of its node (same cost, usage and every incident edge row/column).
 * ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
-  strategies (others forbidden, then ``search.prune``): DAgger's conditioned problem.
+  strategies (others forbidden, then ``solvers.local.prune``): DAgger's conditioned problem.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
-from solvers.search import Graph, _Pruning
+from solvers.capped import solve_guarded
+from solvers.ilp import solve_ilp
+from solvers.local import LocalCosts, Pruning, least_usage_plan
 
 FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
                    ("vit", "base"))
@@ -100,11 +102,8 @@ def _label_dir() -> Path:
     return d
 
 
-def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> dict | None:
+def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) -> dict | None:
     """{"plan", "cost", "status", "ilp_s"} of the ILP on ``problem`` (cached), None if it finds none."""
-    from agent.planner import min_memory_plan
-    from solvers.capped import solve_guarded
-    from solvers.ilp import solve_ilp
     path = _label_dir() / f"{problem_hash(problem)}.npz"
     if cache and path.exists():
         z = np.load(path, allow_pickle=False)
@@ -115,11 +114,11 @@ def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> di
     t = time.perf_counter()
     try:
         if problem.usage_limit is None:
-            plan, si = solve_ilp(problem, objective="time", time_limit_s=seconds, threads=1,
-                                 initial_plans=[min_memory_plan(problem)])
+            plan, si = solve_ilp(problem, objective="time", time_limit_s=time_limit_s, threads=1,
+                                 initial_plans=[least_usage_plan(problem)])
             status = si.status
         else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
-            r = solve_guarded(problem, seconds, seeds=[min_memory_plan(problem)], threads=1)
+            r = solve_guarded(problem, time_limit_s, seeds=[least_usage_plan(problem)], threads=1)
             if r.plan is None:
                 raise ValueError("no plan fits the cap")
             plan, status = r.plan, r.status
@@ -140,7 +139,7 @@ def ilp_label(problem: Problem, seconds: float = 20.0, cache: bool = True) -> di
 
 def same_class(problem: Problem, plan) -> np.ndarray:
     """Per flat strategy: True where it is interchangeable with ``plan``'s strategy of its node."""
-    g = Graph(problem)
+    g = LocalCosts(problem)
     rng = np.random.default_rng(12345)
     kmax = int(g.k.max()) if g.n else 1
     wcol, wrow = rng.normal(size=kmax), rng.normal(size=kmax)
@@ -164,14 +163,14 @@ def same_class(problem: Problem, plan) -> np.ndarray:
 def restrict(problem: Problem, nodes: np.ndarray, plan) -> tuple[Problem, object]:
     """``problem`` with ``nodes`` fixed to ``plan``'s strategies (the others forbidden, then pruned);
     returns (the restricted problem, its plans -> the original's, the original's -> its)."""
-    g = Graph(problem)
+    g = LocalCosts(problem)
     cost = g.cost.copy()
     fix = np.zeros(g.n, dtype=bool)
     fix[np.asarray(nodes, np.int64)] = True
     x = np.asarray(plan, np.int64)
     chosen = np.zeros(len(cost), dtype=bool)
     chosen[g.offs[:-1] + x] = True
-    cost[fix[g.node_of] & ~chosen] = 1e18
+    cost[fix[g.node_of] & ~chosen] = 1e18   # forbidden (>= FORBIDDEN_COST), as IOPDDL writes it
     p2 = replace(problem, node_costs=cost)
-    pr = _Pruning(Graph(p2))
+    pr = Pruning(LocalCosts(p2))
     return pr.problem, pr.to_orig, pr.from_orig

@@ -5,18 +5,20 @@ checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
 ``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and solvers/bp.py's
 masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap.
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
-(``agent.planner.improve``: memory repair, local-search polish and, when the cap binds, refine for
-``REFINE_TIME_S``).
+(``solvers.local.improve``: memory repair, local-search polish and, when the cap binds, refine for
+``REFINE_TIME_LIMIT_S``). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
 import time
 
 import numpy as np
+from flax import serialization
 
 from agent.fgnn import FGNN, FGConfig
-from agent.planner import REFINE_TIME_S, improve, min_memory_plan
+from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
+from solvers.local import REFINE_TIME_LIMIT_S, improve, least_usage_plan
 
 
 class FGPlanner:
@@ -29,7 +31,6 @@ class FGPlanner:
 
     @classmethod
     def from_state(cls, state: dict, source: str) -> FGPlanner:
-        from flax import serialization
         cfg = FGConfig.from_dict(state["config"])
         template = FGNN(cfg).params
         params = serialization.from_state_dict(template, state["params"])
@@ -46,27 +47,26 @@ class FGPlanner:
                 "rounds": self.config.rounds, "hidden": self.config.hidden}
 
     def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
-             polish: bool = True, seed: int = 0, refine_time_s: float | None = None, return_info: bool = False,
+             polish: bool = True, seed: int = 0, refine_time_limit_s: float | None = None, return_info: bool = False,
              params=None, **_ignored):
         """The network's plan (see the module docstring); ValueError if no plan fits the cap."""
-        if memory_cap_bytes is not None:
-            problem = problem.with_usage_limit(float(memory_cap_bytes))
+        problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
         t0 = time.perf_counter()
         try:
             x = self.net.plan(problem, params=params)
         except ValueError:
-            mm = min_memory_plan(problem)
+            mm = least_usage_plan(problem)
             c = evaluate(problem, mm)
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
                              f"the least possible peak is {c.peak_memory_bytes:.4g} bytes") from None
         raw = evaluate(problem, x)
         binds = problem.usage_limit is not None and not raw.feasible
         if polish:
-            if problem.usage_limit is not None and refine_time_s is None:
+            if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
-            out = improve(problem, x, refine_time_s=(REFINE_TIME_S if binds else 0.0) if refine_time_s is None
-                          else refine_time_s, seed=seed)
+            out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
+                          if refine_time_limit_s is None else refine_time_limit_s, seed=seed)
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:
@@ -74,6 +74,6 @@ class FGPlanner:
                        "cap_binds": binds}
         return x
 
-    def finetune(self, problem: Problem, seconds: float, **_kw) -> list[dict]:
+    def finetune(self, problem: Problem, time_limit_s: float, **_kw) -> list[dict]:
         """Not implemented for this network (the GNN policy's PPO fine-tuning does not apply)."""
         raise NotImplementedError("fine-tuning the factor-graph network is not implemented")

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.profile import live_on
+
 
 def _starts(counts):
     out = np.zeros(len(counts), dtype=np.int64)
@@ -227,10 +229,7 @@ class CopyGroups:
         if not self.num_groups or not len(self.member_node):
             return out
         lo_t, hi_t, ok = self.spans()
-        acc = np.zeros(len(times) + 1)
-        np.add.at(acc, np.searchsorted(times, lo_t[ok], side="left"), self.group_bytes[ok])
-        np.add.at(acc, np.searchsorted(times, hi_t[ok], side="left"), -self.group_bytes[ok])
-        return np.cumsum(acc)[:-1]
+        return live_on(times, lo_t[ok], hi_t[ok], self.group_bytes[ok])
 
     def spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first, one past the last time, has members) per group: where its copy may be live."""

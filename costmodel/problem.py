@@ -1,4 +1,6 @@
-"""Problem: the strategy graph every solver sees, its evaluation (Cost), and Plan.
+"""Problem: the strategy graph every solver sees, and its evaluation (Cost, ``evaluate``).
+
+``Plan`` (costmodel/plan.py) and the IOPDDL reader/writer (costmodel/iopddl.py) are re-exported here.
 
 A Problem is stored as flat numpy arrays (CSR style) so that 60,000-node contest instances load
 and evaluate in seconds:
@@ -22,24 +24,23 @@ time point.
 """
 from __future__ import annotations
 
-import gzip
-import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from costmodel.edge_memory import CopyGroups
+from costmodel.iopddl import read_iopddl, write_iopddl
+from costmodel.plan import Plan, PlanError, as_strategy_array
+from costmodel.profile import step_sum
+
+__all__ = ["FORBIDDEN_COST", "Cost", "Plan", "PlanError", "Problem", "ProblemMeta", "as_strategy_array",
+           "evaluate", "usage_profile"]
 
 # A cost at or above this marks a strategy or an edge pair as impossible (IOPDDL writes 1e18).
 # The one threshold every solver, the env and the reductions use.
 FORBIDDEN_COST = 1e15
-
-
-class PlanError(ValueError):
-    """A plan that does not fit its problem (wrong length, strategy index out of range)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +143,6 @@ class Problem:
                 f"strategies={len(self.node_costs)}, usage_limit={self.usage_limit})")
 
     def with_usage_limit(self, usage_limit: float | None) -> Problem:
-        from dataclasses import replace
         return replace(self, usage_limit=usage_limit)
 
     # ---- construction ------------------------------------------------------------------
@@ -181,120 +181,14 @@ class Problem:
     # ---- IOPDDL contest format -----------------------------------------------------------
     @classmethod
     def from_iopddl(cls, path: str) -> Problem:
-        """Read a contest instance (.json or .json.gz). Errors name the file and the bad field."""
-        opener = gzip.open if str(path).endswith(".gz") else open
-        try:
-            with opener(path, "rt") as f:
-                doc = json.load(f)
-        except FileNotFoundError:
-            raise
-        except (OSError, json.JSONDecodeError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable IOPDDL JSON file ({exc})") from exc
-        try:
-            p = doc["problem"]
-            nodes, edges = p["nodes"], p["edges"]
-            _check_iopddl(path, nodes, edges, p.get("usage_limit"))
-            problem = cls.from_lists(
-                name=p.get("name", os.path.basename(str(path))),
-                node_costs=nodes["costs"],
-                node_usages=nodes["usages"],
-                intervals=nodes["intervals"] if nodes["intervals"] else np.zeros((0, 2)),
-                edges=edges["nodes"] if edges["nodes"] else np.zeros((0, 2)),
-                edge_costs=edges["costs"],
-                usage_limit=p.get("usage_limit"),
-                edge_memory=CopyGroups.from_dict(p["shardgym_edge_memory"]) if "shardgym_edge_memory" in p else None,
-            )
-        except KeyError as exc:
-            raise ValueError(f"{path}: IOPDDL field {exc} is missing") from exc
-        except (TypeError, ValueError) as exc:
-            msg = str(exc)
-            raise ValueError(msg if msg.startswith(str(path)) else f"{path}: malformed IOPDDL instance: {msg}") from exc
-        _check_values(path, problem)
-        return problem
+        """Read a contest instance (.json or .json.gz). Errors name the file and the bad field
+        (``costmodel.iopddl``)."""
+        return read_iopddl(cls, path)
 
     def to_iopddl(self, path: str) -> None:
-        """Write the contest format. Costs and usages are written as numbers as stored
-        (seconds and bytes for a traced Problem; the contest itself uses integers)."""
-        k = self.num_strategies
+        """Write the contest format (``costmodel.iopddl.write_iopddl``)."""
+        write_iopddl(self, path)
 
-        def num(x):
-            return int(x) if float(x).is_integer() else float(x)
-
-        costs = [[num(c) for c in self.node_costs[self.node_slice(i)]] for i in range(self.num_nodes)]
-        usages = [[num(c) for c in self.node_usages[self.node_slice(i)]] for i in range(self.num_nodes)]
-        ecosts = [[num(c) for c in self.edge_costs[self.edge_offsets[e]:self.edge_offsets[e + 1]]]
-                  for e in range(self.num_edges)]
-        del k
-        doc = {"problem": {
-            "name": self.name,
-            "nodes": {"intervals": self.intervals.tolist(), "costs": costs, "usages": usages},
-            "edges": {"nodes": self.edges.tolist(), "costs": ecosts},
-        }}
-        if self.usage_limit is not None:
-            doc["problem"]["usage_limit"] = num(self.usage_limit)
-        if self.edge_memory is not None:   # not a contest field: contest readers ignore it
-            doc["problem"]["shardgym_edge_memory"] = self.edge_memory.to_dict()
-        opener = gzip.open if str(path).endswith(".gz") else open
-        tmp = f"{path}.tmp"
-        with opener(tmp, "wt") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
-
-
-def _check_iopddl(path, nodes: dict, edges: dict, usage_limit) -> None:
-    """Structure (per node / edge, O(n + m) Python): lists of one length, one usage per cost, a
-    strategy at least, [start, end] intervals not reversed, edges naming existing nodes, a finite
-    limit >= 0. Values are checked vectorised by ``_check_values`` after loading."""
-    import math
-    costs, usages, intervals = nodes["costs"], nodes["usages"], nodes["intervals"]
-    if not (len(costs) == len(usages) == len(intervals)):
-        raise ValueError(f"{path}: nodes.costs has {len(costs)} entries, nodes.usages {len(usages)}, "
-                         f"nodes.intervals {len(intervals)}: one per node each")
-    for i, (c, u, iv) in enumerate(zip(costs, usages, intervals)):
-        if not isinstance(c, list) or not isinstance(u, list) or len(c) != len(u):
-            raise ValueError(f"{path}: node {i} has {len(c) if isinstance(c, list) else c!r} costs but "
-                             f"{len(u) if isinstance(u, list) else u!r} usages (one of each per strategy)")
-        if not c:
-            raise ValueError(f"{path}: node {i} has no strategy (nodes.costs[{i}] is empty)")
-        if not (isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, (int, float)) for x in iv)):
-            raise ValueError(f"{path}: node {i}: nodes.intervals[{i}] must be [start, end], got {iv!r}")
-        if iv[0] > iv[1]:
-            raise ValueError(f"{path}: node {i}: interval {iv} is reversed (start > end)")
-    n = len(costs)
-    pairs, ecosts = edges["nodes"], edges["costs"]
-    if len(pairs) != len(ecosts):
-        raise ValueError(f"{path}: edges.nodes has {len(pairs)} entries but edges.costs {len(ecosts)}")
-    for e, (uv, c) in enumerate(zip(pairs, ecosts)):
-        if not (isinstance(uv, list) and len(uv) == 2 and all(isinstance(x, int) and 0 <= x < n for x in uv)):
-            raise ValueError(f"{path}: edge {e}: edges.nodes[{e}] = {uv!r} must name two of the {n} nodes")
-        if not isinstance(c, list) or len(c) != len(costs[uv[0]]) * len(costs[uv[1]]):
-            raise ValueError(f"{path}: edge {e} {tuple(uv)} has {len(c) if isinstance(c, list) else c!r} costs, "
-                             f"expected {len(costs[uv[0]])} x {len(costs[uv[1]])}")
-    if usage_limit is not None and (isinstance(usage_limit, bool) or not isinstance(usage_limit, (int, float))
-                                    or not math.isfinite(usage_limit) or usage_limit < 0):
-        raise ValueError(f"{path}: usage_limit {usage_limit!r} must be a finite number >= 0")
-
-
-def _check_values(path, problem: Problem) -> None:
-    """Finite costs and finite, non-negative usages (vectorised), naming the first bad node/edge."""
-    def first(bad: np.ndarray, offsets: np.ndarray) -> int:
-        return int(np.searchsorted(offsets, int(np.argmax(bad)), side="right") - 1)
-
-    bad = ~np.isfinite(problem.node_costs)
-    if bad.any():
-        i = first(bad, problem.strategy_offsets)
-        raise ValueError(f"{path}: node {i} has a cost that is not a finite number "
-                         f"({float(problem.node_costs[int(np.argmax(bad))])}) in nodes.costs[{i}]")
-    bad = ~np.isfinite(problem.node_usages) | (problem.node_usages < 0)
-    if bad.any():
-        i = first(bad, problem.strategy_offsets)
-        raise ValueError(f"{path}: node {i} has usage {float(problem.node_usages[int(np.argmax(bad))]):g} in "
-                         f"nodes.usages[{i}]: usages are finite and >= 0")
-    bad = ~np.isfinite(problem.edge_costs)
-    if bad.any():
-        e = first(bad, problem.edge_offsets)
-        raise ValueError(f"{path}: edge {e} {tuple(int(x) for x in problem.edges[e])} has a cost that is not a "
-                         f"finite number ({float(problem.edge_costs[int(np.argmax(bad))])})")
 
 
 @dataclass(frozen=True)
@@ -328,22 +222,8 @@ class Cost:
         return asdict(self)
 
 
-def as_strategy_array(problem: Problem, plan) -> np.ndarray:
-    """Validate a Plan or a sequence of strategy indices against ``problem``."""
-    s = plan.strategies if isinstance(plan, Plan) else plan
-    s = np.asarray(s, dtype=np.int64).reshape(-1)
-    if len(s) != problem.num_nodes:
-        raise PlanError(f"plan has {len(s)} strategies but problem {problem.name!r} has {problem.num_nodes} nodes")
-    k = problem.num_strategies
-    bad = np.nonzero((s < 0) | (s >= k))[0]
-    if len(bad):
-        i = int(bad[0])
-        raise PlanError(f"plan picks strategy {int(s[i])} for node {i}, which has {int(k[i])} strategies")
-    return s
-
-
 def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=None) -> tuple[np.ndarray, np.ndarray]:
-    """Live usage at each time point where it changes: (times, usage). Half-open intervals:
+    """Live usage at each time point where it changes: (times, usage) (``costmodel.profile``). Half-open intervals:
     node i counts at time t iff start_i <= t < end_i. ``extra``: more (start, end, bytes) intervals
     (live copies); ``times_too``: more time points to report (the profile is flat across them)."""
     st, en = problem.intervals[:, 0], problem.intervals[:, 1]
@@ -351,17 +231,12 @@ def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=No
     if extra is not None:
         st, en, u = np.concatenate([st, extra[0]]), np.concatenate([en, extra[1]]), np.concatenate([u, extra[2]])
     keep = en > st
-    times = np.concatenate([st[keep], en[keep]])
-    deltas = np.concatenate([u[keep], -u[keep]])
-    if times_too is not None and len(times_too):
-        times = np.concatenate([times, np.asarray(times_too, dtype=times.dtype)])
-        deltas = np.concatenate([deltas, np.zeros(len(times_too))])
+    times = np.concatenate([st[keep], en[keep]] + ([] if times_too is None or not len(times_too)
+                                                   else [np.asarray(times_too, dtype=st.dtype)]))
     if len(times) == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(1)
-    ut, inv = np.unique(times, return_inverse=True)
-    acc = np.zeros(len(ut))
-    np.add.at(acc, inv, deltas)
-    return ut, np.cumsum(acc)
+    ut = np.unique(times)
+    return ut, step_sum(np.searchsorted(ut, st[keep]), np.searchsorted(ut, en[keep]), u[keep], len(ut))
 
 
 def evaluate(problem: Problem, plan) -> Cost:
@@ -394,174 +269,3 @@ def evaluate(problem: Problem, plan) -> Cost:
         edge_cost=edge_cost,
     )
 
-
-def _spec_to_json(spec):
-    return None if spec is None else [list(a) if isinstance(a, (tuple, list)) else a for a in spec]
-
-
-def _spec_from_json(spec):
-    return None if spec is None else tuple(tuple(a) if isinstance(a, list) else a for a in spec)
-
-
-@dataclass
-class Plan:
-    """A solver's answer: one strategy index per Problem node, plus what it takes to run it.
-
-    ``info``: the solver's report (status, objective, bound, gap, wall_s, ...).
-    ``mesh_shape``/``axis_names``: the mesh the plan was made for (empty for IOPDDL).
-    ``input_specs``: [(flat input index, keypath, spec)] for every program input leaf.
-    ``node_specs``: [(graph node id, spec of output 0)] for every planned operator.
-    ``meta``: free-form provenance (model, size, cluster, ...) used by ``shardgym run``.
-    """
-
-    strategies: list[int]
-    method: str = ""
-    objective: str = ""
-    problem_name: str = ""
-    solve_time_s: float = 0.0
-    info: dict = field(default_factory=dict)
-    mesh_shape: tuple[int, ...] = ()
-    axis_names: tuple[str, ...] = ()
-    input_specs: list = field(default_factory=list)
-    node_specs: list = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
-
-    @classmethod
-    def for_problem(cls, problem: Problem, strategies, **kw) -> Plan:
-        """Make a plan and, for a traced problem, fill in its PartitionSpecs from the meta."""
-        s = as_strategy_array(problem, strategies)
-        plan = cls(strategies=[int(x) for x in s], problem_name=problem.name, **kw)
-        m = problem.meta
-        if m is not None:
-            plan.mesh_shape = tuple(m.mesh_shape)
-            plan.axis_names = tuple(m.axis_names)
-            plan.meta.setdefault("cluster", m.cluster_name)
-            for i, si in enumerate(s):
-                spec = m.out_specs[i][int(si)]
-                idx = m.input_index[i] if m.input_index else None
-                if idx is not None:
-                    plan.input_specs.append((int(idx), m.input_path[i], spec))
-                else:
-                    plan.node_specs.append((int(m.graph_node[i]), spec))
-        return plan
-
-    # ---- PartitionSpecs ----------------------------------------------------------------
-    def input_partition_specs(self) -> dict[int, Any]:
-        from jax.sharding import PartitionSpec as P
-        return {i: P(*spec) if spec is not None else P() for i, _, spec in self.input_specs}
-
-    def arg_specs(self, args) -> Any:
-        """PartitionSpec pytree matching ``args`` (params, opt_state, batch) of the traced fn."""
-        import jax
-        from jax.sharding import PartitionSpec as P
-        leaves, treedef = jax.tree.flatten(args)
-        by_index = self.input_partition_specs()
-        return jax.tree.unflatten(treedef, [by_index.get(i, P()) for i in range(len(leaves))])
-
-    def make_mesh(self, devices=None):
-        """The plan's ``jax.sharding.Mesh`` over the first prod(mesh_shape) devices, with **Auto**
-        axes: the plan's specs are hints XLA propagates. (``jax.make_mesh`` defaults to Explicit
-        axes, where a sharded contraction without ``out_sharding`` is a ShardingTypeError.)"""
-        import math
-
-        import jax
-        n = math.prod(self.mesh_shape) if self.mesh_shape else 0
-        devs = list(jax.devices() if devices is None else devices)
-        if not n or len(devs) < n:
-            raise ValueError(f"plan needs {n} devices for mesh {dict(zip(self.axis_names, self.mesh_shape))}, "
-                             f"{len(devs)} available")
-        return jax.make_mesh(tuple(self.mesh_shape), tuple(self.axis_names),
-                             axis_types=(jax.sharding.AxisType.Auto,) * len(self.mesh_shape), devices=devs[:n])
-
-    def shardings(self, args, mesh=None):
-        """NamedSharding pytree matching ``args`` for ``jax.jit(fn, in_shardings=...)`` or
-        ``jax.device_put``. ``mesh``: default ``make_mesh()``; a mesh with Explicit axes (a default
-        ``jax.make_mesh``) is used over the same devices with Auto axes."""
-        import jax
-        from jax.sharding import Mesh, NamedSharding
-        if mesh is None:
-            mesh = self.make_mesh()
-        elif any(t != jax.sharding.AxisType.Auto for t in getattr(mesh, "axis_types", ())):
-            mesh = Mesh(mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names))
-        if tuple(mesh.axis_names) != tuple(self.axis_names) or tuple(mesh.devices.shape) != tuple(self.mesh_shape):
-            raise ValueError(f"mesh {dict(zip(mesh.axis_names, mesh.devices.shape))} is not the plan's mesh "
-                             f"{dict(zip(self.axis_names, self.mesh_shape))}")
-        return jax.tree.map(lambda s: NamedSharding(mesh, s), self.arg_specs(args))
-
-    def param_entries(self) -> list[tuple[list[str], tuple | None]]:
-        """(dict keys below args[0], spec) for every parameter input (path starting with ``[0]``),
-        in input order; ``"[0]['Dense_0']['kernel']"`` gives ``['Dense_0', 'kernel']``."""
-        import re
-        out = []
-        for _, path, spec in self.input_specs:
-            if path and path.startswith("[0]"):
-                keys = [a or b for a, b in re.findall(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)", path[3:])]
-                out.append((keys, spec))
-        return out
-
-    def param_specs(self) -> dict:
-        """PartitionSpec pytree for the parameters (the inputs whose path starts with ``[0]``),
-        as nested dicts keyed like the Flax params."""
-        from jax.sharding import PartitionSpec as P
-        tree: dict = {}
-        for keys, spec in self.param_entries():
-            if not keys:
-                continue
-            d = tree
-            for k in keys[:-1]:
-                d = d.setdefault(k, {})
-            d[keys[-1]] = P(*spec) if spec is not None else P()
-        return tree
-
-    # ---- JSON ---------------------------------------------------------------------------
-    def to_json(self, path: str) -> None:
-        doc = {
-            "format": "shardgym.Plan/1",
-            "strategies": [int(x) for x in self.strategies],
-            "method": self.method,
-            "objective": self.objective,
-            "problem_name": self.problem_name,
-            "solve_time_s": self.solve_time_s,
-            "info": self.info,
-            "mesh_shape": list(self.mesh_shape),
-            "axis_names": list(self.axis_names),
-            "input_specs": [[i, p, _spec_to_json(s)] for i, p, s in self.input_specs],
-            "node_specs": [[i, _spec_to_json(s)] for i, s in self.node_specs],
-            "meta": self.meta,
-        }
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(doc, f, indent=1, default=float)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):   # a failed write (path is a directory, disk full) leaves nothing
-                os.remove(tmp)
-
-    @classmethod
-    def from_json(cls, path: str) -> Plan:
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: malformed plan file, not JSON ({exc})") from exc
-        if not isinstance(doc, dict) or doc.get("format") != "shardgym.Plan/1":
-            raise ValueError(f"{path}: not a shardgym plan file (missing format 'shardgym.Plan/1')")
-        try:
-            strategies = [int(x) for x in doc["strategies"]]
-            return cls(
-                strategies=strategies,
-                method=doc.get("method", ""),
-                objective=doc.get("objective", ""),
-                problem_name=doc.get("problem_name", ""),
-                solve_time_s=float(doc.get("solve_time_s", 0.0)),
-                info=doc.get("info", {}),
-                mesh_shape=tuple(doc.get("mesh_shape", ())),
-                axis_names=tuple(doc.get("axis_names", ())),
-                input_specs=[(int(i), p, _spec_from_json(s)) for i, p, s in doc.get("input_specs", [])],
-                node_specs=[(int(i), _spec_from_json(s)) for i, s in doc.get("node_specs", [])],
-                meta=doc.get("meta", {}),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: malformed plan file ({type(exc).__name__}: {exc})") from exc

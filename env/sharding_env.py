@@ -1,11 +1,10 @@
 """ShardingEnv: choose a sharding strategy for one Problem node per step (gymnasium.Env).
 
-Episode. At reset a Problem is drawn from the workload source (seeded by ``reset(seed=...)``).
-Nodes are decided one per step in a fixed **topological order**: Kahn's algorithm over the edges
-(producer before consumer) taking the smallest ready node id first, so a traced Problem (whose node
-order is already topological) is walked in node order 0..n-1. Cycles (IOPDDL's B and G have some)
-are broken by taking the smallest remaining id; rewards stay exact since an edge is charged when
-its second end is decided, whichever that is. The action is the strategy index of ``obs["current_node"]``.
+Episode. At reset a Problem is drawn from the workload source (seeded by ``reset(seed=...)``);
+``env.episode`` (an ``env.types.Episode``) is its public spec. Nodes are decided one per step in
+``solvers.local.decision_order`` (topological, smallest ready id first; cycles broken by the
+smallest remaining id); rewards stay exact since an edge is charged when its second end is decided.
+The action is the strategy index of ``obs["current_node"]``.
 With ``skip_trivial=True`` (default) nodes with a single strategy are applied automatically,
 their cost being added to the reward of the step that reaches them (those before the first
 decision go into the first step's reward), so the rewards still sum exactly.
@@ -29,15 +28,10 @@ Extra penalties (not part of the objective): ``invalid_penalty`` (default 1.0) f
 action, which is then NOT applied (the state is unchanged); ``infeasible_penalty`` (default 1.0)
 added once on the last step when the final peak exceeds the memory cap.
 
-Reference cost R (> 0): the data-parallel plan's cost when the problem is traced (has meta) and
-``solvers.baselines`` can build it, else the cost of the greedy plan (``greedy_plan``: each node
-in the decision order takes the strategy with the least node + resharding cost to decided
-neighbours, avoiding "impossible" costs as the action mask does). If that is not > 0, the mean
-positive node cost times num_nodes, else 1. Preprocessing (order, reference plan, static
-features) is cached per problem and shared by copies that differ only in their usage_limit.
+Reference cost R (> 0): see env/compiled.py (the dp baseline's cost, else greedy's).
 
 Action mask: strategies s < k_i of the current node, minus (``mask_forbidden``) those whose
-incremental time cost is >= 1e15 (IOPDDL's "impossible" marker) or that leave some undecided
+incremental time cost is >= ``FORBIDDEN_COST`` (IOPDDL's "impossible" marker) or that leave some undecided
 neighbour only such strategies (forward checking, one edge at a time, skipped for an edge where it
 would mask everything; only on problems that have such costs), and minus (``mask_memory``, when
 a cap exists) those that would make the cap impossible: s is masked when, somewhere in node i's
@@ -46,44 +40,36 @@ With the memory mask on, every valid action sequence ends feasible whenever the 
 at all. If the masks leave nothing, the memory mask alone is used (it always keeps the
 least-usage strategy).
 
-Observation (all Boxes, padded to max_nodes N, max_edges E, max_strategies K; see env/features.py
-for each feature): node_features (N, F_node), action_features (N, K, F_act), edge_index (E, 2)
-int32 (producer, consumer), edge_features (E, F_edge), edge_mask (E,), node_mask (N,),
-current_node (1,) int64, action_mask (K,) int8. At the terminal step current_node is 0 and
-action_mask is [1, 0, ...] (a dummy; the episode is over). Obs arrays are copies
-(``copy_obs=True``, default, required by check_env's "data not reused" check) or, with
-``copy_obs=False``, the env's persistent arrays, updated in place in O(degree x K) per step: copy
-them if you keep them. gymnasium's vector envs copy into their own (or shared-memory) buffers, so
-``copy_obs=False`` is safe and ~4x faster there. Episode context (memory cap / mem_unit, objective
-weights) is broadcast into every node row (see NODE_FEATURES).
+Observation: the padded arrays ``env.types`` describes (each feature: env/features.py).
 
 Step cost: O(degree x K + interval length in grid points); the plan is evaluated once per episode
 (``costmodel.problem.evaluate``) for the final info: plan, cost, reference_cost, objective.
 """
 from __future__ import annotations
 
-import heapq
 import math
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
-from costmodel.edge_memory import CopyTracker
-from costmodel.problem import Problem, evaluate
-from env.features import (
-    ACTION_FEATURES,
-    ACTION_INDEX,
-    EDGE_FEATURES,
-    EDGE_INDEX,
-    NODE_FEATURES,
-    NODE_INDEX,
-    static_features,
-    unit_of,
+from costmodel.limits import Limits
+from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from env.compiled import (
+    DEFAULT_WEIGHTS,
+    FEATURE_MAX,
+    Compiled,
+    CompiledCache,
+    as_source,
+    check_fits,
+    check_weights,
+    padding,
+    problem_of,
+    spaces_and_buffers,
 )
+from env.features import ACTION_INDEX, EDGE_INDEX, NODE_INDEX
+from env.types import Episode
 
-FORBIDDEN_COST = 1e15
 _N_DECIDED, _N_CURRENT = NODE_INDEX["decided"], NODE_INDEX["current"]
 _N_CAP, _N_HASCAP = NODE_INDEX["cap_ratio"], NODE_INDEX["has_cap"]
 _N_WT, _N_WM, _N_WR, _N_WB = (NODE_INDEX[f"weight_{k}"] for k in ("time", "memory", "redundancy", "balance"))
@@ -92,269 +78,7 @@ _A_CHOSEN, _A_PEAK, _A_BEST = ACTION_INDEX["chosen"], ACTION_INDEX["peak_rise"],
 _A_RESH, _A_INCR = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
 assert _A_INCR == _A_RESH + 1  # _flush writes both columns at once
 _E_SRC, _E_DST, _E_REAL = EDGE_INDEX["src_decided"], EDGE_INDEX["dst_decided"], EDGE_INDEX["realised_cost"]
-FEATURE_MAX = 1e4  # features are log1p of clipped-at-0 quantities, fractions, flags; peak_rise may be < 0
-DEFAULT_WEIGHTS = {"time": 1.0, "memory": 0.0, "redundancy": 0.0, "balance": 0.0}
-DEFAULT_WORKLOADS = [("gpt", "tiny")]
-DEFAULT_CLUSTERS = ["cpu-2x4"]
-
-
-# ---- per-problem preprocessing ------------------------------------------------------------------
-def decision_order(problem: Problem) -> np.ndarray:
-    """Topological order (Kahn, smallest ready id first; cycles broken by the smallest remaining id)."""
-    n = problem.num_nodes
-    edges = problem.edges[problem.edges[:, 0] != problem.edges[:, 1]] if problem.num_edges else np.zeros((0, 2), np.int64)
-    indeg = np.bincount(edges[:, 1], minlength=n).astype(np.int64) if len(edges) else np.zeros(n, np.int64)
-    if len(edges) == 0 or np.all(edges[:, 0] < edges[:, 1]):
-        return np.arange(n, dtype=np.int64)
-    srt = np.argsort(edges[:, 0], kind="stable")
-    dst = edges[srt, 1]
-    ptr = np.searchsorted(edges[srt, 0], np.arange(n + 1))
-    heap = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
-    done = np.zeros(n, bool)
-    order = []
-    nxt = 0
-    while len(order) < n:
-        if not heap:  # cycle: take the smallest remaining node
-            while done[nxt]:
-                nxt += 1
-            indeg[nxt] = 0
-            heap = [nxt]
-        i = heapq.heappop(heap)
-        if done[i]:
-            continue
-        done[i] = True
-        order.append(i)
-        for j in dst[ptr[i]:ptr[i + 1]]:
-            indeg[j] -= 1
-            if indeg[j] == 0 and not done[j]:
-                heapq.heappush(heap, int(j))
-    return np.asarray(order, dtype=np.int64)
-
-
-def _padded(problem: Problem, values: np.ndarray, K: int, fill: float = 0.0) -> np.ndarray:
-    n, k = problem.num_nodes, problem.num_strategies
-    out = np.full((n, K), fill, dtype=np.float64)
-    rows = np.repeat(np.arange(n), k)
-    cols = np.arange(len(values)) - np.repeat(problem.strategy_offsets[:-1], k)
-    out[rows, cols] = values
-    return out
-
-
-def _adjacency(problem: Problem):
-    """CSR incidence: for node i, entries ptr[i]:ptr[i+1] give (edge, neighbour, i_is_producer).
-    A self-loop appears once (as producer)."""
-    n, m = problem.num_nodes, problem.num_edges
-    if m == 0:
-        z = np.zeros(0, np.int64)
-        return np.zeros(n + 1, np.int64), z, z, np.zeros(0, bool)
-    e = np.arange(m)
-    u, v = problem.edges[:, 0], problem.edges[:, 1]
-    loop = u == v
-    node = np.concatenate([u, v[~loop]])
-    nbr = np.concatenate([v, u[~loop]])
-    eid = np.concatenate([e, e[~loop]])
-    is_src = np.concatenate([np.ones(m, bool), np.zeros(int((~loop).sum()), bool)])
-    srt = np.argsort(node, kind="stable")
-    ptr = np.searchsorted(node[srt], np.arange(n + 1))
-    return ptr, eid[srt], nbr[srt], is_src[srt]
-
-
-def greedy_plan(problem: Problem, order: np.ndarray | None = None) -> list[int]:
-    """Each node in ``order`` (default: the decision order) takes the strategy with the least
-    node cost + resharding cost to already-decided neighbours (ties: lowest index). On problems
-    with "impossible" costs (>= 1e15, IOPDDL) it avoids them as the env's action mask does: it
-    skips a strategy that costs that much now or leaves an undecided neighbour no cheaper choice."""
-    order = decision_order(problem) if order is None else order
-    k, offs, eoffs = problem.num_strategies, problem.strategy_offsets, problem.edge_offsets
-    ptr, eid, nbr, is_src = _adjacency(problem)
-    costs = [problem.node_costs[offs[i]:offs[i + 1]].copy() for i in range(problem.num_nodes)]
-    resh = [np.zeros(int(x)) for x in k]
-    strat = np.full(problem.num_nodes, -1, np.int64)
-    forbidden = bool((problem.node_costs >= FORBIDDEN_COST).any() or (problem.edge_costs >= FORBIDDEN_COST).any())
-    for i in order:
-        i = int(i)
-        incr = costs[i] + resh[i]
-        if forbidden:
-            ok = incr < FORBIDDEN_COST
-            for p in range(ptr[i], ptr[i + 1]):
-                j = int(nbr[p])
-                if strat[j] >= 0 or j == i:
-                    continue
-                mat = problem.edge_matrix(int(eid[p]))
-                mat = mat if is_src[p] else mat.T
-                ok_j = ((mat + (costs[j] + resh[j])[None, :]) < FORBIDDEN_COST).any(axis=1)
-                if (ok & ok_j).any():
-                    ok &= ok_j
-            if ok.any():
-                incr = np.where(ok, incr, np.inf)
-        s = int(np.argmin(incr))
-        strat[i] = s
-        for p in range(ptr[i], ptr[i + 1]):
-            j = int(nbr[p])
-            if strat[j] >= 0:
-                continue
-            e = int(eid[p])
-            if is_src[p]:
-                kv = int(k[j])
-                resh[j] += problem.edge_costs[eoffs[e] + s * kv: eoffs[e] + (s + 1) * kv]
-            else:
-                resh[j] += problem.edge_costs[eoffs[e] + s: eoffs[e + 1]: int(k[i])]
-    return [int(x) for x in strat]
-
-
-def reference_plan(problem: Problem, order: np.ndarray | None = None) -> tuple[list[int], str]:
-    """(plan, name): the data-parallel plan for a traced problem when available, else greedy."""
-    if problem.meta is not None:
-        try:
-            from solvers.baselines import baseline_plan
-            return [int(x) for x in baseline_plan(problem, "dp")], "dp"
-        except Exception:  # baselines not available or not applicable: fall back to greedy
-            pass
-    return greedy_plan(problem, order), "greedy"
-
-
-class _Compiled:
-    """Everything the env needs about one Problem for one (weights, padding) setting. Independent of
-    the problem's usage_limit, so problems that differ only in their cap share it."""
-
-    def __init__(self, problem: Problem, weights: dict, K: int):
-        self.problem = problem
-        n, m = problem.num_nodes, problem.num_edges
-        self.n, self.m = n, m
-        self.k = problem.num_strategies.astype(np.int64)
-        self.offs = problem.strategy_offsets
-        self.eoffs = problem.edge_offsets
-        self.ecosts = problem.edge_costs
-        self.order = decision_order(problem)
-        self.rank = np.empty(n, np.int64)
-        self.rank[self.order] = np.arange(n)
-        self.ptr, self.eid, self.nbr, self.is_src = _adjacency(problem)
-        self.esrc_k = self.k[problem.edges[:, 1]] if m else np.zeros(0, np.int64)  # k of the consumer (row length)
-        valid = np.arange(K)[None, :] < self.k[:, None]
-        self.valid = valid
-        self.cost = _padded(problem, problem.node_costs, K)
-        self.usage = _padded(problem, problem.node_usages, K)
-        self.redundant = _padded(problem, problem.node_redundant, K)
-        self.comm = _padded(problem, problem.node_comm_bytes, K)
-        self.imbalance = _padded(problem, problem.node_imbalance_s, K)
-        self.umin = np.where(valid, self.usage, np.inf).min(axis=1) if n else np.zeros(0)
-
-        # reference plan and units
-        ref_strats, self.reference_name = reference_plan(problem, self.order)
-        ref = evaluate(problem.with_usage_limit(None), ref_strats)
-        R = ref.total
-        if not (R > 0 and math.isfinite(R)):
-            pos = problem.node_costs[(problem.node_costs > 0) & np.isfinite(problem.node_costs)]
-            R = float(pos.mean() * n) if len(pos) else 1.0
-        self.reference_cost = float(R)
-        self.reference_plan = ref_strats
-        self.ref_peak = ref.peak_memory_bytes if ref.peak_memory_bytes > 0 else unit_of(problem.node_usages)
-        self.ref_redundant = ref.redundant_memory_bytes if ref.redundant_memory_bytes > 0 else unit_of(problem.node_redundant)
-        self.mem_scale = self.reference_cost / self.ref_peak
-        self.red_scale = self.reference_cost / self.ref_redundant
-        self.units = {
-            "cost_unit": self.reference_cost / max(n, 1),
-            "mem_unit": self.ref_peak,
-            "red_unit": unit_of(problem.node_redundant),
-            "comm_unit": unit_of(problem.node_comm_bytes),
-        }
-        # weighted per-strategy step cost apart from edges and peak (float64, exact units)
-        w = weights
-        self.w_time, self.w_mem = float(w["time"]), float(w["memory"])
-        self.step_static = (w["time"] * self.cost + w["balance"] * self.imbalance
-                            + w["redundancy"] * self.red_scale * self.redundant)
-        self.trivial = self.k == 1
-
-        # time grid for the live-usage profile (the points where evaluate's profile changes)
-        st, en = problem.intervals[:, 0], problem.intervals[:, 1]
-        keep = en > st
-        grid = np.unique(np.concatenate([st[keep], en[keep]])) if keep.any() else np.zeros(1, np.int64)
-        if problem.edge_memory is not None:   # the shared resharded copies' steps (costmodel.edge_memory)
-            grid = np.unique(np.concatenate([grid, problem.edge_memory.time_points()]))
-        self.copies = None if problem.edge_memory is None else CopyTracker(problem.edge_memory, grid, n)
-        self.G = len(grid)
-        self.lo = np.where(keep, np.searchsorted(grid, st), 0).astype(np.int64)
-        self.hi = np.where(keep, np.searchsorted(grid, en), 0).astype(np.int64)
-        min_live = np.zeros(self.G + 1)
-        np.add.at(min_live, self.lo[keep], self.umin[keep])
-        np.add.at(min_live, self.hi[keep], -self.umin[keep])
-        self.min_live = np.cumsum(min_live)[:self.G]
-
-        feats = static_features(problem, {"K": K}, self.units, self.rank, {
-            "cost": self.cost, "usage": self.usage, "redundant": self.redundant, "comm": self.comm,
-            "imbalance": self.imbalance, "valid": valid})
-        self.node_static, self.act_static, self.edge_static = feats["node"], feats["action"], feats["edge"]
-        self.cost_unit = self.units["cost_unit"]
-        self.mem_unit = self.units["mem_unit"]
-
-        # Python-level copies for the per-step hot path (numpy calls cost ~1-2 us each)
-        self.k_list = self.k.tolist()
-        self.lo_list, self.hi_list = self.lo.tolist(), self.hi.tolist()
-        self.umin_list = self.umin.tolist()
-        self.order_list = self.order.tolist()
-        self.trivial_list = self.trivial.tolist()
-        k_l, eo = self.k_list, self.eoffs.tolist()
-        self.incident = [[(int(self.eid[p]), int(self.nbr[p]), bool(self.is_src[p]), eo[int(self.eid[p])],
-                           k_l[int(self.nbr[p])]) for p in range(self.ptr[i], self.ptr[i + 1])] for i in range(n)]
-        self.usage_n = self.usage / self.mem_unit
-        self.cost_rows = [self.cost[i, :kk] for i, kk in enumerate(self.k_list)]
-        self.usage_n_rows = [self.usage_n[i, :kk] for i, kk in enumerate(self.k_list)]
-        self.udelta_max = (np.where(valid, self.usage, -np.inf).max(axis=1) - self.umin).tolist() if n else []
-        self.kmask = np.zeros((K + 1, K), np.int8)
-        for kk in range(K + 1):
-            self.kmask[kk, :kk] = 1
-        self.ecosts_n = self.ecosts / self.cost_unit
-        self.cost_n = self.cost / self.cost_unit
-        self.negative_costs = bool((problem.node_costs < 0).any() or (problem.edge_costs < 0).any())
-        self.step_static_list = self.step_static.tolist()
-        self.cost_list = self.cost.tolist()
-        self.usage_list = self.usage.tolist()
-        big = FORBIDDEN_COST
-        self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
-        if self.has_forbidden:
-            # for forward checking: node i's view of each incident edge as a (k_i, k_j) matrix / cost_unit
-            self.incident_mats = [[(j, self.ecosts_n[eo[e]:eo[e + 1]].reshape(k_l[i], kj) if src
-                                    else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
-                                   for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
-
-
-# ---- workload sources -----------------------------------------------------------------------------
-def _as_source(workloads, clusters, memory_cap_bytes) -> tuple[list | None, Callable | None]:
-    """Normalise the workload kwarg to (fixed list of problems or zero-arg builders, or a sampler)."""
-    from env import workloads as wl
-
-    if workloads is None:
-        workloads = DEFAULT_WORKLOADS
-    if isinstance(workloads, Problem):
-        return [workloads], None
-    if isinstance(workloads, str):
-        return [Problem.from_iopddl(workloads)], None
-    if isinstance(workloads, wl.Workload):
-        return [workloads], None
-    if callable(workloads):
-        return None, workloads
-    items = list(workloads)
-    if not items:
-        raise ValueError("workloads is empty: give a Problem, a list of Problems, an IOPDDL path, "
-                         "a list of (model, size) pairs, Workloads, or a sampler rng -> Problem")
-    out = []
-    for it in items:
-        if isinstance(it, (Problem, wl.Workload)):
-            out.append(it)
-        elif isinstance(it, str):
-            out.append(Problem.from_iopddl(it))
-        elif isinstance(it, (tuple, list)) and len(it) == 2 and all(isinstance(x, str) for x in it):
-            for c in (clusters or DEFAULT_CLUSTERS):
-                out.append(wl.Workload(it[0], it[1], c, memory_cap_bytes))
-        else:
-            raise ValueError(f"cannot use {it!r} as a workload: give a Problem, an IOPDDL path, "
-                             "a (model, size) pair or a Workload")
-    return out, None
-
-
-def _problem_of(item) -> Problem:
-    return item if isinstance(item, Problem) else item.build()
+__all__ = ["DEFAULT_WEIGHTS", "FEATURE_MAX", "ShardingEnv"]
 
 
 class ShardingEnv(gym.Env):
@@ -366,8 +90,8 @@ class ShardingEnv(gym.Env):
         a ``max_sizes`` dict; otherwise 8 probe draws, padded x1.5). Default: gpt tiny.
     clusters: preset names or Cluster objects for (model, size) pairs (default ["cpu-2x4"]).
     weights: dict(time=1, memory=0, redundancy=0, balance=0) (missing keys take these defaults).
-    memory_cap_bytes: overrides every problem's usage_limit (None keeps the problem's own;
-        float("inf") removes it).
+    memory_cap_bytes: tightens every problem's usage_limit to min(usage_limit, memory_cap_bytes)
+        (``costmodel.limits.Limits``: None keeps the problem's own; otherwise a finite number > 0).
     """
 
     metadata = {"render_modes": []}
@@ -378,128 +102,75 @@ class ShardingEnv(gym.Env):
                  skip_trivial: bool = True, mask_memory: bool = True, mask_forbidden: bool = True,
                  invalid_penalty: float = 1.0, infeasible_penalty: float = 1.0, copy_obs: bool = True,
                  render_mode=None):
-        w = dict(DEFAULT_WEIGHTS)
-        for key, val in (weights or {}).items():
-            if key not in DEFAULT_WEIGHTS:
-                raise ValueError(f"unknown weight {key!r}; weights are {', '.join(DEFAULT_WEIGHTS)}")
-            if not (val >= 0 and math.isfinite(val)):
-                raise ValueError(f"weight {key!r} must be a finite number >= 0, got {val!r}")
-            w[key] = float(val)
-        if sum(w.values()) <= 0:
-            raise ValueError("at least one weight must be positive")
+        w = check_weights(weights)
         self.weights = w
-        self.memory_cap_bytes = memory_cap_bytes
+        self.limits = Limits.of(memory_cap_bytes=memory_cap_bytes)   # the one validation (LimitError)
+        self.memory_cap_bytes = self.limits.memory_cap_bytes
         self.skip_trivial, self.mask_memory, self.mask_forbidden = skip_trivial, mask_memory, mask_forbidden
         self.invalid_penalty, self.infeasible_penalty = float(invalid_penalty), float(infeasible_penalty)
         self.copy_obs = copy_obs
         self.render_mode = render_mode
-        self._items, self._sampler = _as_source(workloads, clusters, memory_cap_bytes)
-        self._compiled: dict[int, _Compiled] = {}   # id(problem.node_costs) -> _Compiled (LRU, 64)
+        self._items, self._sampler = as_source(workloads, clusters, memory_cap_bytes)
+        self._compiled = CompiledCache()
         self._problems: dict[int, Problem] = {}
 
-        if None in (max_nodes, max_edges, max_strategies):
-            if self._items is not None:
-                probe = [self._problem_at(i) for i in range(len(self._items))]
-                slack = 1.0
-            elif hasattr(self._sampler, "max_sizes"):
-                probe, slack = [], 1.0
-                ms = self._sampler.max_sizes
-                max_nodes = max_nodes or ms["nodes"]
-                max_edges = max_edges or ms["edges"]
-                max_strategies = max_strategies or ms["strategies"]
-            else:
-                rng = np.random.default_rng(0)
-                probe = [_problem_of(self._sampler(rng)) for _ in range(8)]
-                slack = 1.5
-            if probe:
-                def up(x, to):
-                    return int(math.ceil(max(x, 1) * slack / to) * to)
-                max_nodes = max_nodes or up(max(p.num_nodes for p in probe), 64)
-                max_edges = max_edges or up(max(p.num_edges for p in probe), 64)
-                max_strategies = max_strategies or up(max(int(p.num_strategies.max()) for p in probe), 1)
-        self.N, self.E, self.K = int(max_nodes), int(max_edges), int(max_strategies)
-        if min(self.N, self.E, self.K) < 1:
-            raise ValueError("max_nodes, max_edges and max_strategies must be >= 1")
-        self._check_fits_all()
+        probe = None if self._items is None else [self._problem_at(i) for i in range(len(self._items))]
+        self.N, self.E, self.K = padding(probe, self._sampler, max_nodes, max_edges, max_strategies)
+        for p in probe or ():
+            check_fits(p, self.N, self.E, self.K)
 
-        Fn, Fa, Fe = len(NODE_FEATURES), len(ACTION_FEATURES), len(EDGE_FEATURES)
-        f32 = np.float32
-        self.observation_space = spaces.Dict({
-            "node_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.N, Fn), f32),
-            "action_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.N, self.K, Fa), f32),
-            "edge_index": spaces.Box(0, self.N - 1, (self.E, 2), np.int32),
-            "edge_features": spaces.Box(-FEATURE_MAX, FEATURE_MAX, (self.E, Fe), f32),
-            "edge_mask": spaces.Box(0, 1, (self.E,), np.int8),
-            "node_mask": spaces.Box(0, 1, (self.N,), np.int8),
-            "current_node": spaces.Box(0, self.N - 1, (1,), np.int64),
-            "action_mask": spaces.Box(0, 1, (self.K,), np.int8),
-        })
-        self.action_space = spaces.Discrete(self.K)
-        self._obs = {
-            "node_features": np.zeros((self.N, Fn), f32),
-            "action_features": np.zeros((self.N, self.K, Fa), f32),
-            "edge_index": np.zeros((self.E, 2), np.int32),
-            "edge_features": np.zeros((self.E, Fe), f32),
-            "edge_mask": np.zeros(self.E, np.int8),
-            "node_mask": np.zeros(self.N, np.int8),
-            "current_node": np.zeros(1, np.int64),
-            "action_mask": np.zeros(self.K, np.int8),
-        }
-        self._c: _Compiled | None = None
+        self.observation_space, self.action_space, self._obs = spaces_and_buffers(self.N, self.E, self.K)
+        self._c: Compiled | None = None
+        self._episode: Episode | None = None
         self._problem: Problem | None = None
         self._done = True
 
     # ---- problems ------------------------------------------------------------------------------
     def _apply_cap(self, p: Problem) -> Problem:
-        return p if self.memory_cap_bytes is None else p.with_usage_limit(
-            None if math.isinf(self.memory_cap_bytes) else float(self.memory_cap_bytes))
+        return self.limits.apply(p)   # min(problem.usage_limit, memory_cap_bytes): tightens, never relaxes
 
     def _problem_at(self, idx: int) -> Problem:
         if idx not in self._problems:
-            self._problems[idx] = self._apply_cap(_problem_of(self._items[idx]))
+            self._problems[idx] = self._apply_cap(problem_of(self._items[idx]))
         return self._problems[idx]
 
-    def _check_fits(self, p: Problem) -> None:
-        for what, have, lim, kw in (("nodes", p.num_nodes, self.N, "max_nodes"), ("edges", p.num_edges, self.E, "max_edges"),
-                                    ("strategies per node", int(p.num_strategies.max()), self.K, "max_strategies")):
-            if have > lim:
-                raise ValueError(f"problem {p.name!r} has {have} {what}, more than the env's padding {kw}={lim}; "
-                                 f"construct the env with a larger {kw}")
-
-    def _check_fits_all(self) -> None:
-        if self._items is not None:
-            for i in range(len(self._items)):
-                self._check_fits(self._problem_at(i))
-
-    def _compile(self, problem: Problem) -> _Compiled:
-        """Per-problem preprocessing, cached by the identity of the problem's arrays (shared by
-        ``with_usage_limit`` copies), so a sampler re-drawing a built problem costs nothing."""
-        key = id(problem.node_costs)
-        c = self._compiled.pop(key, None)
-        if c is None or c.problem.node_costs is not problem.node_costs:
-            self._check_fits(problem)
-            c = _Compiled(problem, self.weights, self.K)
-            while len(self._compiled) >= 64:
-                self._compiled.pop(next(iter(self._compiled)))
-        self._compiled[key] = c   # most recently used last
-        return c
+    def _compile(self, problem: Problem) -> Compiled:
+        """Per-problem preprocessing, cached (``env.compiled.CompiledCache``)."""
+        def build():
+            check_fits(problem, self.N, self.E, self.K)
+            return Compiled(problem, self.weights, self.K)
+        return self._compiled.get(problem, build)
 
     @property
     def problem(self) -> Problem | None:
         """The Problem of the current episode (with the env's memory cap applied)."""
         return self._problem
 
+    @property
+    def episode(self) -> Episode | None:
+        """The current episode's public spec (``env.types.Episode``); None before the first reset."""
+        c, p = self._c, self._problem
+        if c is None or p is None:
+            return None
+        if self._episode is None or self._episode.problem is not p:
+            n_dec = int((~c.trivial).sum()) if self.skip_trivial else c.n
+            self._episode = Episode(problem=p, order=c.order, reference_cost=c.reference_cost,
+                                    reference_name=c.reference_name, reference_plan=c.reference_plan,
+                                    num_decisions=max(n_dec, 1), memory_cap_bytes=self._cap,
+                                    weights=tuple(sorted(self.weights.items())))
+        return self._episode
+
     # ---- gymnasium API -------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         options = options or {}
         if "problem" in options:
-            p = self._apply_cap(_problem_of(options["problem"]))
+            p = self._apply_cap(problem_of(options["problem"]))
         elif self._items is not None:
             idx = int(self.np_random.integers(len(self._items))) if len(self._items) > 1 else 0
             p = self._problem_at(idx)
         else:
-            p = self._apply_cap(_problem_of(self._sampler(self.np_random)))
+            p = self._apply_cap(problem_of(self._sampler(self.np_random)))
         c = self._compile(p)
         self._c, self._problem = c, p
         cap = p.usage_limit

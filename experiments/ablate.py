@@ -405,7 +405,7 @@ def plan_problem(cfg: AblationConfig, problem, planner=None) -> tuple[list[int],
         return plan, {"plan_time_s": time.perf_counter() - t0, "raw_feasible": evaluate(problem, plan).feasible}
     sampled = cfg.decoding.startswith("sample")
     plan, info = planner.plan(problem, mode="sample" if sampled else "greedy", samples=cfg.samples if sampled else 1,
-                              polish=cfg.decoding.endswith("+polish"), seed=cfg.seed, polish_time_s=cfg.polish_time_s,
+                              polish=cfg.decoding.endswith("+polish"), seed=cfg.seed, polish_time_limit_s=cfg.polish_time_s,
                               return_info=True)
     raw = any(c["raw_feasible"] for c in info["candidates"])
     return plan, {"plan_time_s": info["plan_time_s"], "raw_feasible": bool(raw)}

@@ -28,10 +28,10 @@ import numpy as np
 def _rows_for(p, name, fg, old, args):
     from agent.fgnn import FGNN
     from agent.fgnn_data import ilp_label
-    from agent.planner import greedy_by_cost, repair_memory
     from costmodel.problem import evaluate
     from experiments.eval_policy import random_policy_plan
     from solvers.bp import bp_plan
+    from solvers.local import greedy_by_cost, repair_memory
     lab = ilp_label(p, 300.0 if p.num_nodes > 2000 else args.ilp_seconds)
     if lab is None:
         print(f"{name}: no ILP plan; skipped", flush=True)

@@ -18,7 +18,7 @@ as cost / ILP cost, with and without the local-search polish:
 * ``bp`` / ``bp_lagrangian``: 60 rounds of min-sum belief propagation (``solvers.bp.bp_plan``),
   without / with Lagrangian memory prices, then its masked one-node-at-a-time decode.
 "With polish" means the same post-processing the planner gives its own decode
-(``agent.planner.improve``: repair, polish and, under a cap, refine), so the rows compare starts.
+(``solvers.local.improve``: repair, polish and, under a cap, refine), so the rows compare starts.
 The summary is printed over all problems and over those whose memory cap binds (the policy's
 uncapped plan is over it; ``cap_binds`` in each row).
 Plus feasibility of every plan, planning wall time vs ILP wall time, and the planning time of a
@@ -54,11 +54,11 @@ def random_policy_plan(problem, seed: int) -> list[int]:
 
 def finish(problem, plan, polish_it: bool, refine_time_s: float = 0.0):
     """Memory-repair (if needed) then, with ``polish_it``, what the planner does to its own decode
-    (``agent.planner.improve``: polish, then refine for ``refine_time_s``); None when no repair fits."""
-    from agent.planner import improve, repair_memory
+    (``solvers.local.improve``: polish, then refine for ``refine_time_s``); None when no repair fits."""
     from costmodel.problem import evaluate
+    from solvers.local import improve, repair_memory
     if polish_it:
-        return improve(problem, plan, refine_time_s=refine_time_s)
+        return improve(problem, plan, refine_time_limit_s=refine_time_s)
     return plan if evaluate(problem, plan).feasible else repair_memory(problem, plan)
 
 
@@ -87,12 +87,13 @@ def main(argv=None):
         from experiments.eval_fgnn import main as fg_main
         return fg_main(args)
 
-    from agent.planner import REFINE_TIME_S, Planner, greedy_by_cost, min_memory_plan
+    from agent.planner import Planner
     from costmodel.problem import evaluate
     from env.workloads import Workload, heldout_workloads, random_problem
     from experiments.common import print_table, write_results
     from solvers.bp import bp_plan
     from solvers.ilp import solve_ilp
+    from solvers.local import REFINE_TIME_LIMIT_S, greedy_by_cost, least_usage_plan
 
     caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
     workloads = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]
@@ -110,7 +111,7 @@ def main(argv=None):
         try:
             # seeded with the least-memory plan (feasible if any plan is), never with a policy's
             ilp, si = solve_ilp(p, objective="time", time_limit_s=args.ilp_seconds,
-                                initial_plans=[min_memory_plan(p)])
+                                initial_plans=[least_usage_plan(p)])
         except (ValueError, RuntimeError) as exc:
             print(f"{name}: ILP failed ({exc}); skipped", flush=True)
             continue
@@ -146,7 +147,7 @@ def main(argv=None):
             row["cap_binds"] = p.usage_limit is not None and not evaluate(p, free).feasible
         else:
             t = time.perf_counter()
-            record("policy_greedy_norefine", planner.plan(p, mode="greedy", refine_time_s=0.0, seed=args.seed),
+            record("policy_greedy_norefine", planner.plan(p, mode="greedy", refine_time_limit_s=0.0, seed=args.seed),
                    time.perf_counter() - t)
         if args.finetune_seconds > 0 and not args.skip_policy:
             planner.finetune(p, args.finetune_seconds, seed=args.seed)
@@ -156,7 +157,7 @@ def main(argv=None):
                                                               seed=args.seed))
         rp = random_policy_plan(p, args.seed)
         record("random_raw", finish(p, rp, False))
-        refine_s = REFINE_TIME_S if row["cap_binds"] else 0.0   # what the planner gave its own plan
+        refine_s = REFINE_TIME_LIMIT_S if row["cap_binds"] else 0.0   # what the planner gave its own plan
         record("random", finish(p, rp, True, refine_s))
         g = greedy_by_cost(p)
         record("greedy_cost_raw", finish(p, g, False))

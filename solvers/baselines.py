@@ -28,9 +28,9 @@ Rules (D = all mesh axes; model axis m = the last, fastest axis; data axes = D w
   one (the optimizer update) are free — they follow the sharded storage.
 If a rule leaves a node no strategy (a dim too small), the node falls back to replicated.
 
-Solver for the restricted problem: greedy in program order then iterated conditional modes (each
-node re-picks its best strategy given its neighbours, until no change) — and, when
-``solvers.ilp`` is importable, the ILP on the restricted sub-problem (time-limited); the plan
+Solver for the restricted problem: greedy in program order (``solvers.local.greedy_by_cost``) then
+best response (``solvers.local.best_response``: non-adjacent nodes re-pick their best strategy given
+their neighbours, until no change) — and the ILP on the restricted sub-problem (time-limited); the plan
 with the lower total wins. Neither sees the memory limit (baselines are what they are).
 """
 from __future__ import annotations
@@ -43,6 +43,8 @@ import numpy as np
 from costmodel.cost import norm_spec
 from costmodel.problem import Problem, evaluate
 from costmodel.strategies import space_of
+from solvers.ilp import solve_ilp
+from solvers.local import best_response, greedy_by_cost
 
 METHODS = ("replicated", "dp", "megatron", "fsdp")
 
@@ -227,61 +229,16 @@ def restrict(problem: Problem, allowed: list[np.ndarray]) -> Problem:
         meta=None)
 
 
-def greedy_icm(problem: Problem, max_sweeps: int = 50) -> list[int]:
-    """Min-time heuristic: greedy in node order (node cost + edges to decided neighbours), then
-    iterated conditional modes (re-pick each node given all neighbours) until a fixed point."""
-    n = problem.num_nodes
-    adj: list[list] = [[] for _ in range(n)]
-    for e in range(problem.num_edges):
-        u, v = (int(x) for x in problem.edges[e])
-        M = problem.edge_matrix(e)
-        adj[u].append((v, M, True))
-        adj[v].append((u, M, False))
-    cost = [problem.node_costs[problem.node_slice(i)] for i in range(n)]
-    s = np.full(n, -1, dtype=np.int64)
-
-    def local(i, decided_only):
-        c = cost[i].copy()
-        for j, M, is_row in adj[i]:
-            if s[j] < 0:
-                continue
-            if decided_only and j > i:
-                continue
-            c += M[:, s[j]] if is_row else M[s[j], :]
-        return c
-
-    for i in range(n):
-        s[i] = int(np.argmin(local(i, True)))
-    for _ in range(max_sweeps):
-        changed = False
-        for i in range(n):
-            if len(cost[i]) == 1:
-                continue
-            c = local(i, False)
-            b = int(np.argmin(c))
-            if c[b] < c[s[i]] - 1e-15:
-                s[i] = b
-                changed = True
-        if not changed:
-            break
-    return [int(x) for x in s]
-
-
 def _min_time(problem: Problem, allowed: list[np.ndarray], use_ilp: bool, time_limit_s: float) -> list[int]:
     sub = restrict(problem, allowed)
-    best = greedy_icm(sub)
+    best = best_response(sub, greedy_by_cost(sub, order=np.arange(sub.num_nodes)), time_limit_s=np.inf, memory=False)
     best_cost = evaluate(sub, best).total
     if use_ilp:
         try:
-            from solvers.ilp import solve_ilp
-        except ImportError:
-            solve_ilp = None
-        if solve_ilp is not None:
-            try:
-                cand, _ = solve_ilp(sub, objective="time", time_limit_s=time_limit_s)
-                c = evaluate(sub, cand).total
-                if c < best_cost:
-                    best, best_cost = list(cand), c
-            except (ValueError, RuntimeError, ImportError):  # solver unavailable or failed: keep the heuristic
-                pass
+            cand, _ = solve_ilp(sub, objective="time", time_limit_s=time_limit_s)
+            c = evaluate(sub, cand).total
+            if c < best_cost:
+                best, best_cost = list(cand), c
+        except (ValueError, RuntimeError, ImportError):  # the solver failed: keep the heuristic
+            pass
     return [int(allowed[i][j]) for i, j in enumerate(best)]

@@ -28,7 +28,7 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   tree-plus-projections bound) and the larger one is kept. With prices,
   min over plans within the limit ≥ that bound on the priced costs − cap·Σ_t λ_t (weak duality).
   Equal to the optimum on trees; valid (never above the optimum) on any graph and any messages.
-  Forbidden entries (≥ 1e17, the contest's "impossible") are clamped to 1000× the largest finite
+  Forbidden entries (≥ ``FORBIDDEN_COST``, the contest's "impossible") are clamped to 1000× the largest finite
   cost for the arithmetic: lowering costs keeps the bound valid.
 """
 from __future__ import annotations
@@ -39,10 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
-from solvers.search import Graph, prune
+from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from solvers.local import LocalCosts, prune
 
-FORBIDDEN = 1e17
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
 #                            only up to this many nodes; otherwise at the start and the end
 
@@ -65,10 +64,10 @@ class BPResult:
         return max(0.0, self.cost - self.lower_bound) / max(abs(self.cost), 1e-300)
 
 
-class _Messages:
+class Messages:
     """Index arrays for the vectorised min-sum update (built once per problem)."""
 
-    def __init__(self, g: Graph):
+    def __init__(self, g: LocalCosts):
         self.g = g
         ku, kv = g.k[g.eu], g.k[g.ev]
         m = len(g.eu)
@@ -90,7 +89,7 @@ class _Messages:
         self.seg_u = g.eoff[eu_slot] + (np.arange(len(eu_slot)) - self.su[eu_slot]) * kv[eu_slot]
         ev_slot = np.repeat(np.arange(m), kv)             # (edge, column) segments, transposed order
         self.seg_v = g.eoff[ev_slot] + (np.arange(len(ev_slot)) - self.sv[ev_slot]) * ku[ev_slot]
-        finite = np.concatenate([np.abs(g.cost[g.cost < FORBIDDEN]), np.abs(g.ec[g.ec < FORBIDDEN]), [1.0]])
+        finite = np.concatenate([np.abs(g.cost[g.cost < FORBIDDEN_COST]), np.abs(g.ec[g.ec < FORBIDDEN_COST]), [1.0]])
         self.big = 1000.0 * float(finite.max())
         self.ec = np.minimum(g.ec, self.big)
         self.cost = np.minimum(g.cost, self.big)
@@ -176,12 +175,12 @@ class _Domains:
     (``alive``), each node's least usage over them (its chosen usage once decided) and the live
     usage profile of those least usages (``floor``: no completion can use less at any point)."""
 
-    def __init__(self, g: Graph):
+    def __init__(self, g: LocalCosts):
         self.g = g
         self.x = np.full(g.n, -1, dtype=np.int64)
-        self.alive = g.cost < FORBIDDEN
+        self.alive = g.cost < FORBIDDEN_COST
         self.alive[np.repeat(~np.logical_or.reduceat(self.alive, g.offs[:-1]), g.k)] = True
-        self.ok_e = g.ec < FORBIDDEN
+        self.ok_e = g.ec < FORBIDDEN_COST
         self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
         self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
 
@@ -256,7 +255,7 @@ class _Domains:
         return True
 
 
-def _decode(mp: _Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
+def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
     """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
     checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
     propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
@@ -314,7 +313,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
     limit binds and ``memory_prices``; return the best masked decode seen and the best bound.
     Decodes after the last round and, with prices, after every price update (``decode_every``
     rounds, default ``price_every``). ``pruned``: run on the problem without the strategies no
-    forbidden-free, memory-feasible plan uses (``search.prune``; exact for that question), so the
+    forbidden-free, memory-feasible plan uses (``solvers.local.prune``; exact for that question), so the
     decode cannot walk into a forbidden entry that arc consistency sees coming; the bound then
     holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not)."""
     t0 = time.perf_counter()
@@ -322,8 +321,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
     orig, back = problem, None
     if pruned:
         problem, back = prune(problem)
-    g = Graph(problem)
-    mp = _Messages(g)
+    g = LocalCosts(problem)
+    mp = Messages(g)
     to_u = np.zeros(int(mp.su[-1]))
     to_v = np.zeros(int(mp.sv[-1]))
     lam = np.zeros(len(g.times))
@@ -344,7 +343,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
 
     def consider(c):
         nonlocal best, best_cost
-        x = _decode(mp, c, to_u, to_v)
+        x = decode(mp, c, to_u, to_v)
         if x is not None:
             x = x if back is None else back(x)
             tc = evaluate(orig, x).total
@@ -376,7 +375,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
     if best is None and back is not None:     # only plans through forbidden entries fit
         left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
         return bp_solve(orig, rounds, damping, memory_prices, price_every, left, bound, decode_every, False)
-    if best_cost >= FORBIDDEN:
+    if best_cost >= FORBIDDEN_COST:
         lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
                     lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0)

@@ -6,19 +6,19 @@ penalty (the IOPDDL contest winner's approach).
 feasible plan, its cost, a lower bound, rounds run). ``available()`` says whether pytoulbar2 imports.
 
 * **Model**: the problem is pruned and its permutation ties contracted exactly as the
-  large-instance search does (``solvers.search.prepare``: ``_Pruning``, ``_Contraction``; IOPDDL A goes
+  large-instance search does (``solvers.local.prepare``: ``Pruning``, ``Contraction``; IOPDDL A goes
   from 34,932 nodes to 285 with a choice). One toulbar2 variable per component; unary cost
   functions are the component costs, binary ones the edge matrices. Each function's minimum is
   kept aside as a constant, so what toulbar2 sees is ≥ 0. Costs are integers in toulbar2: they are
   multiplied by ``scale`` (1 when they are integers already, as in the contest files; otherwise so
   that the lowest-usage plan costs about 1e9 units) and rounded **down**, so toulbar2's dual bound
-  stays a valid lower bound of the real costs. Forbidden entries (≥ 1e17) and anything above
+  stays a valid lower bound of the real costs. Forbidden entries (≥ ``FORBIDDEN_COST``) and anything above
   ``TOP_UNITS`` are clipped to ``TOP_UNITS`` (lowering a cost keeps the bound valid).
 * **Memory** as a Lagrangian penalty: prices λ_t ≥ 0 per compressed time point add
   usage_i(s)·Σ_{t∈interval(i)} λ_t to the unary costs. A round builds the model at the current
   prices and runs toulbar2's branch and bound (HBFS) for a slice of the time; its plan is priced on
   the real problem: if it fits it is a candidate and λ decays by ``DOWN``; if not, the search's
-  greedy repair (``_repair_tied``) is tried and λ grows at the overloaded points only
+  greedy repair (``solvers.local.repair_tied``) is tried and λ grows at the overloaded points only
   (λ_t ← max(UP·λ_t, base·10·overload_t), base = median cost / median usage; as in
   ``search._lagrangian_rounds``). Each round's initial upper bound is the priced cost of the best
   plan so far, so toulbar2 only looks for plans that beat it at these prices.
@@ -42,13 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.problem import Problem
-from solvers.search import FORBIDDEN, Graph, _icm, _node_prices, _repair_tied, prepare
+from costmodel.problem import FORBIDDEN_COST, Problem
+from solvers.local import LocalCosts, best_response, prepare, repair_tied
+from solvers.search import ICM_SWEEPS
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
 TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about this many units
 UP, DOWN = 2.5, 0.9       # price update factors (as in search._lagrangian_rounds)
-WARM_SHARE = 0.1          # of the budget at most for the ICM price warm-up
+WARM_SHARE = 0.1          # of the budget at most for the best-response price warm-up
 ROUND_MARGIN_S = 0.5      # a round's process is killed this long after the deadline
 MAX_VARS = 20_000         # no rounds above this many contracted variables with a choice: a round
 #                           on synth-65k (49,917) gave no plan in 25 s; M (5,404) gets one in ~13 s
@@ -76,7 +77,7 @@ def available() -> bool:
 class _Model:
     """The contracted graph's cost tables, grouped by shape for toulbar2's vectorised posting."""
 
-    def __init__(self, gc: Graph, scale: float):
+    def __init__(self, gc: LocalCosts, scale: float):
         self.gc, self.scale = gc, scale
         k = gc.k
         self.free = k > 1                                   # variables with a choice
@@ -102,7 +103,7 @@ class _Model:
             sel = be[(shapes == shape).all(axis=1)]
             size = int(shape[0] * shape[1])
             idx = gc.eoff[sel][:, None] + np.arange(size)[None, :]
-            raw = np.minimum(gc.ec[idx], FORBIDDEN)
+            raw = np.minimum(gc.ec[idx], FORBIDDEN_COST)
             low = raw.min(axis=1, keepdims=True)
             self.const += float(low.sum())
             units = self._units(raw - low).reshape(len(sel), int(shape[0]), int(shape[1]))
@@ -121,7 +122,7 @@ class _Model:
         import pytoulbar2
         w0, c0 = time.perf_counter(), time.process_time()
         gc = self.gc
-        c = np.minimum(unary + self.fold, FORBIDDEN)
+        c = np.minimum(unary + self.fold, FORBIDDEN_COST)
         low = np.minimum.reduceat(c, gc.offs[:-1])
         const = self.const + float(low.sum())
         rel = c - np.repeat(low, gc.k)
@@ -155,15 +156,15 @@ class _Model:
 
 
 def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, progress=None,
-              round_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
+              round_time_limit_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
               prepared=None) -> CFNResult:
     """Rounds of toulbar2 at adaptive memory prices within ``time_limit_s`` (see the module
     docstring). ``starts``: feasible plans found elsewhere (the best is the first upper bound);
-    ``on_plan(plan, cost)`` on every new best plan; ``round_s``: toulbar2's time per round
+    ``on_plan(plan, cost)`` on every new best plan; ``round_time_limit_s``: toulbar2's time per round
     (default a quarter of the budget, at least 1 s); ``max_rounds``: stop after that many;
     ``give_up_empty``: stop after a round that timed out without a plan (instead of doubling the
     slice), so that a caller with other solvers gets the time back; ``prepared``: the problem's
-    ``search.prepare`` (built once for this and the search)."""
+    ``solvers.local.prepare`` (built once for this and the search)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -200,7 +201,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
         prices.warm(C, gc, min(deadline, time.perf_counter() + WARM_SHARE * time_limit_s),
                     lambda sc: consider(pr.to_orig(C.expand(sc)), "cfn warm-up icm"))
     bound, rounds = -np.inf, 0
-    slice_s = round_s or max(1.0, time_limit_s / 4.0)
+    slice_s = round_time_limit_s or max(1.0, time_limit_s / 4.0)
     while True:
         t = min(slice_s, deadline - time.perf_counter() - ROUND_MARGIN_S)
         if t < 1.0 or (max_rounds is not None and rounds >= max_rounds):
@@ -218,7 +219,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             if give_up_empty:
                 say(f"cfn round {rounds}: no plan in {t:.0f} s; giving the time back")
                 break
-            if round_s is None:
+            if round_time_limit_s is None:
                 slice_s *= 2.0    # no plan in the slice (S: ~25 s a round under load): longer rounds
         bound = max(bound, lb - prices.penalty())
         if best[0] is not None and bound >= best[1] - 1e-9 * max(abs(best[1]), 1.0):
@@ -233,13 +234,13 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             break
         ratio = prices.update(C.expand(sc))
         if ratio.max() > 1.0:
-            rep = _repair_tied(C, gc, sc, min(deadline, time.perf_counter() + 2.0))
+            rep = repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 2.0), 0.0))
             if rep is not None:
                 consider(pr.to_orig(C.expand(rep)), f"cfn+repair[{rounds}]")
         else:
             consider(pr.to_orig(C.expand(sc)), f"cfn[{rounds}]")
         say(f"cfn round {rounds}: peak/cap {ratio.max():.3f}; bound {bound:.10g} ({time.perf_counter() - t0:.1f}s)")
-    if best[0] is not None and best[1] >= FORBIDDEN:
+    if best[0] is not None and best[1] >= FORBIDDEN_COST:
         bound = -np.inf
     return CFNResult(None if best[0] is None else [int(x) for x in best[0]], best[1], bound, rounds,
                      time.perf_counter() - t0)
@@ -248,15 +249,15 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
 class _Prices:
     """Memory prices λ_t over g's compressed time points and their adaptive update."""
 
-    def __init__(self, g: Graph):
+    def __init__(self, g: LocalCosts):
         self.g = g
         pos = g.usage[g.usage > 0]
-        fin = np.abs(g.cost[np.abs(g.cost) < FORBIDDEN])
+        fin = np.abs(g.cost[np.abs(g.cost) < FORBIDDEN_COST])
         self.base = (float(np.median(fin)) + 1.0 if len(fin) else 1.0) / (float(np.median(pos)) if len(pos) else 1.0)
         self.lam = np.zeros(len(g.times))
 
-    def unary(self, C, gc: Graph) -> np.ndarray:
-        return C.penalty(_node_prices(self.g, self.lam)) if self.lam.any() else gc.cost
+    def unary(self, C, gc: LocalCosts) -> np.ndarray:
+        return C.penalty(self.g.interval_sums(self.lam)) if self.lam.any() else gc.cost
 
     def penalty(self) -> float:
         """cap · Σλ: what the priced minimum overstates a fitting plan's bound by."""
@@ -274,15 +275,17 @@ class _Prices:
             self.lam *= DOWN
         return r
 
-    def warm(self, C, gc: Graph, until: float, consider, fits_needed: int = 3) -> None:
-        """Price rounds with colour-class ICM (a fraction of a toulbar2 round each) until
+    def warm(self, C, gc: LocalCosts, until: float, consider, fits_needed: int = 3) -> None:
+        """Price rounds with colour-class best response (ICM) (a fraction of a toulbar2 round each) until
         ``fits_needed`` plans have fit or ``until``: toulbar2 then starts near the right prices
         instead of at λ = 0, whose plan is far over the limit where memory binds (S: 16x)."""
         classes = gc.colour_classes()
         sc = gc.seg_argmin(gc.cost)
         fits = 0
         while fits < fits_needed and time.perf_counter() < until:
-            sc = _icm(gc, sc, self.unary(C, gc), classes, until, sweeps=4)
+            sc = np.asarray(best_response(gc.p, sc, time_limit_s=until - time.perf_counter(),
+                                         max_rounds=ICM_SWEEPS * max(len(classes), 1), lc=gc,
+                                         node_cost=self.unary(C, gc), memory=False, classes=classes), dtype=np.int64)
             if self.update(C.expand(sc)).max() <= 1.0:
                 fits += 1
                 consider(sc)
@@ -332,15 +335,15 @@ def _forked(fn, args, deadline: float):
     return out
 
 
-def _edges(gc: Graph, sc: np.ndarray) -> float:
+def _edges(gc: LocalCosts, sc: np.ndarray) -> float:
     if not len(gc.eu):
         return 0.0
     return float(gc.ec[gc.eoff[:-1] + sc[gc.eu] * gc.k[gc.ev] + sc[gc.ev]].sum())
 
 
-def _scale(gc: Graph) -> float:
+def _scale(gc: LocalCosts) -> float:
     """1 for integer costs whose plans stay far below TOP_UNITS; else TARGET_UNITS / a plan's cost."""
-    fin = np.concatenate([gc.cost[gc.cost < FORBIDDEN], gc.ec[gc.ec < FORBIDDEN]])
+    fin = np.concatenate([gc.cost[gc.cost < FORBIDDEN_COST], gc.ec[gc.ec < FORBIDDEN_COST]])
     if not len(fin):
         return 1.0
     ref = float(np.abs(gc.cost[gc.offs[:-1] + gc.seg_argmin(gc.cost)]).sum()) + float(np.abs(fin).max())

@@ -7,8 +7,9 @@ with the highest live usage (nodes + live copies, as ``evaluate`` prices them) a
 move that lowers it at the least time per byte saved: some node live there, or the producer or a
 reader of a copy live there, takes another strategy (neighbours fixed). The byte saving at that
 point is exact (node usage + the copies of every group the node touches); the time is the node's
-local cost (node cost + edges to its neighbours). Stops when the peak is within ``cap`` (-> the
-plan) or no move lowers the peak point (-> None). No proof: the ILP's exact steps supply bounds.
+local cost (``solvers.local.LocalCosts.node_local``). Stops when the peak is within ``cap`` (-> the
+plan, then polished by ``solvers.local.best_response`` within ``cap``) or no move lowers the peak
+point (-> None). No proof: the ILP's exact steps supply bounds.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, usage_profile
+from solvers.local import LocalCosts, best_response
 
 
 class CopyShaver:
@@ -25,12 +27,7 @@ class CopyShaver:
         self.em = em = problem.edge_memory
         self.offs = problem.strategy_offsets
         n = problem.num_nodes
-        self.adj: list = [[] for _ in range(n)]
-        for e in range(problem.num_edges):
-            u, v = int(problem.edges[e, 0]), int(problem.edges[e, 1])
-            M = problem.edge_matrix(e)
-            self.adj[u].append((v, M, True))
-            self.adj[v].append((u, M, False))
+        self.lc = LocalCosts(problem)
         self.g_of = em.member_group
         self.members = [list(range(int(em.member_offsets[g]), int(em.member_offsets[g + 1])))
                         for g in range(em.num_groups)]
@@ -49,12 +46,6 @@ class CopyShaver:
         self.g_node, self.g_time, self.g_bytes = em.group_node.tolist(), em.group_time.tolist(), em.group_bytes.tolist()
         self.g_early = [em.group_early[em.early_offsets[g]:em.early_offsets[g + 1]].tolist()
                         for g in range(em.num_groups)]
-
-    def _local(self, s, i):
-        c = self.p.node_costs[self.offs[i]:self.offs[i + 1]].copy()
-        for j, M, is_u in self.adj[i]:
-            c += M[:, s[j]] if is_u else M[s[j], :]
-        return c
 
     def _group_at(self, g, s, t) -> float:
         """Bytes of group g's copy live at time t under plan s."""
@@ -101,7 +92,7 @@ class CopyShaver:
                 on = self.st[i] <= t < self.en[i]
                 gs = self.groups_of[i]
                 cur = sum(self._group_at(g, s, t) for g in gs)
-                c = self._local(s, i)
+                c = self.lc.node_local(s, i)
                 si = s[i]
                 for b in range(k):
                     if b == si:
@@ -119,24 +110,7 @@ class CopyShaver:
             s[best[1]] = best[2]
 
     def _polish(self, s, cap, deadline):
-        """Win back time: nodes in order of the time a faster strategy saves take it when the
-        plan's peak stays within ``cap`` (each move checked on the whole profile)."""
-        gains = []
-        for i in range(self.p.num_nodes):
-            c = self._local(s, i)
-            b = int(np.argmin(c))
-            if c[b] < c[s[i]] - 1e-15 * max(1.0, abs(c[s[i]])):
-                gains.append((c[b] - c[s[i]], i))
-        for _, i in sorted(gains):
-            if time.perf_counter() > deadline:
-                break
-            c = self._local(s, i)
-            old = s[i]
-            for b in np.argsort(c, kind="stable"):
-                if c[b] >= c[old]:
-                    break
-                s[i] = b
-                if self._profile(s)[1].max() <= cap:
-                    break
-                s[i] = old
-        return [int(x) for x in s]
+        """Win back time: best response (``solvers.local.best_response``) on the true cost that
+        keeps the plan's peak (copies included) within ``cap``."""
+        capped = self.p.with_usage_limit(cap)
+        return best_response(capped, s, time_limit_s=max(deadline - time.perf_counter(), 0.0), lc=LocalCosts(capped))

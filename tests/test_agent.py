@@ -98,7 +98,7 @@ def test_corrupt_checkpoint_raises_value_error(tmp_path):
 
 
 def test_local_costs_match_evaluate_and_polish_improves():
-    from agent.planner import LocalCosts, polish
+    from solvers.local import LocalCosts, polish
     p = random_problem(np.random.default_rng(3), 25, 5)
     rng = np.random.default_rng(4)
     plan = np.array([rng.integers(k) for k in p.num_strategies])
@@ -134,9 +134,16 @@ def test_planner_feasible_under_memory_cap(small_problem, tmp_path):
         c = evaluate(p, plan)
         assert c.feasible and c.peak_memory_bytes <= p.usage_limit
         assert c.total <= min(t["total"] for t in info["candidates"] if t["feasible"]) + 1e-12
-    # an explicit cap overrides the problem's own; an impossible one is a clear ValueError
+    # an explicit cap tightens the problem's own limit, never relaxes it; an impossible one is a
+    # clear ValueError, a cap <= 0 the one LimitError of costmodel.limits
+    loose = planner.plan(p, memory_cap_bytes=100 * p.usage_limit, polish=False)
+    assert evaluate(p, loose).feasible
     with pytest.raises(ValueError, match="memory cap"):
         planner.plan(p, memory_cap_bytes=1.0)
+    from costmodel.limits import LimitError
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(LimitError, match="memory_cap_bytes"):
+            planner.plan(p, memory_cap_bytes=bad)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Planner.load(str(tmp_path / "missing.msgpack"))
     (tmp_path / "bad.msgpack").write_bytes(b"garbage")
@@ -166,20 +173,21 @@ def test_numpy_encoder_matches_flax():
 def test_planner_refines_only_when_the_cap_binds(monkeypatch):
     """A limit far above every plan's peak (as the builder's device memory usually is) does not
     bind: no refine. A limit at the least possible peak does: refine runs, and the plan fits it."""
-    import solvers.search as search
-    from agent.planner import REFINE_TIME_S, Planner
+    import agent.planner as planner_module
+    from agent.planner import Planner
     from env.workloads import peak_bounds
+    from solvers.local import REFINE_TIME_LIMIT_S
     calls = []
-    real = search.refine
-    monkeypatch.setattr(search, "refine", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    real = planner_module.refine
+    monkeypatch.setattr(planner_module, "refine", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
     planner = Planner.load("pretrained")
     p = random_problem(np.random.default_rng(7), 60, 6)
     lo, hi = peak_bounds(p)
     plan, info = planner.plan(p, memory_cap_bytes=10 * hi, return_info=True)
     assert not info["cap_binds"] and calls == []
     assert any(c["uncapped_start"] for c in info["candidates"])
-    plan, info = planner.plan(p, memory_cap_bytes=lo, refine_time_s=None, return_info=True)
-    assert info["cap_binds"] and calls == [REFINE_TIME_S]
+    plan, info = planner.plan(p, memory_cap_bytes=lo, refine_time_limit_s=None, return_info=True)
+    assert info["cap_binds"] and calls == [REFINE_TIME_LIMIT_S]
     assert evaluate(p.with_usage_limit(lo), plan).feasible
 
 

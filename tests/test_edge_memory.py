@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
 from solvers.ilp import solve_ilp
-from solvers.search import Graph
+from solvers.local import LocalCosts
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
@@ -108,7 +108,7 @@ def test_ilp_sees_the_copies(reduce):
 
 def test_local_search_profile_and_env_price_the_copies():
     p = _problem()
-    g = Graph(p)
+    g = LocalCosts(p)
     for s in ([0, 1, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]):
         assert g.profile(np.array(s)).max() == evaluate(p, s).peak_memory_bytes
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import env as env_pkg
 from costmodel.problem import Problem, evaluate
 from env.features import ACTION_FEATURES, ACTION_INDEX, EDGE_FEATURES, NODE_FEATURES, NODE_INDEX
-from env.sharding_env import ShardingEnv, decision_order, greedy_plan
+from env.sharding_env import ShardingEnv
 from env.workloads import (
     HELDOUT_MODELS,
     HELDOUT_PRESETS,
@@ -30,6 +30,7 @@ from env.workloads import (
     sample_workload,
     train_workloads,
 )
+from solvers.local import decision_order, greedy_by_cost
 
 HERE = os.path.dirname(__file__)
 IOPDDL = os.path.join(HERE, "..", "..", "shared", "iopddl")
@@ -72,8 +73,8 @@ def weighted(info):
 # ---- hand-worked example ---------------------------------------------------------------------------
 def test_example_rewards_by_hand(example):
     # greedy reference: [0, 0, 1, 1, 0] costs 15+85+55+85+175 = 415 (worked out in the docstring of
-    # greedy_plan's rule: node cost + resharding to decided neighbours)
-    assert greedy_plan(example) == [0, 0, 1, 1, 0]
+    # greedy_by_cost's rule: node cost + resharding to decided neighbours)
+    assert greedy_by_cost(example, avoid_forbidden=True) == [0, 0, 1, 1, 0]
     e = ShardingEnv(example)
     obs, info = e.reset(seed=0)
     assert info["reference_cost"] == 415.0
@@ -143,7 +144,8 @@ def test_forbidden_costs_are_masked_with_forward_checking():
     p = Problem.from_lists("forbid", node_costs=[[5, 1], [2, 3], [1, 1]], node_usages=[[0, 0], [0, 0], [0, 0]],
                            intervals=[[0, 1], [1, 2], [2, 3]], edges=[[0, 1], [1, 2]],
                            edge_costs=[[0, 0, F, F], [F, F, 0, 4]])
-    assert greedy_plan(p) == [0, 1, 0]   # 5 + 3 + 0 + 1 + 0 (greedy would take node 0 -> 1 without the check)
+    assert greedy_by_cost(p, avoid_forbidden=True) == [0, 1, 0]   # 5 + 3 + 0 + 1 + 0
+    assert greedy_by_cost(p) == [1, 0, 0]   # without the check: node 0 -> 1, then only forbidden choices
     e = ShardingEnv(p)
     obs, info = e.reset(seed=0)
     assert info["reference_cost"] == 9.0
@@ -235,14 +237,37 @@ def test_memory_mask_keeps_capped_episodes_feasible():
             assert info["cost"].feasible, (frac, info["cost"].peak_memory_bytes, p.usage_limit)
 
 
-def test_memory_cap_kwarg_overrides_problem_limit(example):
-    e = ShardingEnv(example, memory_cap_bytes=float("inf"))
-    obs, _ = e.reset(seed=0)
-    e.step(0)
-    assert e.problem.usage_limit is None
-    assert list(e._obs["action_mask"][:3]) == [1, 1, 1]   # no cap: node 2's strategy 1 is allowed
-    e2 = ShardingEnv(example, memory_cap_bytes=40.0)
-    assert e2.reset(seed=0)[0] is not None and e2.problem.usage_limit == 40.0
+def test_memory_cap_kwarg_tightens_the_problem_limit(example):
+    """The env's cap means what it means for every method: min(problem.usage_limit, cap)
+    (costmodel.limits.Limits); above the problem's limit it does not bind, <= 0 is a LimitError."""
+    from costmodel.limits import LimitError
+    own = example.usage_limit
+    assert own is not None
+    e = ShardingEnv(example, memory_cap_bytes=10 * own)
+    e.reset(seed=0)
+    assert e.problem.usage_limit == own
+    e2 = ShardingEnv(example, memory_cap_bytes=0.5 * own)
+    assert e2.reset(seed=0)[0] is not None and e2.problem.usage_limit == 0.5 * own
+    assert e2.episode.memory_cap_bytes == 0.5 * own
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(LimitError, match="memory_cap_bytes"):
+            ShardingEnv(example, memory_cap_bytes=bad)
+
+
+def test_episode_is_the_public_frozen_spec(example):
+    import dataclasses
+    e = ShardingEnv(example)
+    assert e.episode is None
+    _, info = e.reset(seed=0)
+    ep = e.episode
+    assert ep.problem is e.problem and ep.reference_cost == info["reference_cost"] == 415.0
+    assert ep.reference_name == "greedy" and ep.reference_plan == (0, 0, 1, 1, 0)
+    assert ep.order.tolist() == decision_order(example).tolist()
+    assert ep.num_decisions == 3          # nodes 0 and 4 have one strategy
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ep.reference_cost = 1.0
+    with pytest.raises(ValueError):
+        ep.order[0] = 1
 
 
 def test_same_seed_same_episode():

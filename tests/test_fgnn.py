@@ -10,7 +10,7 @@ from agent.checkpoints import weights_digest
 from agent.fgnn import FGNN, FGConfig, FGInputs
 from costmodel.problem import evaluate
 from solvers import bp
-from solvers.search import Graph, _Pruning
+from solvers.local import LocalCosts, Pruning
 from tests.ilp_helpers import brute_force, random_problem
 from tests.test_bp import _tree
 
@@ -61,7 +61,7 @@ def test_masked_strategies_never_chosen(net, seed):
     x = net.plan(p)
     c = evaluate(p, x)
     assert c.feasible and c.peak_memory_bytes <= p.usage_limit
-    keep = _Pruning(Graph(p)).keep
+    keep = Pruning(LocalCosts(p)).keep
     assert keep[p.strategy_offsets[:-1] + np.asarray(x)].all()
 
 

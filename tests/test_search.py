@@ -16,7 +16,8 @@ from ilp_helpers import brute_force, random_problem  # noqa: E402
 
 from costmodel.problem import Problem, evaluate  # noqa: E402
 from solvers.iopddl_cli import main_iopddl  # noqa: E402
-from solvers.search import Graph, _Contraction, _Pruning, _range_max, solve_large  # noqa: E402
+from solvers.local import Contraction, LocalCosts, Pruning, forest_dp, least_usage_plan, polish, range_max, refine  # noqa: E402
+from solvers.search import solve_large  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
@@ -91,7 +92,7 @@ def _perm_problem():
 
 def test_contraction_merges_permutation_chain_by_hand():
     p = _perm_problem()
-    C = _Contraction(Graph(p))
+    C = Contraction(LocalCosts(p))
     assert C.problem.num_nodes == 1 and list(C.problem.num_strategies) == [2]
     # component strategy 0: a=0, b=0, c=1 -> 1 + 2 + F + 0 + 4 + 2 ; strategy 1: a=1, b=1, c=0 -> 5+2+10+3+7+3
     assert list(C.expand(np.array([0]))) == [0, 0, 1]
@@ -117,7 +118,7 @@ def test_contraction_is_exact_on_random_tied_problems():
                 ec[p.edge_offsets[e]:p.edge_offsets[e + 1]] = M.ravel()
         p = Problem(p.name, p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges,
                     p.edge_offsets, ec)
-        C = _Contraction(Graph(p))
+        C = Contraction(LocalCosts(p))
         assert C.problem.num_nodes <= p.num_nodes
         for _ in range(20):
             sc = rng.integers(0, C.problem.num_strategies)
@@ -141,8 +142,8 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
     eoffs = np.concatenate([[0], np.cumsum(hi - lo)])
     sub = Problem(f"{p.name}[:{n}]", offs, p.node_costs[:offs[-1]], p.node_usages[:offs[-1]],
                   p.intervals[:n], p.edges[keep], eoffs, p.edge_costs[idx])
-    g = Graph(sub)
-    minu = g.local[np.lexsort((g.local, g.cost, g.usage, g.node_of))[g.offs[:-1]]]
+    g = LocalCosts(sub)
+    minu = np.asarray(least_usage_plan(sub))
     cheap = g.seg_argmin(g.cost)
     a, b = g.profile(minu).max(), g.profile(cheap).max()
     return sub.with_usage_limit(float(a + limit_frac * (b - a)))
@@ -151,9 +152,7 @@ def _head(p: Problem, n: int, limit_frac: float) -> Problem:
 @pytest.mark.slow
 def test_solve_large_on_head_of_A_is_feasible_forbidden_free_and_improves():
     p = _head(Problem.from_iopddl(A), 6000, 0.3)
-    g = Graph(p)
-    forb = (g.cost >= 1e15).astype(np.int64)
-    anchor = g.local[np.lexsort((g.local, g.cost, g.usage, forb, g.node_of))[g.offs[:-1]]]
+    anchor = least_usage_plan(p, avoid_forbidden=True)
     anchor_cost = evaluate(p, anchor).total
     t0 = time.perf_counter()
     plan = solve_large(p, 8.0, seed=1)
@@ -170,7 +169,7 @@ def test_range_max_matches_slices():
     lo = rng.integers(0, 37, 200)
     hi = lo + rng.integers(0, 12, 200)
     hi = np.minimum(hi, 37)
-    got = _range_max(a, lo, hi)
+    got = range_max(a, lo, hi)
     want = [a[x:y].max() if y > x else -np.inf for x, y in zip(lo, hi)]
     assert np.array_equal(got, want)
 
@@ -186,7 +185,7 @@ def test_pruning_by_hand():
     edges = [(1, 2)]
     ecosts = [[1, 2, F, 3, 4, F]]
     p = Problem.from_lists("prune", costs, usages, intervals, edges, ecosts, usage_limit=10)
-    pr = _Pruning(Graph(p))
+    pr = Pruning(LocalCosts(p))
     assert pr.keep.tolist() == [True, False, True, True, False, True, False]
     assert list(pr.problem.num_strategies) == [1, 2, 1]
     assert list(pr.problem.edge_costs) == [2, 4]             # column 1 of the 2x3 matrix
@@ -203,7 +202,7 @@ def test_pruning_keeps_the_best_forbidden_free_plan():
         best, bc = brute_force(p)
         if bc is None or bc.total >= 1e17:
             continue
-        pr = _Pruning(Graph(p))
+        pr = Pruning(LocalCosts(p))
         s2 = pr.from_orig(np.asarray(best))
         assert s2 is not None                                  # the optimum survives pruning
         assert evaluate(pr.problem, s2).total == pytest.approx(bc.total)
@@ -215,7 +214,6 @@ def test_pruning_keeps_the_best_forbidden_free_plan():
 def test_forest_dp_is_exact_on_a_tree(seed):
     """On a graph that is a tree every node joins the random induced forest, so one forest move
     from any plan is the optimum (the planner's polish and the contest search both use it)."""
-    from solvers.search import forest_dp
     rng = np.random.default_rng(seed)
     n = 7
     ks = rng.integers(1, 4, size=n)
@@ -223,7 +221,7 @@ def test_forest_dp_is_exact_on_a_tree(seed):
     p = Problem.from_lists("tree", [rng.random(k) * 10 for k in ks], [np.zeros(k) for k in ks],
                            np.zeros((n, 2), dtype=np.int64), edges,
                            [rng.random(int(ks[u] * ks[v])) * 10 for u, v in edges])
-    g = Graph(p)
+    g = LocalCosts(p)
     start = np.array([int(rng.integers(k)) for k in ks])
     out = forest_dp(g, start, g.cost, rng, np.inf)
     best = min(evaluate(p, list(s)).total for s in itertools.product(*[range(int(k)) for k in ks]))
@@ -235,14 +233,12 @@ def test_refine_makes_the_all_or_nothing_move_that_polish_cannot():
     two or three switched nodes cost more than none (+8, +10, +6), all four save 4. The polish's
     moves (single nodes, edge pairs, induced forests: at most 2 nodes of a K4) stall at all-zero;
     refine's MILP neighbourhood covers the graph and finds all-one (cost 4 -> 0)."""
-    from agent.planner import polish
-    from solvers.search import refine
     edges = [(u, v) for u in range(4) for v in range(u + 1, 4)]
     p = Problem.from_lists("k4", [np.array([1.0, 0.0])] * 4, [np.zeros(2)] * 4,
                            np.zeros((4, 2), dtype=np.int64), edges, [np.array([0.0, 3.0, 3.0, 0.0])] * 6)
     start = [0, 0, 0, 0]
     assert evaluate(p, start).total == 4.0
-    assert list(polish(p, start, time_budget_s=2.0)) == start
+    assert list(polish(p, start, time_limit_s=2.0)) == start
     out = refine(p, start, 2.0)
     assert list(out) == [1, 1, 1, 1] and evaluate(p, list(out)).total == 0.0
 
@@ -252,17 +248,16 @@ def test_refine_never_worse_stays_feasible_and_is_exact_on_small_graphs(seed):
     """Under a memory limit, from the lowest-usage plan: refine's result fits the limit, is no
     worse than its start, and (the 10-node graph lies inside one 60-node neighbourhood when it is
     connected) equals the brute-force optimum then."""
-    from solvers.search import refine
     p = random_problem(np.random.default_rng(100 + seed), 8, kmax=3, edge_p=0.6, limit_q=0.4)
-    g = Graph(p)
-    start = g.local[np.lexsort((g.local, g.usage, g.node_of))[g.offs[:-1]]]
+    g = LocalCosts(p)
+    start = np.asarray(least_usage_plan(p))
     assert evaluate(p, list(start)).feasible
     out = refine(p, start, 1.5, seed=seed)
     c = evaluate(p, list(out))
     assert c.feasible and c.total <= evaluate(p, list(start)).total
     _, best = brute_force(p)
     free = np.nonzero(g.k > 1)[0]
-    if len(free) and len(Graph(p).adj) and _connected(g, free):
+    if len(free) and len(g.adj) and _connected(g, free):
         assert c.total == pytest.approx(best.total)
     low = evaluate(p, list(start)).peak_memory_bytes
     if low > 0:
@@ -270,7 +265,7 @@ def test_refine_never_worse_stays_feasible_and_is_exact_on_small_graphs(seed):
             refine(p.with_usage_limit(low - 1), start, 0.1)
 
 
-def _connected(g: Graph, nodes) -> bool:
+def _connected(g: LocalCosts, nodes) -> bool:
     """Whether ``nodes`` are reachable from one another through nodes with a choice (as _bfs walks)."""
     seen = {int(nodes[0])}
     stack = [int(nodes[0])]

@@ -1,0 +1,234 @@
+"""Moves of the local-search library: the one best response, edge pair moves and forest moves.
+
+* ``best_response(problem, plan, ...)``: iterated best response (ICM). Every round computes all
+  local costs (``LocalCosts.local``, on the problem's node costs or on ``node_cost``, e.g.
+  Lagrangian prices) and moves a set of improving nodes no two of which share an edge, so the
+  total falls by exactly the sum of their gains. Which set: by default the improving nodes whose
+  gain beats every improving neighbour's (ties: the lower index); with ``classes`` (a colouring,
+  ``LocalCosts.colour_classes``; the large-instance driver's schedule) the improving nodes of the
+  next colour class in turn, until a whole pass over the classes moves nothing. With ``memory`` (default) and a usage limit, a batch
+  that would break the limit is cut to its moves that do not raise their node's usage, or, when
+  none, the round retries among the usage-non-increasing strategies only. Never makes a plan
+  worse (in ``node_cost``) or, with ``memory``, infeasible.
+* ``pair_moves(problem, plan, lc)``: for every edge (u, v) the joint best (s, t) given all other
+  nodes, J[s, t] = L_u(s) − E[s, t_now] + L_v(t) − E[s_now, t] + E[s, t], for all edges at once;
+  moves with positive gain are applied greedily, best first, skipping any that touches a node
+  already moved or next to one (so every applied gain is exact).
+* ``forest_dp(lc, s, node_cost, rng, deadline)``: a random induced forest re-optimised exactly by
+  tree dynamic programming, every other node held at ``s`` (their edges become unary costs).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+from solvers.local.costs import LocalCosts
+
+
+def _independent(cand: np.ndarray, gain: np.ndarray, lc: LocalCosts, prio_base: np.ndarray):
+    """(priorities by gain, ties to the lower index; the candidates that beat every candidate neighbour)."""
+    n = len(cand)
+    order = np.lexsort((-prio_base, gain))
+    prio = np.empty(n, np.int64)
+    prio[order] = np.arange(n)
+    prio = np.where(cand, prio, -1)
+    return prio, cand & (prio > _nb_max(lc, prio))
+
+
+def _nb_max(lc: LocalCosts, prio: np.ndarray) -> np.ndarray:
+    """Per node, the highest priority among its neighbours (-1: none)."""
+    nb = np.full(len(prio), -1, np.int64)
+    np.maximum.at(nb, lc.nbr_u, prio[lc.nbr_v])
+    np.maximum.at(nb, lc.nbr_v, prio[lc.nbr_u])
+    return nb
+
+
+def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds: int = 10_000,
+                  lc: LocalCosts | None = None, node_cost: np.ndarray | None = None,
+                  memory: bool = True, classes: list | None = None) -> list[int]:
+    """Iterated best response (see the module docstring)."""
+    lc = lc or LocalCosts(problem)
+    plan = np.asarray(plan, dtype=np.int64).copy()
+    off = lc.offs
+    n = lc.n
+    limit = lc.cap if memory else None
+    t0 = time.perf_counter()
+    prio_base = np.arange(n)
+    idle = 0                               # colour classes in a row that moved nothing
+    for r in range(max_rounds):
+        if time.perf_counter() - t0 > time_limit_s:
+            break
+        tot = lc.local(plan, node_cost)
+        cur_flat = off[:-1] + plan
+        cur = tot[cur_flat]
+        best = lc.seg_argmin(tot)
+        gain = cur - tot[off[:-1] + best]
+        scale = max(float(np.abs(cur).max()), 1e-30) if n else 1.0
+        if classes is not None:            # the next colour class: an independent set already
+            move = np.zeros(n, dtype=bool)
+            cls = classes[r % len(classes)] if len(classes) else np.zeros(0, np.int64)
+            move[cls[gain[cls] > 1e-12 * np.maximum(1.0, np.abs(cur[cls]))]] = True
+            idle = 0 if move.any() else idle + 1
+            if idle >= max(len(classes), 1):
+                break
+            if not move.any():
+                continue
+            prio = np.where(move, gain, -1)
+        else:
+            cand = gain > 1e-12 * scale
+            if not cand.any():
+                break
+            prio, move = _independent(cand, gain, lc, prio_base)
+        new = plan.copy()
+        new[move] = best[move]
+        if limit is not None and not lc.feasible(new):
+            safe = move & (lc.live_usage[off[:-1] + best] <= lc.live_usage[cur_flat])
+            if not safe.any():
+                # best moves all raise memory: retry restricted to non-increasing usage strategies
+                tot2 = np.where(lc.live_usage <= lc.live_usage[cur_flat][lc.node_of], tot, np.inf)
+                best2 = lc.seg_argmin(tot2)
+                cand2 = cur - tot2[off[:-1] + best2] > 1e-12 * scale
+                if not cand2.any():
+                    break
+                prio2 = np.where(cand2, prio, -1)
+                safe = cand2 & (prio2 > _nb_max(lc, prio2))
+                if not safe.any():
+                    break
+                best = best2
+            new = plan.copy()
+            new[safe] = best[safe]
+        plan = new
+    return [int(x) for x in plan]
+
+
+def pair_moves(problem: Problem, plan, lc: LocalCosts | None = None, time_limit_s: float = 0.5) -> np.ndarray:
+    """Edge pair moves (see the module docstring), until no edge improves or the time is spent."""
+    p = problem
+    lc = lc or LocalCosts(problem)
+    plan = np.asarray(plan, dtype=np.int64).copy()
+    if p.num_edges == 0:
+        return plan
+    t0 = time.perf_counter()
+    k = p.num_strategies
+    off, eoff = p.strategy_offsets, p.edge_offsets
+    sizes = np.diff(eoff)
+    ent_e = np.repeat(np.arange(p.num_edges), sizes)
+    pos = np.arange(len(ent_e)) - eoff[ent_e]
+    kv = k[p.edges[ent_e, 1]]
+    ent_s, ent_t = pos // kv, pos % kv
+    u_of, v_of = p.edges[ent_e, 0], p.edges[ent_e, 1]
+    loop = p.edges[:, 0] == p.edges[:, 1]
+    limit = p.usage_limit
+    while time.perf_counter() - t0 < time_limit_s:
+        tot = lc.local(plan)
+        su, sv = plan[u_of], plan[v_of]
+        J = (tot[off[u_of] + ent_s] - p.edge_costs[eoff[ent_e] + ent_s * kv + sv]
+             + tot[off[v_of] + ent_t] - p.edge_costs[eoff[ent_e] + su * kv + ent_t]
+             + p.edge_costs)
+        nz = sizes > 0
+        mins = np.full(p.num_edges, np.inf)
+        mins[nz] = np.minimum.reduceat(J, eoff[:-1][nz])
+        cur = J[eoff[:-1] + plan[p.edges[:, 0]] * k[p.edges[:, 1]] + plan[p.edges[:, 1]]]
+        gain = np.where(loop, 0.0, cur - mins)
+        scale = max(float(np.abs(tot).max()), 1e-30)
+        cand = np.nonzero(gain > 1e-12 * scale)[0]
+        if not len(cand):
+            break
+        first = np.where(J <= mins[ent_e], np.arange(len(J)), len(J))
+        arg = np.full(p.num_edges, 0)
+        arg[nz] = np.minimum.reduceat(first, eoff[:-1][nz]) - eoff[:-1][nz]
+        locked = np.zeros(p.num_nodes, bool)
+        new = plan.copy()
+        for e in cand[np.argsort(-gain[cand])]:
+            a, b = int(p.edges[e, 0]), int(p.edges[e, 1])
+            if locked[a] or locked[b]:
+                continue
+            new[a], new[b] = divmod(int(arg[e]), int(k[b]))
+            for x in (a, b):
+                locked[x] = True
+                locked[lc.adj[lc.adj_ptr[x]:lc.adj_ptr[x + 1]]] = True
+        if limit is not None and not evaluate(p, new).feasible:
+            break
+        if evaluate(p, new).total >= evaluate(p, plan).total:
+            break
+        plan = new
+    return plan
+
+
+def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadline: float) -> np.ndarray:
+    """Exact block move on a random induced forest (see the module docstring)."""
+    g = lc
+    n = g.n
+    parent = np.arange(n)
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    inf = np.zeros(n, dtype=bool)
+    ptr, adj = g.adj_ptr, g.adj
+    for i in rng.permutation(n).tolist():
+        nb = adj[ptr[i]:ptr[i + 1]]
+        nb = nb[inf[nb]]
+        roots = [find(int(j)) for j in nb]
+        if len(set(roots)) == len(roots):
+            inf[i] = True
+            for r in roots:
+                parent[r] = i
+    # unary costs: node cost (+ self-loops) + edges that leave the forest
+    in_edge = inf[g.eu] & inf[g.ev]
+    L = node_cost.astype(np.float64, copy=True)
+    if g.loop_diag is not None:
+        L += g.loop_diag
+    if len(g.gu_edge):
+        m = ~in_edge[g.gu_edge]
+        sv = s[g.ev[g.gu_edge[m]]]
+        L += np.bincount(g.gu_flat[m], g.ec[g.eoff[g.gu_edge[m]] + g.gu_loc[m] * g.k[g.ev[g.gu_edge[m]]] + sv],
+                         minlength=len(L))
+        m = ~in_edge[g.gv_edge]
+        su = s[g.eu[g.gv_edge[m]]]
+        L += np.bincount(g.gv_flat[m], g.ec[g.eoff[g.gv_edge[m]] + su * g.k[g.ev[g.gv_edge[m]]] + g.gv_loc[m]],
+                         minlength=len(L))
+    U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
+    # DFS order over forest edges
+    seen = ~inf
+    order, par, pedge = [], np.full(n, -1), np.full(n, -1)
+    for r in np.nonzero(inf)[0].tolist():
+        if seen[r]:
+            continue
+        seen[r] = True
+        stack = [r]
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            for q in range(ptr[i], ptr[i + 1]):
+                j = int(adj[q])
+                if inf[j] and not seen[j]:
+                    seen[j] = True
+                    par[j] = i
+                    pedge[j] = g.adj_edge[q]
+                    stack.append(j)
+        if time.perf_counter() > deadline:
+            return s
+    arg = {}
+    for i in reversed(order):
+        p = par[i]
+        if p < 0:
+            continue
+        e = int(pedge[i])
+        M = g.matrix(e)
+        if g.eu[e] != i:
+            M = M.T           # rows: i's strategies
+        tot = U[i][:, None] + M
+        a = np.argmin(tot, axis=0)
+        arg[i] = a
+        U[p] = U[p] + tot[a, np.arange(tot.shape[1])]
+    out = s.copy()
+    for i in order:
+        p = par[i]
+        out[i] = int(np.argmin(U[i])) if p < 0 else int(arg[i][out[p]])
+    return out
