@@ -215,7 +215,7 @@ def test_seeded_memory_and_redundancy_match_brute_force(seed, n, objective, boun
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 6), q=st.floats(0.0, 1.0))
 def test_tighten_is_exact(seed, n, q):
-    """_tighten's pruning keeps every strategy some plan within the cap uses, and the rows it
+    """tighten's pruning keeps every strategy some plan within the cap uses, and the rows it
     drops never bind for a plan of kept strategies (checked on all plans)."""
     from ilp_helpers import all_plans
 
@@ -301,6 +301,18 @@ def test_block_edges_match_brute_force(seed, n, objective, limit, reduce, runnin
     as dense rows or as running-sum columns (what big models get): still the brute-force optimum."""
     p = random_problem(np.random.default_rng(seed), n, kmax=4, limit_q=limit, blocks=True)
     _check(p, objective, reduce=reduce, config=IlpConfig(dense_memory_nonzeros=-1) if running_sums else IlpConfig())
+
+
+def test_config_switches_memory_to_running_sums():
+    """IlpConfig(dense_memory_nonzeros=-1) builds the memory part as running sums: the same plan,
+    with a u column per node whose usage varies and an L column per checked time point."""
+    q = Problem.from_lists("hand2", [np.array([3.0, 1.0]), np.array([3.0, 1.5])],
+                           [np.array([1.0, 2.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
+    kw = dict(memory_cap_bytes=4.0, reduce=False, relax_cap=False)
+    dense = solve_ilp(q, **kw)
+    sums = solve_ilp(q, **kw, config=IlpConfig(dense_memory_nonzeros=-1))
+    assert dense[0] == sums[0] == [1, 0]
+    assert sums[1].num_vars == dense[1].num_vars + 2 + 1   # u for both nodes, L at t = 0
 
 
 def test_block_compression_shrinks_the_model():

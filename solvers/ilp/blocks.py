@@ -12,7 +12,7 @@ import numpy as np
 from costmodel.problem import FORBIDDEN_COST, Problem
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class EdgeBlocks:
     """Edge cost matrices cut into blocks of identical entries. Strategies of u whose rows of an
     edge's matrix are identical form one group (likewise columns), and the model gets one y per
@@ -67,7 +67,7 @@ class EdgeBlocks:
         return self.boff + g * self.gv + h
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class MemAux:
     """The memory part of the model. With usages offset by each node's least usage (the sum of
     the least usages is the constant ``const`` per time point), a node j whose usage varies gets

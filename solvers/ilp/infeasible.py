@@ -1,7 +1,8 @@
 """What the ILP says when no plan meets the constraints: ``explain_infeasible`` finds out whether
 the memory cap or the step-time bound fails and raises the ``InfeasibleError`` that names it, with
 the lowest peak any plan reaches (``raise_cap``) or the fastest step time under the cap
-(``raise_time``).
+(``raise_time``); ``min_time_plan_within`` is the two-phase objectives' fallback start when no
+seed meets the step-time bound, and raises the same errors.
 """
 from __future__ import annotations
 

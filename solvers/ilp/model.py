@@ -30,13 +30,13 @@ import highspy
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
-from solvers.ilp.copy_rows import CopyColumns, copy_columns, edge_signatures
 from solvers.ilp.blocks import EdgeBlocks, MemAux, starts, y_terms
+from solvers.ilp.copy_rows import CopyColumns, copy_columns, edge_signatures
 from solvers.ilp.highs import configure, new_highs
 from solvers.ilp.types import Request, RunOptions
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Model:
     """A HiGHS model and where its columns are."""
 
