@@ -383,3 +383,24 @@ def test_time_objective_under_a_cap_replication_breaks():
         b = sg.evaluate(p, sg.solve(p, method=m))
         if b.peak_memory_bytes <= cap:
             assert c.step_time_s <= b.step_time_s * (1 + 1e-9)
+
+
+def test_memory_objective_with_copies_when_no_seed_fits_the_limit():
+    """Producer 0 (A: cost 0, B: cost 5) feeds consumers at steps 1, 3, 5 that are faster in B
+    (cost 0 vs 1); a consumer in B reading a producer in A needs a shared 10-byte copy. Every
+    usage ties, so the least-usage plan takes the fastest strategies: A, B, B, B, peak 4 + 1 + 10
+    = 15, over the limit 12. The min-peak model then runs from no start: all A, peak 5, time 3
+    (by hand: no copy; the time-3 alternative all B costs 5)."""
+    from costmodel.edge_memory import CopyGroups
+    want_b = [False, True]
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, want_b, want_b), (2, 3, want_b, want_b),
+                                           (3, 5, want_b, want_b)], 0, [True, False])])
+    p = Problem.from_lists("copies", [[0.0, 5.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], [[4.0, 4.0]] + [[1.0, 1.0]] * 3,
+                           [[0, 6], [1, 2], [3, 4], [5, 6]], [[0, 1], [0, 2], [0, 3]], [[0.0] * 4] * 3,
+                           usage_limit=12.0, edge_memory=em)
+    assert evaluate(p, [0, 1, 1, 1]).peak_memory_bytes == 15.0
+    plan, info = solve_ilp(p, objective="memory")
+    assert plan == [0, 0, 0, 0] and info.status == "optimal"
+    assert evaluate(p, plan).peak_memory_bytes == 5.0 and evaluate(p, plan).total == 3.0
+    with pytest.raises(InfeasibleError, match="lowest peak memory any plan reaches is 5"):
+        solve_ilp(p.with_usage_limit(4.0), objective="memory")

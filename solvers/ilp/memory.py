@@ -24,7 +24,7 @@ import numpy as np
 from costmodel.problem import evaluate
 from solvers.copy_search import CopyShaver
 from solvers.ilp.bounds import best_seed, min_usage, node_min_peak
-from solvers.ilp.infeasible import min_time_plan_within, raise_cap
+from solvers.ilp.infeasible import explain_infeasible, min_time_plan_within, raise_cap
 from solvers.ilp.peak_shaver import PeakShaver
 from solvers.ilp.reduced import core
 from solvers.ilp.types import MEMORY, Request, RunOptions, SolveInfo
@@ -181,13 +181,15 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
 
 def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
     """Min peak, then min time at it, for a problem with copy groups (``edge_memory``): the min-M
-    model between ``m_lo`` (a proven lower bound) and the best seed's peak, seeded with it."""
+    model between ``m_lo`` (a proven lower bound) and the best seed's peak, seeded with it. When
+    no seed fits ``cap`` (the least-usage plan's copies can break it), the model runs under ``cap``
+    from no start; InfeasibleError when it has no plan."""
     best = best_seed(problem, seeds, cap, None, lambda c: (c.peak_memory_bytes, c.total))
-    ub = evaluate(problem, best).peak_memory_bytes
+    ub = cap if best is None else evaluate(problem, best).peak_memory_bytes
     # heuristic bisection on the cap for a lower start (the exact model is big with copies)
     shaver, c_lo = CopyShaver(problem), m_lo
     h_until = time.perf_counter() + o.config.heuristic_share * o.left()
-    while time.perf_counter() < h_until and ub - c_lo > 1e-3 * ub:
+    while best is not None and time.perf_counter() < h_until and ub - c_lo > 1e-3 * ub:
         c = c_lo + 0.5 * (ub - c_lo)
         r = shaver.shave(best, c, h_until)
         rp = None if r is None else evaluate(problem, r).peak_memory_bytes
@@ -197,13 +199,16 @@ def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
             c_lo = c
     out = core(problem, o, Request(weights=MEMORY, objective="memory", lexi=True,
                                    cap=ub if cap is None else min(ub, cap), need_m=True, start=best, m_lo=m_lo))
+    if out is None and best is None:
+        explain_infeasible(problem, cap, None, o)
     if out is None:  # pragma: no cover - the seed fits its own peak
         raise AssertionError("the best seed fits its own peak")
     plan, info = out
     red = dict(info.reduction)
     red["min_usage_peak"] = m_lo
     pc = evaluate(problem, plan)
-    if info.status != "optimal" and (pc.peak_memory_bytes, pc.total) > (ub, evaluate(problem, best).total):
+    if best is not None and info.status != "optimal" and \
+            (pc.peak_memory_bytes, pc.total) > (ub, evaluate(problem, best).total):
         plan = list(best)   # HiGHS's incumbent at the time limit is worse than its start
         pc = evaluate(problem, plan)
     return plan, info.but(objective_name="memory", reduction=red, objective=pc.peak_memory_bytes,
