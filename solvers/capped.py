@@ -3,22 +3,22 @@ both ``shardgym iopddl`` and ``shardgym.solve(method="ilp", objective="time")`` 
 
 ``solve_capped(problem, time_limit_s, seeds=(), ...) -> CappedResult`` (plan, cost, bound, gap,
 status, which start won). The limit is ``problem.usage_limit`` (callers fold a memory cap into it).
-Phases, each against one deadline:
+The budget split and the size limits are ``CappedConfig``'s fields. Phases, each against one deadline:
 
 1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not).
 2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
    with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
    (``solvers.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
    ICM, repair, polish) started from the best of them.
-   With pytoulbar2 installed and a budget of at least ``CFN_MIN_S``, the cost-function-network
+   With pytoulbar2 installed and a budget of at least ``cfn_min_s``, the cost-function-network
    solver (``solvers.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
-   bound) runs too: on graphs too big for the MILP first, with ``CFN_SHARE_LARGE`` of the time
+   bound) runs too: on graphs too big for the MILP first, with ``cfn_share_large`` of the time
    (the search then starts from its plan and polishes it; a toulbar2 round with no plan gives the
    time back to the search, as on IOPDDL S); on MILP-sized graphs after the search,
-   with ``CFN_SHARE_SMALL`` of the time left (it proves B and G optimal in seconds), and the MILP
+   with ``cfn_share_small`` of the time left (it proves B and G optimal in seconds), and the MILP
    is skipped when its bound already closes the gap.
 3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``solvers.ilp.solve_ilp``)
-   warm-started from the best plan, with up to ``MILP_SHARE`` of the time left; it proves the
+   warm-started from the best plan, with up to ``milp_share`` of the time left; it proves the
    optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
    (``search.refine``) from the incumbent for the rest. On larger graphs the search runs with its
    own neighbourhood search to the deadline.
@@ -32,6 +32,7 @@ streams its plans and is killed at the limit, so the answer is never late.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 import warnings
@@ -43,19 +44,28 @@ from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
+from solvers.ilp import solve_ilp
 from solvers.search import prepare, refine, solve_large
 
-MILP_EDGE_ENTRIES = 1_000_000   # the exact MILP only up to this many edge-cost entries
-MILP_NODES = 5_000              # ... and nodes
-MILP_SHARE = 0.6                # of the time left after the starts
-BP_SHARE = 0.1                  # of the budget for BP (and at most BP_MAX_S)
-BP_MAX_S = 6.0
-SEARCH_SHARE = 0.1              # of the budget for the search's start on MILP-sized graphs (at most
-GUARD_MARGIN_S = 1.0            # solve_guarded: the child's budget is this much shorter
-SEARCH_MAX_S = 6.0              # SEARCH_MAX_S): it finds its plan in the first second or two there
-CFN_MIN_S = 5.0                 # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
-CFN_SHARE_LARGE = 0.75          # of the time left, on graphs too big for the MILP (the search gets the rest)
-CFN_SHARE_SMALL = 0.25          # of the time left after BP and the search, on MILP-sized graphs
+
+@dataclass(frozen=True)
+class CappedConfig:
+    """The capped core's budget split and size limits; the defaults are what both entry points use."""
+
+    milp_edge_entries: int = 1_000_000   # the exact MILP only up to this many edge-cost entries
+    milp_nodes: int = 5_000              # ... and nodes
+    milp_share: float = 0.6              # of the time left after the starts, for the MILP
+    bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
+    bp_max_s: float = 6.0
+    search_share: float = 0.1            # of the budget for the search's start on MILP-sized graphs (at
+    search_max_s: float = 6.0            # most search_max_s): it finds its plan in the first second or two there
+    cfn_min_s: float = 5.0               # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
+    cfn_share_large: float = 0.75        # of the time left, on graphs too big for the MILP (the search gets the rest)
+    cfn_share_small: float = 0.25        # of the time left after BP and the search, on MILP-sized graphs
+    guard_margin_s: float = 1.0          # solve_guarded: the child's budget is this much shorter
+
+
+DEFAULT = CappedConfig()
 
 
 @dataclass(frozen=True)
@@ -73,12 +83,16 @@ class CappedResult:
     milp_info: object = None
 
 
-def milp_ok(problem: Problem) -> bool:
-    return len(problem.edge_costs) <= MILP_EDGE_ENTRIES and problem.num_nodes <= MILP_NODES
+def milp_ok(problem: Problem, config: CappedConfig = DEFAULT) -> bool:
+    """Is ``problem`` small enough for the exact MILP phase?"""
+    return len(problem.edge_costs) <= config.milp_edge_entries and problem.num_nodes <= config.milp_nodes
 
 
 def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None, on_plan=None,
-                 threads: int | None = None, relax_cap: bool = False, on_bound=None) -> CappedResult:
+                 threads: int | None = None, relax_cap: bool = False, on_bound=None,
+                 config: CappedConfig = DEFAULT) -> CappedResult:
+    """Min time under ``problem.usage_limit`` within ``time_limit_s`` (the module docstring)."""
+    cf = config
     t0 = time.perf_counter()
     budget = float(time_limit_s)
     deadline = t0 + budget
@@ -124,33 +138,33 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     # 2. starts: seeds, BP, the search
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
-    small = milp_ok(problem)
+    small = milp_ok(problem, cf)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True,
-                     time_limit_s=min(BP_SHARE * budget, BP_MAX_S, 0.5 * left()))
+                     time_limit_s=min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left()))
         consider(r.plan, "bp")
         if np.isfinite(r.lower_bound):
             tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info = None
-    use_cfn = cfn_available() and not short and budget >= CFN_MIN_S
+    use_cfn = cfn_available() and not short and budget >= cf.cfn_min_s
     prepared = None
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepare(problem)                # pruning and ties, once for both
-        tighten(_cfn(problem, CFN_SHARE_LARGE * left(), best, consider, say, give_up_empty=True,
+        tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
     if left() > (0.1 if short else 1.0):
-        t_search = min(SEARCH_SHARE * budget, SEARCH_MAX_S) if small and not short else left()
+        t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
-        tighten(_cfn(problem, CFN_SHARE_SMALL * left(), best, consider, say))
+        tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if small and left() > 2.0 and not _closed(best[1], bound):
-        info = _milp(problem, max(MILP_SHARE * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
+        info = _milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
         if info is not None and np.isfinite(info.bound):
             tighten(float(info.bound))
         if (info is None or info.status != "optimal") and left() > 2.0 and not _closed(best[1], bound):
@@ -161,10 +175,10 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     return _result(best, bound, info, t0, proven)
 
 
-def _cfn(problem, limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
+def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
     """toulbar2 rounds at adaptive memory prices (``solvers.cfn``) from the best plan; its bound.
     On contest-size graphs a round without a plan hands the rest of the time to the search."""
-    r = cfn_solve(problem, limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
+    r = cfn_solve(problem, time_limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
                   on_plan=lambda plan, cost: consider(plan, "cfn"))
     consider(r.plan, "cfn")
     if np.isfinite(r.lower_bound):
@@ -172,11 +186,10 @@ def _cfn(problem, limit_s, best, consider, say, give_up_empty=False, prepared=No
     return r.lower_bound
 
 
-def _milp(problem, limit_s, best, relax_cap, threads, consider, say):
+def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
     """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
-    from solvers.ilp import solve_ilp
     try:
-        plan, info = solve_ilp(problem, time_limit_s=limit_s, initial_plan=best[0], relax_cap=relax_cap,
+        plan, info = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=best[0], relax_cap=relax_cap,
                                threads=threads)
     except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
         say(f"milp gave no plan: {exc}")
@@ -195,29 +208,28 @@ def _result(best, bound, info, t0, proven) -> CappedResult:
 
 
 def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None, relax_cap: bool = False,
-                  threads: int | None = None) -> CappedResult:
+                  threads: int | None = None, config: CappedConfig = DEFAULT) -> CappedResult:
     """``solve_capped`` in a forked child that streams every new best plan through a pipe; at
     ``time_limit_s`` the child is killed, so a native call (HiGHS) that overruns its own limit
     cannot delay the answer, and the best plan streamed so far is returned (checked here: a plan
-    over the limit is never returned). The child gets ``time_limit_s`` − ``GUARD_MARGIN_S``.
+    over the limit is never returned). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
     when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
     (or "optimal" when that bound meets the plan's cost)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
-    if not hasattr(os, "fork") or time_limit_s < 2 * GUARD_MARGIN_S:
+    if not hasattr(os, "fork") or time_limit_s < 2 * config.guard_margin_s:
         return solve_capped(problem, max(time_limit_s, 0.1), seeds=seeds, progress=progress,
-                            relax_cap=relax_cap, threads=threads)
-    import multiprocessing as mp
+                            relax_cap=relax_cap, threads=threads, config=config)
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
         try:
-            r = solve_capped(problem, time_limit_s - GUARD_MARGIN_S, seeds=seeds, progress=progress,
+            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds, progress=progress,
                              on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
-                             threads=threads, on_bound=lambda b: send.send(("bound", b)))
+                             threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
             send.send(("done", r))
         finally:
             send.close()

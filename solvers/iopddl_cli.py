@@ -21,7 +21,10 @@ import os
 import sys
 import time
 
-from costmodel.problem import Problem
+import numpy as np
+
+from costmodel.problem import Problem, usage_profile
+from solvers.capped import solve_guarded
 
 
 def _say(msg: str) -> None:
@@ -41,15 +44,16 @@ def process_age_s() -> float:
         return 0.0
 
 
-def main_iopddl(path: str, timeout_s: float, out=None, started_s_ago: float = 0.0) -> list[int]:
-    """Solve the instance at ``path`` within ``timeout_s`` seconds, counted from ``started_s_ago``
-    seconds before the call (the CLI passes the process's age); print and return the plan."""
+def main_iopddl(path: str, time_limit_s: float, out=None, started_s_ago: float = 0.0) -> list[int]:
+    """Solve the instance at ``path`` within ``time_limit_s`` seconds (the command's TIMEOUT_S),
+    counted from ``started_s_ago`` seconds before the call (the CLI passes the process's age);
+    print and return the plan."""
     t0 = time.perf_counter() - float(started_s_ago)
     out = sys.stdout if out is None else out
-    timeout_s = float(timeout_s)
-    if not timeout_s > 0:
-        raise ValueError(f"TIMEOUT_S must be a positive number of seconds, got {timeout_s}")
-    deadline = t0 + 0.95 * timeout_s - min(1.0, 0.25 * timeout_s)
+    time_limit_s = float(time_limit_s)
+    if not time_limit_s > 0:
+        raise ValueError(f"TIMEOUT_S must be a positive number of seconds, got {time_limit_s}")
+    deadline = t0 + 0.95 * time_limit_s - min(1.0, 0.25 * time_limit_s)
     best: list[int] = []
     try:
         problem = Problem.from_iopddl(path)
@@ -63,9 +67,6 @@ def main_iopddl(path: str, timeout_s: float, out=None, started_s_ago: float = 0.
 
 def check_fits(problem: Problem, path: str = "problem") -> None:
     """ValueError when even the lowest-usage strategy of every node breaks the usage limit."""
-    import numpy as np
-
-    from costmodel.problem import usage_profile
     if problem.usage_limit is None or problem.num_nodes == 0:
         return
     least = np.minimum.reduceat(problem.node_usages, problem.strategy_offsets[:-1])
@@ -79,7 +80,6 @@ def check_fits(problem: Problem, path: str = "problem") -> None:
 def _solve(problem: Problem, deadline: float, t0: float) -> list[int]:
     """The capped-solving core under its watchdog (``solvers.capped.solve_guarded``: a forked
     child streams each new best plan and is killed at the deadline, so no native call overruns)."""
-    from solvers.capped import solve_guarded
     r = solve_guarded(problem, deadline - time.perf_counter(), progress=_say)
     _say(f"{r.status}: cost={r.cost:.10g} bound={r.bound:.10g} ({time.perf_counter() - t0:.1f}s)")
     return r.plan or []

@@ -7,11 +7,11 @@ records needed to rebuild an original plan (``Reduction.expand``). For every red
 (up to float rounding of the folded sums), the peak memory and redundant bytes are the same, and
 the optimum of every objective is preserved. The reductions:
 
-1. **Forbidden strategies** (optional, ``forbidden=1e15``): a strategy whose node cost is at least
-   the threshold, or whose row/column in some incident edge is all at least the threshold, is
-   dropped (unless it is the node's last). IOPDDL marks impossible shardings with cost 1e18. This
-   one is *not* exact in general: the caller re-solves without it if the reduced problem turns out
-   infeasible (see ``solvers.ilp``).
+1. **Forbidden strategies** (optional, ``forbidden=costmodel.problem.FORBIDDEN_COST``): a strategy
+   whose node cost is at least the threshold, or whose row/column in some incident edge is all at
+   least the threshold, is dropped (unless it is the node's last). IOPDDL marks impossible
+   shardings with cost 1e18. This one is *not* exact in general: the caller re-solves without it
+   if the reduced problem turns out infeasible (see ``solvers.ilp.reduced``).
 2. **Dominated strategies**: strategy a of node i is dropped when another strategy b of i is no
    worse in every respect that matters: node cost, usage (only when memory matters and the node's
    interval is non-empty), redundant bytes (only when redundancy matters), and every entry of its
@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.problem import Problem
-
-FORBIDDEN_COST = 1e15  # IOPDDL uses 1e18 for "this sharding is impossible"
+from costmodel.problem import FORBIDDEN_COST, Problem
 
 
 @dataclass(frozen=True, eq=False)

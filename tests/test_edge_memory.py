@@ -150,8 +150,9 @@ def test_ilp_with_copies_matches_brute_force(seed, n, objective, bounded):
     p = _with_random_copies(rng, random_problem(rng, n, kmax=3, limit_q=None))
     plans = [[int(rng.integers(kk)) for kk in p.num_strategies] for _ in range(6)]
     cs = [evaluate(p, s) for s in plans]
-    cap = float(sorted(c.peak_memory_bytes for c in cs)[3])
-    max_time = float(sorted(c.total for c in cs)[3]) if bounded else None
+    # integral data: 0.5 stands for a bound of 0, which costmodel.limits.Limits rejects
+    cap = max(float(sorted(c.peak_memory_bytes for c in cs)[3]), 0.5)
+    max_time = max(float(sorted(c.total for c in cs)[3]), 0.5) if bounded else None
     kw = {"memory_cap_bytes": cap} if objective == "time" else {"max_step_time_s": max_time}
     best, bc = brute_force(p, objective, cap=kw.get("memory_cap_bytes"), max_time=kw.get("max_step_time_s"))
     plan, info = solve_ilp(p, objective=objective, time_limit_s=20, **kw)

@@ -12,21 +12,23 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
 
+from costmodel.limits import LimitError  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
-from solvers.ilp import InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
+from solvers.ilp import IlpConfig, InfeasibleError, SolveInfo, solve_ilp  # noqa: E402
+from solvers.ilp import highs as ilp_highs  # noqa: E402
 from solvers.reduce import reduce_problem  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "iopddl")
 EXAMPLE = os.path.join(SHARED, "example.json")
 
 
-def _check(p, objective, cap=None, max_time=None, reduce=True):
+def _check(p, objective, cap=None, max_time=None, reduce=True, config=IlpConfig()):
     """ILP == brute force (including the infeasible case and its minimum peak)."""
     best, bc = brute_force(p, objective, cap=cap, max_time=max_time)
     if best is None:
         with pytest.raises(InfeasibleError) as ei:
             solve_ilp(p, objective=objective, memory_cap_bytes=cap, max_step_time_s=max_time,
-                      time_limit_s=20, reduce=reduce)
+                      time_limit_s=20, reduce=reduce, config=config)
         _, free = brute_force(p.with_usage_limit(None), "memory")
         assert ei.value.min_peak_bytes == pytest.approx(free.peak_memory_bytes)
         lim = p.usage_limit if cap is None else (cap if p.usage_limit is None else min(cap, p.usage_limit))
@@ -37,7 +39,7 @@ def _check(p, objective, cap=None, max_time=None, reduce=True):
             assert ei.value.min_step_time_s == pytest.approx(fast.total)
         return
     plan, info = solve_ilp(p, objective=objective, memory_cap_bytes=cap, max_step_time_s=max_time,
-                           time_limit_s=20, reduce=reduce)
+                           time_limit_s=20, reduce=reduce, config=config)
     c = evaluate(p, plan)
     lim = p.usage_limit if cap is None else (cap if p.usage_limit is None else min(cap, p.usage_limit))
     assert lim is None or c.peak_memory_bytes <= lim
@@ -63,8 +65,9 @@ def test_ilp_matches_brute_force(seed, n, objective, limit, bound):
     peaks = sorted({evaluate(p, [int(rng.integers(k)) for k in p.num_strategies]).peak_memory_bytes
                     for _ in range(5)})
     times = sorted(evaluate(p, [int(rng.integers(k)) for k in p.num_strategies]).total for _ in range(5))
-    cap = float(peaks[0]) if bound in ("cap", "both") else None
-    max_time = float(times[len(times) // 2]) if bound in ("time", "both") else None
+    # usages and costs are integers: 0.5 stands for a bound of 0, which Limits rejects
+    cap = max(float(peaks[0]), 0.5) if bound in ("cap", "both") else None
+    max_time = max(float(times[len(times) // 2]), 0.5) if bound in ("time", "both") else None
     _check(p, objective, cap=cap, max_time=max_time)
 
 
@@ -163,8 +166,22 @@ def test_bad_input():
         solve_ilp(p, objective="latency")
     with pytest.raises(ValueError, match="weights"):
         solve_ilp(p, weights={"speed": 1.0})
-    with pytest.raises(ValueError, match="memory_cap_bytes"):
-        solve_ilp(p, memory_cap_bytes=-1)
+    for bad in (-1, 0, float("nan")):      # the one validation, costmodel.limits.Limits
+        with pytest.raises(LimitError, match="memory_cap_bytes"):
+            solve_ilp(p, memory_cap_bytes=bad)
+    with pytest.raises(LimitError, match="max_step_time_s"):
+        solve_ilp(p, max_step_time_s=0.0)
+
+
+def test_memory_cap_tightens_the_usage_limit_never_relaxes_it():
+    # node 0: usage 10 / 4 / 20 at cost 1 / 5 / 9; node 1: usage 3, cost 1; both live at t = 1.
+    # Plans by node 0's strategy: peak 13 time 2, peak 7 time 6, peak 23 time 10.
+    p = Problem.from_lists("cap", [[1.0, 5.0, 9.0], [1.0]], [[10.0, 4.0, 20.0], [3.0]], [[0, 2], [1, 3]], [], [])
+    assert solve_ilp(p.with_usage_limit(10.0), memory_cap_bytes=100.0)[0] == [1, 0]   # min(10, 100) = 10
+    assert solve_ilp(p.with_usage_limit(100.0), memory_cap_bytes=10.0)[0] == [1, 0]
+    assert solve_ilp(p.with_usage_limit(100.0), memory_cap_bytes=13.0)[0] == [0, 0]   # 13 fits exactly
+    with pytest.raises(InfeasibleError, match="memory_cap_bytes=6"):
+        solve_ilp(p.with_usage_limit(100.0), memory_cap_bytes=6.0)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,8 +194,8 @@ def test_seeded_memory_and_redundancy_match_brute_force(seed, n, objective, boun
     p = random_problem(rng, n, kmax=4, limit_q=None)
     plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(6)]
     costs = [evaluate(p, s) for s in plans]
-    max_time = float(sorted(c.total for c in costs)[3])
-    cap = float(sorted(c.peak_memory_bytes for c in costs)[4]) if bound == "both" else None
+    max_time = max(float(sorted(c.total for c in costs)[3]), 0.5)   # 0.5: integer data's 0 (see above)
+    cap = max(float(sorted(c.peak_memory_bytes for c in costs)[4]), 0.5) if bound == "both" else None
     seeds = plans[:nseeds]
     best, bc = brute_force(p, objective, cap=cap, max_time=max_time)
     if best is None:
@@ -198,17 +215,17 @@ def test_seeded_memory_and_redundancy_match_brute_force(seed, n, objective, boun
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 6), q=st.floats(0.0, 1.0))
 def test_tighten_is_exact(seed, n, q):
-    """_tighten's pruning keeps every strategy some plan within the cap uses, and the rows it
+    """tighten's pruning keeps every strategy some plan within the cap uses, and the rows it
     drops never bind for a plan of kept strategies (checked on all plans)."""
     from ilp_helpers import all_plans
 
     from costmodel.problem import usage_profile
-    from solvers.ilp import _tighten
+    from solvers.ilp.bounds import tighten
     rng = np.random.default_rng(seed)
     p = random_problem(rng, n, kmax=4, limit_q=None)
     peaks = sorted(evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p))
     cap = float(np.quantile(peaks, q))
-    allowed, free, rows = _tighten(p, None, cap, cap)
+    allowed, free, rows = tighten(p, None, cap, cap)
     offs = p.strategy_offsets[:-1]
     for s in all_plans(p):
         s = np.asarray(s)
@@ -232,18 +249,18 @@ def test_tighten_by_hand():
     # >= 2 -> 7 > 5, dropped; then max live = 1 + 3 = 4 <= 5: no row binds, both nodes are free
     p = Problem.from_lists("hand", [np.array([3.0, 1.0]), np.array([1.0, 2.0])],
                            [np.array([1.0, 5.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
-    from solvers.ilp import _tighten
-    allowed, free, rows = _tighten(p, None, 5.0, 5.0)
+    from solvers.ilp.bounds import tighten
+    allowed, free, rows = tighten(p, None, 5.0, 5.0)
     assert allowed.tolist() == [True, False, True, True]
     assert free.tolist() == [True, True] and len(rows) == 0
     # cap 3.5: lmin = 1 + 2 = 3, slack 0.5 prunes both nodes' larger usage: no row left either
-    allowed, free, rows = _tighten(p, None, 3.5, 3.5)
+    allowed, free, rows = tighten(p, None, 3.5, 3.5)
     assert allowed.tolist() == [True, False, True, False] and len(rows) == 0
     # usages (1, 2) and (2, 3) under cap 4: both excesses (1) fit the slack (1), but together
     # 2 + 3 = 5 > 4: the row at t = 0 stays and both nodes keep memory
     q = Problem.from_lists("hand2", [np.array([3.0, 1.0]), np.array([3.0, 1.5])],
                            [np.array([1.0, 2.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
-    allowed, free, rows = _tighten(q, None, 4.0, 4.0)
+    allowed, free, rows = tighten(q, None, 4.0, 4.0)
     assert allowed.all() and rows.tolist() == [0] and free.tolist() == [False, False]
     plan, info = solve_ilp(q, memory_cap_bytes=4.0)
     assert plan == [1, 0] and info.objective == 4.0          # 1 + 3 beats 3 + 1.5 (both peak 4)
@@ -282,14 +299,20 @@ def test_memory_objective_never_above_seeded_baselines():
 def test_block_edges_match_brute_force(seed, n, objective, limit, reduce, running_sums):
     """Edge matrices with repeated rows and columns (one y per block in the model), with memory
     as dense rows or as running-sum columns (what big models get): still the brute-force optimum."""
-    import solvers.ilp as ilp
     p = random_problem(np.random.default_rng(seed), n, kmax=4, limit_q=limit, blocks=True)
-    saved = ilp.DENSE_MEMORY_NONZEROS
-    ilp.DENSE_MEMORY_NONZEROS = -1 if running_sums else saved
-    try:
-        _check(p, objective, reduce=reduce)
-    finally:
-        ilp.DENSE_MEMORY_NONZEROS = saved
+    _check(p, objective, reduce=reduce, config=IlpConfig(dense_memory_nonzeros=-1) if running_sums else IlpConfig())
+
+
+def test_config_switches_memory_to_running_sums():
+    """IlpConfig(dense_memory_nonzeros=-1) builds the memory part as running sums: the same plan,
+    with a u column per node whose usage varies and an L column per checked time point."""
+    q = Problem.from_lists("hand2", [np.array([3.0, 1.0]), np.array([3.0, 1.5])],
+                           [np.array([1.0, 2.0]), np.array([2.0, 3.0])], [(0, 2), (0, 2)], [], [])
+    kw = dict(memory_cap_bytes=4.0, reduce=False, relax_cap=False)
+    dense = solve_ilp(q, **kw)
+    sums = solve_ilp(q, **kw, config=IlpConfig(dense_memory_nonzeros=-1))
+    assert dense[0] == sums[0] == [1, 0]
+    assert sums[1].num_vars == dense[1].num_vars + 2 + 1   # u for both nodes, L at t = 0
 
 
 def test_block_compression_shrinks_the_model():
@@ -305,29 +328,28 @@ def test_block_compression_shrinks_the_model():
 def test_lp_first_agrees_with_the_mip(monkeypatch):
     """The LP relaxation tried first (integral vertex = proven optimum) gives the optimum the
     branch-and-bound gives without it; on gpt tiny the LP alone proves it."""
-    import solvers.ilp as ilp
     from shardgym.workflow import model_problem
     _, _, _, p = model_problem("gpt", "tiny", "cpu-2x4")
     calls = []
-    real = ilp._try_lp
+    real = ilp_highs.try_lp
 
     def spy(*a, **k):
         out = real(*a, **k)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(ilp, "_try_lp", spy)
+    monkeypatch.setattr(ilp_highs, "try_lp", spy)
     plan, info = solve_ilp(p, time_limit_s=60)
     assert info.status == "optimal" and calls and all(calls)
-    monkeypatch.setattr(ilp, "_try_lp", lambda *a, **k: None)
+    monkeypatch.setattr(ilp_highs, "try_lp", lambda *a, **k: None)
     plan2, info2 = solve_ilp(p, time_limit_s=60)
     assert info2.status == "optimal"
     assert evaluate(p, plan).total == pytest.approx(evaluate(p, plan2).total, rel=1e-6)
     for seed in range(6):
         q = random_problem(np.random.default_rng(seed), 7, kmax=4, limit_q=0.4, blocks=seed % 2 == 0)
-        monkeypatch.setattr(ilp, "_try_lp", real)
+        monkeypatch.setattr(ilp_highs, "try_lp", real)
         a = evaluate(q, solve_ilp(q)[0]).total
-        monkeypatch.setattr(ilp, "_try_lp", lambda *a, **k: None)
+        monkeypatch.setattr(ilp_highs, "try_lp", lambda *a, **k: None)
         assert evaluate(q, solve_ilp(q)[0]).total == pytest.approx(a)
 
 
@@ -361,3 +383,24 @@ def test_time_objective_under_a_cap_replication_breaks():
         b = sg.evaluate(p, sg.solve(p, method=m))
         if b.peak_memory_bytes <= cap:
             assert c.step_time_s <= b.step_time_s * (1 + 1e-9)
+
+
+def test_memory_objective_with_copies_when_no_seed_fits_the_limit():
+    """Producer 0 (A: cost 0, B: cost 5) feeds consumers at steps 1, 3, 5 that are faster in B
+    (cost 0 vs 1); a consumer in B reading a producer in A needs a shared 10-byte copy. Every
+    usage ties, so the least-usage plan takes the fastest strategies: A, B, B, B, peak 4 + 1 + 10
+    = 15, over the limit 12. The min-peak model then runs from no start: all A, peak 5, time 3
+    (by hand: no copy; the time-3 alternative all B costs 5)."""
+    from costmodel.edge_memory import CopyGroups
+    want_b = [False, True]
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, want_b, want_b), (2, 3, want_b, want_b),
+                                           (3, 5, want_b, want_b)], 0, [True, False])])
+    p = Problem.from_lists("copies", [[0.0, 5.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], [[4.0, 4.0]] + [[1.0, 1.0]] * 3,
+                           [[0, 6], [1, 2], [3, 4], [5, 6]], [[0, 1], [0, 2], [0, 3]], [[0.0] * 4] * 3,
+                           usage_limit=12.0, edge_memory=em)
+    assert evaluate(p, [0, 1, 1, 1]).peak_memory_bytes == 15.0
+    plan, info = solve_ilp(p, objective="memory")
+    assert plan == [0, 0, 0, 0] and info.status == "optimal"
+    assert evaluate(p, plan).peak_memory_bytes == 5.0 and evaluate(p, plan).total == 3.0
+    with pytest.raises(InfeasibleError, match="lowest peak memory any plan reaches is 5"):
+        solve_ilp(p.with_usage_limit(4.0), objective="memory")

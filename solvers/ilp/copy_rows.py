@@ -7,7 +7,7 @@ point, entering the memory rows there with the copy's bytes:
   to the last active member: one z per stretch (previous member step, next member step] from the
   producer's step on, with  z >= Σ_{(s, t): early[s], want_j[t]} y_e[s, t]  for every member j at
   or after the stretch, y_e being the linearised edge variables of the edge between the producer
-  and j's consumer (the ILP's ``_EdgeBlocks``);
+  and j's consumer (``solvers.ilp.blocks.EdgeBlocks``);
 * a short-lived copy (any other transition) holds at its members' steps: one z per step with
   z >= Σ_{(s, t): not early[s], not free_j[s], want_j[t]} y_e[s, t] for each member j there.
 
