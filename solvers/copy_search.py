@@ -1,6 +1,6 @@
 """Peak shaving that sees the resharded copies (``Problem.edge_memory``): the memory objective's
 heuristic when copies make its exact model big (``solvers.ilp`` uses it in place of the
-node-usage-only ``_PeakShaver`` for such problems).
+node-usage-only ``solvers.ilp.peak_shaver.PeakShaver`` for such problems).
 
 ``CopyShaver(problem).shave(start, cap, deadline)``: from ``start``, repeatedly take the time point
 with the highest live usage (nodes + live copies, as ``evaluate`` prices them) and make the one
