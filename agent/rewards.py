@@ -10,10 +10,18 @@ import numpy as np
 
 from costmodel.problem import evaluate
 
-try:   # MERGE(issue 14): helper A moves heuristic_plan to solvers.local; drop this fallback then
+try:   # MERGE(issue 14): helper A moves heuristic_plan to solvers.local; drop the fallback then
     from solvers.local import heuristic_plan
 except ImportError:   # pragma: no cover - only before the merge
-    from agent.planner import heuristic_plan
+    heuristic_plan = None
+
+
+def _heuristic_plan(problem):
+    if heuristic_plan is not None:
+        return heuristic_plan(problem)
+    from agent.planner import heuristic_plan as before_merge  # lazy: MERGE(issue 14) fallback; planner imports ppo
+    return before_merge(problem)
+
 
 _HEURISTIC: dict = {}
 
@@ -27,7 +35,7 @@ def heuristic_for(problem):
     """(cached) ``solvers.local.heuristic_plan`` of ``problem`` as an array (None if none is feasible)."""
     key = _problem_key(problem)
     if key not in _HEURISTIC:
-        plan, _ = heuristic_plan(problem)
+        plan, _ = _heuristic_plan(problem)
         _HEURISTIC[key] = None if plan is None else np.asarray(plan, np.int64)
     return _HEURISTIC[key]
 
