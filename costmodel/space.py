@@ -51,12 +51,16 @@ from costmodel.graph import Node
 from costmodel.halo import spatial_dims
 from costmodel.primitives import SCATTER_COMBINE
 
-REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
-              "reduce_xor", "argmax", "argmin"}
-SCANS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
+#: primitives whose reduced dims are ``sum`` dims (``primitives.REDUCTIONS`` less the cumulative ops,
+#: which are SCANS, and the generic variadic ``reduce``, which takes the default same-rank rule)
+REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+                        "reduce_xor", "argmax", "argmin"})
+#: cumulative ops: the scanned dim is ``fixed``
+SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"})
 #: the scatters that combine into the operand (add, sub, mul, min, max): costmodel.primitives
 SCATTER_ADD = SCATTER_COMBINE
-RESHAPES = {"reshape", "squeeze", "expand_dims"}
+#: dims that map through (a bitcast on the CPU backend: costmodel.memory.TRANSPARENT)
+RESHAPES = frozenset({"reshape", "squeeze", "expand_dims"})
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ batch / other per positional argument; ``output_aliases``: the flat input each o
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 
-from costmodel.trace.walk import EINSUM
+EINSUM = re.compile(r",|->")  # jnp.einsum pushes its spec ("bqhd,bkhd->bhqk") as a scope
 
 
 @functools.lru_cache(maxsize=16384)

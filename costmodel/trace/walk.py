@@ -10,7 +10,6 @@ in costmodel.trace's docstring). A primitive without a cost rule stays a record 
 """
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -22,7 +21,6 @@ from costmodel.graph import Tensor
 
 SCAN_UNROLL_MAX = 64
 CONTROL = ("scan", "while", "cond")
-EINSUM = re.compile(r",|->")  # jnp.einsum pushes its spec ("bqhd,bkhd->bhqk") as a scope
 
 
 @dataclass
