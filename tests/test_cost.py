@@ -226,7 +226,7 @@ def test_cap_keeps_replicated_first(mesh):
 
 
 def test_reshape_map_follows_major_dims():
-    from costmodel.space import reshape_map
+    from costmodel.space_rules import reshape_map
     assert reshape_map((8, 32, 64), (8, 32, 4, 16)) == (0, 1, 2, None)   # split: major part follows
     assert reshape_map((8, 32, 64), (256, 64)) == (0, 2)                  # merge: major dim follows
     assert reshape_map((256, 64), (8, 32, 64)) == (0, None, 1)
