@@ -190,31 +190,24 @@ def _fft(prim, p, ops, out0, nh, search, new):
     return head_maps, out_map, nh
 
 
-def _transpose(prim, p, ops, out0, nh, search, new):
-    """transpose: the output dims, permuted onto the operand."""
-    perm = [int(a) for a in p["permutation"]]
+def _follow_operand(ops, out0, new, src_of):
+    """The output's dims, output dim d mapped onto operand 0's dim ``src_of[d]`` (None: none)."""
     om = tuple(new(out0[d]) for d in range(len(out0)))
     lm = [None] * len(ops[0])
-    for d, src in enumerate(perm):
-        lm[src] = om[d]
-    head_maps = [tuple(lm)]
-    out_map = om
-    nh = 1
-    return head_maps, out_map, nh
+    for d, src in enumerate(src_of):
+        if src is not None:
+            lm[src] = om[d]
+    return [tuple(lm)], om, 1
+
+
+def _transpose(prim, p, ops, out0, nh, search, new):
+    """transpose: the output dims, permuted onto the operand."""
+    return _follow_operand(ops, out0, new, [int(a) for a in p["permutation"]])
 
 
 def _reshape(prim, p, ops, out0, nh, search, new):
     """reshape / squeeze / expand_dims: the dims that map through (``reshape_map``)."""
-    om = tuple(new(out0[d]) for d in range(len(out0)))
-    rmap = reshape_map(ops[0], out0)
-    lm = [None] * len(ops[0])
-    for d, src in enumerate(rmap):
-        if src is not None:
-            lm[src] = om[d]
-    head_maps = [tuple(lm)]
-    out_map = om
-    nh = 1
-    return head_maps, out_map, nh
+    return _follow_operand(ops, out0, new, reshape_map(ops[0], out0))
 
 
 def _broadcast(prim, p, ops, out0, nh, search, new):
