@@ -29,7 +29,7 @@ def batched_apply(model, params, batch):
 
 
 def make_act_fn(model):
-    """jit: (params, batch, key, greedy) -> (actions, logp, value)."""
+    """jit: (params, batch, key) -> (sampled actions, their log-probabilities, values, greedy actions)."""
 
     @jax.jit
     def act(params, batch, key):
