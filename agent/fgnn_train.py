@@ -1,6 +1,6 @@
 """Train the factor-graph network (agent/fgnn.py): imitation of cached ILP optima, then DAgger.
 ``shardgym train --model fgnn ARGS`` calls ``main`` (the same run folder, clock, budget alarm and
-atomic checkpoints as the GNN policy's trainer in agent/train.py).
+atomic checkpoints as the GNN policy's trainer in agent/train.py: agent/runs.py).
 
 1. **Labels** (``agent.fgnn_data``): the training split (zoo models x sizes x preset and random
    clusters x cap fractions, plus random graphs) with ILP plans, cached on disk: computed once.
@@ -28,14 +28,24 @@ import os
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
+from flax import serialization
 
 from agent.checkpoints import load_checkpoint, save_checkpoint
 from agent.cliutil import OneLineParser
 from agent.fgnn import FGNN, FGConfig, FGInputs, bucket_sizes, pack
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
+from agent.runs import STATE, BudgetSpent, Run, budget_alarm, git_rev, run_dir, write_json
 from costmodel.problem import evaluate
-from solvers.search import Graph, _Pruning
+
+try:   # MERGE(issue 14): helper A's solvers.local exports LocalCosts and Pruning; drop this fallback then
+    from solvers.local import LocalCosts, Pruning
+except ImportError:   # pragma: no cover - only before the merge
+    from solvers.search import Graph as LocalCosts
+    from solvers.search import _Pruning as Pruning
 
 CKPT = "fgnn.msgpack"
 
@@ -75,7 +85,7 @@ class Sample:
     ``raw`` for ``fgnn.pack``."""
 
     def __init__(self, name, problem, plan, label_cost):
-        pr = _Pruning(Graph(problem))
+        pr = Pruning(LocalCosts(problem))
         x2 = pr.from_orig(plan)
         if x2 is None:
             raise ValueError("label uses a pruned strategy")
@@ -127,9 +137,6 @@ def epoch_batches(data: list, batch_entries: int, rng) -> list:
 
 
 def make_loss(net: FGNN):
-    import jax
-    import jax.numpy as jnp
-
     def loss_fn(params, A):
         lg = net.logits(params, A)
         npad = A["lo"].shape[0]
@@ -149,8 +156,6 @@ def make_loss(net: FGNN):
 @functools.lru_cache(maxsize=None)
 def _jit_step(hidden: int, lr: float):
     """(optimizer, jitted step, jitted loss) for a width and learning rate (compiled once a shape)."""
-    import jax
-    import optax
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
     loss_fn = make_loss(FGNN(FGConfig(rounds=1, hidden=hidden)))
 
@@ -184,7 +189,6 @@ class Trainer:
                         update=epoch, extra=extra)
 
     def restore(self, path) -> int:
-        from flax import serialization
         st = load_checkpoint(path)
         self.net.params = serialization.from_state_dict(self.net.params, st["params"])
         self.opt_state = serialization.from_state_dict(self.opt_state, st["opt_state"])
@@ -197,10 +201,10 @@ def raw_ratio(net: FGNN, problem, label_cost: float) -> float:
     return c.total / label_cost if c.feasible and label_cost > 0 else float("inf")
 
 
-def _conditioned(s: Sample, f: float, x: np.ndarray, ilp_seconds: float) -> list:
+def _conditioned(s: Sample, f: float, x: np.ndarray, ilp_time_limit_s: float) -> list:
     """[the Sample of ``s`` with its first ``f`` of nodes fixed to ``x``, the rest ILP-labelled] (or [])."""
     p2, _, _ = restrict(s.orig, np.arange(int(f * s.orig.num_nodes)), x)
-    lab = ilp_label(p2, ilp_seconds)
+    lab = ilp_label(p2, ilp_time_limit_s)
     if lab is None:
         return []
     try:
@@ -209,7 +213,7 @@ def _conditioned(s: Sample, f: float, x: np.ndarray, ilp_seconds: float) -> list
         return []
 
 
-def dagger(net: FGNN, samples: list, rng, cuts, ilp_seconds: float, count: int, deadline: float):
+def dagger(net: FGNN, samples: list, rng, cuts, ilp_time_limit_s: float, count: int, deadline: float):
     """Conditioned problems: the net's plan, cut at each fraction, the rest labelled by the ILP;
     returns (samples, records [name, fraction, plan] that rebuild them)."""
     out, recs = [], []
@@ -224,7 +228,7 @@ def dagger(net: FGNN, samples: list, rng, cuts, ilp_seconds: float, count: int, 
         for f in cuts:
             if time.perf_counter() > deadline:
                 break
-            new = _conditioned(s, f, x, ilp_seconds)
+            new = _conditioned(s, f, x, ilp_time_limit_s)
             out.extend(new)
             if new:
                 recs.append([s.name, f, x.tolist()])
@@ -266,19 +270,17 @@ def _labelled(a, deadline: float, log) -> tuple[list, list]:
 
 
 def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
-    from agent.ppo import git_rev
-    from agent.train import _budget_alarm, _Run, _run_dir, _write_json
     argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser(prog).parse_args(argv)
     if a.resume:
-        with open(os.path.join(a.resume, "state.json")) as f:
+        with open(os.path.join(a.resume, STATE)) as f:
             state = json.load(f)
         saved = dict(state["args"])
         for k in ("minutes", "epochs", "no_progress"):
             if f"--{k.replace('_', '-')}" in argv:
                 saved[k] = getattr(a, k)
         a = argparse.Namespace(**{**vars(a), **saved, "resume": a.resume, "out": a.resume})
-        run = _Run(a.resume, saved, state)
+        run = Run(a.resume, saved, float(saved["minutes"]) * 60, state)
     else:
         if not a.minutes > 0:
             raise ValueError(f"--minutes must be > 0, got {a.minutes}")
@@ -287,10 +289,10 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
                 raise ValueError(f"--out {a.out} already holds {CKPT}; pass --force to overwrite, "
                                  f"--resume {a.out} to continue it, or another --out")
             os.remove(os.path.join(a.out, CKPT))
-        out = _run_dir(argparse.Namespace(out=a.out, force=a.force))
+        out = run_dir(a.out, a.force)
         args = {k: v for k, v in vars(a).items() if k not in ("resume", "force")}
         args["out"] = out
-        run = _Run(out, args, {"args": args, "phase": "labels", "used_s": 0.0, "sessions": 0})
+        run = Run(out, args, float(a.minutes) * 60, {"args": args, "phase": "labels", "used_s": 0.0, "sessions": 0})
         run.save()
     quiet = a.no_progress
 
@@ -326,7 +328,7 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
         extra_samples.extend(_conditioned(by_name[name], f, np.asarray(x, np.int64), a.dagger_ilp_seconds))
     interrupted = False
     try:
-        with _budget_alarm(run.left() if a.epochs is None else float("inf")):
+        with budget_alarm(run.left() if a.epochs is None else float("inf")):
             while (a.epochs is None or epoch < a.epochs) and run.left() > 0:
                 if a.dagger_every and epoch > 0 and epoch % a.dagger_every == 0:
                     t = time.perf_counter()
@@ -354,7 +356,6 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
                     wb.log(rec, step=epoch)
                 log("  fgnn " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()}))
     except KeyboardInterrupt as exc:
-        from agent.train import BudgetSpent
         interrupted = not isinstance(exc, BudgetSpent)
     if wb is not None:
         wb.finish()
@@ -371,7 +372,7 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
             "teacher": {"optimal": statuses.count("optimal"), "time_limit": statuses.count("time_limit"),
                         "other": len(statuses) - statuses.count("optimal") - statuses.count("time_limit")},
             "history": hist}
-    _write_json(run.path("card.json"), card)
+    write_json(run.path("card.json"), card)
     run.save(phase="interrupted" if interrupted else "done", history=hist, epoch=epoch)
     if interrupted:
         print(f"shardgym: interrupted; saved to {run.out}; resume with "

@@ -18,6 +18,10 @@ keeps stored rollouts small (the policy head scores one node per step).
 * ``logits``: for each strategy s of a node i, MLP([h[i], g, action_features[i, s]]) → one logit;
   masked strategies get −1e9. Works for any K and any number of nodes; no node ids are features.
 * ``value``: MLP([g, h[current]]) → scalar.
+
+Batches: ``pad_inputs`` stacks model inputs into one batch padded to power-of-two sizes
+(``bucket``), so jit compiles a handful of shapes; ``init_params`` initialises a network from one
+env observation.
 """
 from __future__ import annotations
 
@@ -188,3 +192,47 @@ def model_input(obs: dict) -> dict:
         "cur_action": np.array(af[cur], np.float32),
         "action_mask": np.array(obs["action_mask"], np.int8),
     }
+
+
+# ---- batches ------------------------------------------------------------------------------
+def bucket(n: int, lo: int = 8) -> int:
+    """Smallest power of two ≥ max(n, lo): the padded size jit compiles for."""
+    return max(lo, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def pad_inputs(xs: list[dict], n_pad: int | None = None, e_pad: int | None = None,
+               k_pad: int | None = None) -> dict:
+    """Stack model inputs (``agent.gnn.model_input``) into a batch padded to (n_pad, e_pad, k_pad)
+    (default: bucketed maxima). Padding has mask 0 and zero features; padded edges point at node 0."""
+    n_pad = n_pad or bucket(max(x["nodes"].shape[0] for x in xs))
+    e_pad = e_pad or bucket(max(x["edge_index"].shape[0] for x in xs))
+    k_pad = k_pad or bucket(max(x["action_mask"].shape[0] for x in xs), lo=2)
+    B = len(xs)
+    x0 = xs[0]
+    fn, fe, fa = x0["nodes"].shape[1], x0["edge_features"].shape[1], x0["cur_action"].shape[1]
+    out = {
+        "nodes": np.zeros((B, n_pad, fn), np.float32),
+        "edge_index": np.zeros((B, e_pad, 2), np.int32),
+        "edge_features": np.zeros((B, e_pad, fe), np.float32),
+        "node_mask": np.zeros((B, n_pad), np.int8),
+        "edge_mask": np.zeros((B, e_pad), np.int8),
+        "current_node": np.zeros((B,), np.int32),
+        "cur_action": np.zeros((B, k_pad, fa), np.float32),
+        "action_mask": np.zeros((B, k_pad), np.int8),
+    }
+    for b, x in enumerate(xs):
+        n, e, k = x["nodes"].shape[0], x["edge_index"].shape[0], x["action_mask"].shape[0]
+        out["nodes"][b, :n] = x["nodes"]
+        out["edge_index"][b, :e] = x["edge_index"]
+        out["edge_features"][b, :e] = x["edge_features"]
+        out["node_mask"][b, :n] = x["node_mask"]
+        out["edge_mask"][b, :e] = x["edge_mask"]
+        out["current_node"][b] = x["current_node"]
+        out["cur_action"][b, :k] = x["cur_action"]
+        out["action_mask"][b, :k] = x["action_mask"]
+    return out
+
+
+def init_params(model, obs: dict, key):
+    """Initialise parameters from one env observation."""
+    return model.init(key, {k: jnp.asarray(v[0]) for k, v in pad_inputs([model_input(obs)]).items()})

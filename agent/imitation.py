@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agent.gnn import model_input
-from agent.ppo import PPOTrainer, _batched_apply, jitted_step, pad_inputs, reward_scale
+from agent.gnn import model_input, pad_inputs
+from agent.ppo import PPOTrainer
+from agent.ppo_loss import batched_apply, jitted_step
+from agent.rewards import reward_scale
 
 
 def demonstrations(env, plan, seed: int = 0, keep: int | None = None, scale_rewards: bool = True) -> list[dict]:
@@ -25,7 +27,7 @@ def demonstrations(env, plan, seed: int = 0, keep: int | None = None, scale_rewa
     Returns one record per step (obs as a model input, action, return-to-go); with ``keep``, only
     that many steps, chosen uniformly at random (seeded), are kept (long episodes are hundreds of
     steps of strongly correlated observations). Rewards are scaled as PPO scales them
-    (``agent.ppo.reward_scale``) when ``scale_rewards``."""
+    (``agent.rewards.reward_scale``) when ``scale_rewards``."""
     obs, info = env.reset(seed=seed)
     scale = reward_scale(env.unwrapped.problem, info["reference_cost"]) if scale_rewards else 1.0
     n = int(info.get("num_nodes", 0)) or 1
@@ -51,7 +53,7 @@ def demonstrations(env, plan, seed: int = 0, keep: int | None = None, scale_rewa
 
 def make_bc_update(model, optimizer, vf_coef: float = 0.5):
     def loss_fn(params, mb):
-        logits, value = _batched_apply(model, params, mb["obs"])
+        logits, value = batched_apply(model, params, mb["obs"])
         logp = jax.nn.log_softmax(logits)
         nll = -jnp.mean(jnp.take_along_axis(logp, mb["actions"][:, None], 1)[:, 0])
         vloss = jnp.mean((value - mb["returns"]) ** 2)
@@ -62,10 +64,11 @@ def make_bc_update(model, optimizer, vf_coef: float = 0.5):
 
 
 def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 10, batch_size: int = 128,
-                      seconds: float | None = None, seed: int = 0, log: Callable[[dict], None] | None = None,
+                      time_limit_s: float | None = None, seed: int = 0, log: Callable[[dict], None] | None = None,
                       learning_rate: float = 1e-3) -> list[dict]:
-    """Fit ``trainer.params`` to the demonstration steps; the trainer's optimizer state is
-    re-initialised afterwards so PPO starts with fresh Adam moments."""
+    """Fit ``trainer.params`` to the demonstration steps for ``epochs`` epochs or until
+    ``time_limit_s`` of wall time (checked after each minibatch), whichever ends first; the
+    trainer's optimizer state is re-initialised afterwards so PPO starts with fresh Adam moments."""
     demos = list(demos)
     if not demos:
         raise ValueError("behaviour_cloning needs at least one demonstration step")
@@ -97,7 +100,7 @@ def behaviour_cloning(trainer: PPOTrainer, demos: Iterable[dict], epochs: int = 
                 trainer.opt_state = trainer.optimizer.init(params)
                 raise
             acc.append({k: float(v) for k, v in st.items()})
-            if seconds is not None and time.perf_counter() - t0 > seconds:
+            if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
                 out_of_time = True
                 break
         rec = {k: float(np.mean([a[k] for a in acc])) for k in acc[0]} | {"bc/epoch": ep, "bc/batches": len(acc),

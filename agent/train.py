@@ -11,7 +11,7 @@ interruption. ``shardgym train ARGS`` and ``python experiments/pretrain.py ARGS`
    session of the run counts), or until ``--updates`` updates in all.
 
 Run folder (``--out``; default ``runs/train-YYYYmmdd-HHMMSS`` under the current directory, never the
-package): ``state.json`` (config, phase, seconds used), ``teacher.msgpack`` (demonstrations so far,
+package; agent/runs.py): ``state.json`` (config, phase, seconds used), ``teacher.msgpack`` (demonstrations so far,
 saved after every problem), ``bc.msgpack`` (after BC), ``policy.msgpack`` (PPO, every
 ``--checkpoint-every`` updates, at Ctrl-C and at the end), ``card.json`` (the record). Every file is
 written atomically (tmp + rename); checkpoints carry a checksum of their weights. An existing
@@ -23,71 +23,44 @@ params, optimizer state, key and update counter, all in the checkpoint).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
-import signal
 import sys
 import time
 
 import numpy as np
+from flax import serialization
 
-from agent.checkpoints import write_atomic
+from agent.checkpoints import load_checkpoint, write_atomic
 from agent.cliutil import OneLineParser
+from agent.fgnn_train import main as fgnn_main
+from agent.imitation import behaviour_cloning, demonstrations
+from agent.ppo import PPOConfig, PPOTrainer, problem_env_fn
+from agent.runs import BC, POLICY, STATE, TEACHER, BudgetSpent, Run, budget_alarm, git_rev, run_dir, write_json
+from costmodel.problem import evaluate
+from env.sharding_env import ShardingEnv
+from env.workloads import Workload, random_problem, train_workloads
+from solvers.ilp import solve_ilp
 
-STATE = "state.json"
-TEACHER = "teacher.msgpack"
-BC = "bc.msgpack"
-POLICY = "policy.msgpack"
+try:   # MERGE(issue 14): helper A moves heuristic_plan to solvers.local; drop this fallback then
+    from solvers.local import heuristic_plan
+except ImportError:   # pragma: no cover - only before the merge
+    from agent.planner import heuristic_plan
 
 
 class Interrupted(Exception):
     """Ctrl-C in a phase after its state was saved."""
 
 
-class BudgetSpent(KeyboardInterrupt):
-    """The ``--minutes`` budget ran out inside a step that has no time check of its own (building
-    the PPO environments, a rollout). A KeyboardInterrupt, so the trainer's interrupt path restores
-    the state before the unfinished update and saves it; the run then ends normally."""
-
-
-@contextlib.contextmanager
-def _budget_alarm(seconds: float):
-    """Raise BudgetSpent in the main thread once ``seconds`` have passed (SIGALRM; a no-op where
-    there is none, or off the main thread)."""
-    if not hasattr(signal, "setitimer") or seconds == float("inf"):
-        yield
-        return
-    def spent(signum, frame):
-        raise BudgetSpent()
-
-    try:
-        old = signal.signal(signal.SIGALRM, spent)
-    except ValueError:    # not the main thread
-        yield
-        return
-    signal.setitimer(signal.ITIMER_REAL, max(float(seconds), 0.01))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _write_json(path: str, doc: dict) -> None:
-    write_atomic(path, json.dumps(doc, indent=1, default=float).encode())
-
-
-def teacher_plan(problem, teacher: str, ilp_seconds: float):
-    from agent.planner import heuristic_plan
-    from costmodel.problem import evaluate
+def teacher_plan(problem, teacher: str, ilp_time_limit_s: float):
+    """The teacher's plan of ``problem`` and a record of how it was made: the heuristic's, or with
+    ``teacher="ilp"`` the ILP's (``ilp_time_limit_s``) where it is feasible and no worse."""
     plan, name = heuristic_plan(problem)
     info = {"teacher": f"heuristic:{name}"}
-    if teacher == "ilp" and ilp_seconds > 0.5:
+    if teacher == "ilp" and ilp_time_limit_s > 0.5:
         try:
-            from solvers.ilp import solve_ilp
-            s, si = solve_ilp(problem, objective="time", time_limit_s=ilp_seconds)
+            s, si = solve_ilp(problem, objective="time", time_limit_s=ilp_time_limit_s)
             c = evaluate(problem, s)
             info["ilp_status"] = si.status
             if c.feasible and (plan is None or c.total <= evaluate(problem, plan).total):
@@ -98,7 +71,6 @@ def teacher_plan(problem, teacher: str, ilp_seconds: float):
 
 
 def build_parser(prog: str = "shardgym train") -> argparse.ArgumentParser:
-    from agent.ppo import PPOConfig
     ap = OneLineParser(prog=prog, description="Train the sharding policy: teacher plans, behaviour cloning, PPO.")
     ap.add_argument("--model", choices=("gnn", "fgnn"), default="gnn",
                     help="gnn: the PPO policy (this module); fgnn: the factor-graph network (agent/fgnn_train.py)")
@@ -142,23 +114,7 @@ def _check_args(a) -> None:
         raise ValueError("--no-workloads needs --random-problems > 0: there would be nothing to train on")
 
 
-def _run_dir(a) -> str:
-    """The run folder for a fresh run: refused if it holds a checkpoint (without --force)."""
-    out = a.out or os.path.join("runs", time.strftime("train-%Y%m%d-%H%M%S"))
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"--out {out}: is a file, not a directory")
-    existing = [f for f in (POLICY, BC, TEACHER, STATE, "card.json") if os.path.exists(os.path.join(out, f))]
-    if existing and not a.force:
-        raise ValueError(f"--out {out} already holds {', '.join(existing)}; pass --force to overwrite, "
-                         f"--resume {out} to continue it, or another --out")
-    os.makedirs(out, exist_ok=True)
-    for f in existing:
-        os.remove(os.path.join(out, f))
-    return out
-
-
 def _problems(a, cfg, deadline: float):
-    from env.workloads import Workload, random_problem, train_workloads
     rng = np.random.default_rng(cfg.seed)
     problems = []
     if a.workloads:
@@ -174,36 +130,7 @@ def _problems(a, cfg, deadline: float):
     return problems
 
 
-class _Run:
-    """The run folder and its clock: seconds used by earlier sessions plus this one."""
-
-    def __init__(self, out: str, args: dict, state: dict | None = None):
-        self.out, self.args = out, args
-        self.state = state or {"args": args, "phase": "teacher", "used_s": 0.0, "sessions": 0}
-        self.state["sessions"] += 1
-        self.t0 = time.perf_counter() - float(self.state["used_s"])
-        self.budget_s = float(args["minutes"]) * 60
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.out, name)
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def left(self) -> float:
-        return self.budget_s - self.elapsed()
-
-    def save(self, **kw) -> None:
-        self.state.update(kw, used_s=self.elapsed())
-        _write_json(self.path(STATE), self.state)
-
-
-def _teacher_phase(run: _Run, a, cfg) -> list:
-    from flax import serialization
-
-    from agent.imitation import demonstrations
-    from costmodel.problem import evaluate
-    from env.sharding_env import ShardingEnv
+def _teacher_phase(run: Run, a, cfg) -> list:
     saved = {"done": 0, "demos": {}, "rows": "[]"}
     if os.path.exists(run.path(TEACHER)):
         with open(run.path(TEACHER), "rb") as f:
@@ -229,8 +156,8 @@ def _teacher_phase(run: _Run, a, cfg) -> list:
                 rows.append({"stopped": f"teacher budget used after {j} problems"})
                 break
             p = problems[j]
-            ilp_s = min(a.ilp_seconds, max(0.0, deadline - time.perf_counter()))
-            plan, info = teacher_plan(p, a.teacher, ilp_s)
+            ilp_time_limit_s = min(a.ilp_seconds, max(0.0, deadline - time.perf_counter()))
+            plan, info = teacher_plan(p, a.teacher, ilp_time_limit_s)
             if plan is None:
                 rows.append({"problem": p.name, "skipped": "no feasible teacher plan"})
             else:
@@ -253,9 +180,7 @@ def _teacher_phase(run: _Run, a, cfg) -> list:
     return demos
 
 
-def _bc_phase(run: _Run, a, cfg, demos):
-    from agent.imitation import behaviour_cloning
-    from agent.ppo import PPOTrainer
+def _bc_phase(run: Run, a, cfg, demos):
     if run.state.get("phase") in ("ppo", "done"):
         return
     if not demos:   # checked before building a trainer (its environments cost seconds of the budget)
@@ -263,12 +188,12 @@ def _bc_phase(run: _Run, a, cfg, demos):
         run.save(phase="ppo", bc_history=[])
         return
     trainer = PPOTrainer(cfg) if not os.path.exists(run.path(BC)) else PPOTrainer.load(run.path(BC))
-    seconds = None if a.bc_epochs is not None else max(run.left() * a.bc_fraction, 1.0)
+    time_limit_s = None if a.bc_epochs is not None else max(run.left() * a.bc_fraction, 1.0)
     epochs = a.bc_epochs if a.bc_epochs is not None else 10_000
     done_epochs = int(run.state.get("bc_epochs_done", 0))
     try:
         hist = behaviour_cloning(trainer, demos, epochs=max(epochs - done_epochs, 0), batch_size=a.bc_batch,
-                                 seconds=seconds, seed=cfg.seed + done_epochs,
+                                 time_limit_s=time_limit_s, seed=cfg.seed + done_epochs,
                                  log=lambda r: print("  bc", {k: round(v, 4) for k, v in r.items()}, flush=True))
     except KeyboardInterrupt:
         trainer.save(run.path(BC))
@@ -279,28 +204,23 @@ def _bc_phase(run: _Run, a, cfg, demos):
     trainer.close()
 
 
-def _start_trainer(run: _Run, cfg, env_fn=None):
+def _start_trainer(run: Run, cfg, env_fn=None):
     """The PPO trainer at update 0: BC's weights if there are any, else a fresh initialisation."""
-    from agent.ppo import PPOTrainer
     trainer = PPOTrainer(cfg, env_fn=env_fn)
     if os.path.exists(run.path(BC)):
-        from flax import serialization
-
-        from agent.checkpoints import load_checkpoint
         trainer.params = serialization.from_state_dict(trainer.params, load_checkpoint(run.path(BC))["params"])
         trainer.opt_state = trainer.optimizer.init(trainer.params)
     return trainer
 
 
-def _ppo_phase(run: _Run, a, cfg) -> None:
+def _ppo_phase(run: Run, a, cfg) -> None:
     """PPO until the budget or ``--updates``. The budget is also held inside steps that cannot check
-    the clock (building environments, a rollout): ``_budget_alarm`` ends them, the unfinished update
+    the clock (building environments, a rollout): ``runs.budget_alarm`` ends them, the unfinished update
     is dropped (the trainer restores its state) and the run ends normally."""
-    from agent.ppo import PPOTrainer, problem_env_fn
     ck = run.path(POLICY)
     trainer, spent, hist = None, False, []
     try:
-        with _budget_alarm(run.left() if a.updates is None else float("inf")):
+        with budget_alarm(run.left() if a.updates is None else float("inf")):
             if os.path.exists(ck):
                 trainer = PPOTrainer.load(ck)
             else:
@@ -308,13 +228,12 @@ def _ppo_phase(run: _Run, a, cfg) -> None:
                 trainer.save(ck)   # update 0: a resume before the first PPO checkpoint starts from here
             todo = None if a.updates is None else max(a.updates - trainer.update_count, 0)
             if (todo is None or todo > 0) and run.left() > 0:
-                hist = trainer.train(num_updates=todo, seconds=run.left(), checkpoint_path=ck,
+                hist = trainer.train(num_updates=todo, time_limit_s=run.left(), checkpoint_path=ck,
                                      checkpoint_every=a.checkpoint_every, progress=not a.no_progress)
                 spent = isinstance(getattr(trainer, "interrupt", None), BudgetSpent)
     except BudgetSpent:
         spent = True
     if trainer is None:   # the budget ran out while the environments were built: a policy at update 0
-        from env.workloads import random_problem
         trainer = _start_trainer(run, cfg, env_fn=problem_env_fn(random_problem(np.random.default_rng(0), 8, 4)))
         trainer.save(ck)
     if spent:
@@ -343,11 +262,9 @@ def main(argv=None, prog: str = "shardgym train") -> int:
     """Parse ``argv``, run (or resume) the phases; 0 when done, 130 after Ctrl-C (state saved)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if _wants_fgnn(argv):   # the factor-graph network: its own phases (agent/fgnn_train.py), this run folder
-        from agent.fgnn_train import main as fgnn_main
         return fgnn_main(argv, prog=f"{prog} --model fgnn" if "--model" not in argv else prog)
     ap = build_parser(prog)
     a = ap.parse_args(argv)
-    from agent.ppo import PPOConfig, git_rev
     if a.resume:
         path = os.path.join(a.resume, STATE)
         if not os.path.exists(path):
@@ -360,13 +277,13 @@ def main(argv=None, prog: str = "shardgym train") -> int:
             if k in explicit:
                 saved[k] = explicit[k]
         a = argparse.Namespace(**{**vars(a), **saved, "resume": a.resume, "out": a.resume})
-        run = _Run(a.resume, saved, state)
+        run = Run(a.resume, saved, float(saved["minutes"]) * 60, state)
     else:
         _check_args(a)
-        out = _run_dir(a)
+        out = run_dir(a.out, a.force)
         args = {k: v for k, v in vars(a).items() if k not in ("resume", "force")}
         args["out"] = out
-        run = _Run(out, args)
+        run = Run(out, args, float(a.minutes) * 60)
         run.save()
     cfg = PPOConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(PPOConfig)})
     print(f"run folder {run.out} (resume with `shardgym train --resume {run.out}`)", flush=True)
@@ -386,7 +303,7 @@ def main(argv=None, prog: str = "shardgym train") -> int:
     card = {**extra, "config": cfg.to_dict(), "args": run.args, "sessions": run.state["sessions"],
             "ppo_updates": run.state.get("ppo_updates", 0), "bc_history": run.state.get("bc_history", []),
             "ppo_history": run.state.get("ppo_history", []), "checkpoint_bytes": os.path.getsize(ck)}
-    _write_json(run.path("card.json"), card)
+    write_json(run.path("card.json"), card)
     run.save(phase="done")
     print(f"wrote {ck} ({os.path.getsize(ck) / 1e6:.2f} MB) after {run.elapsed() / 60:.1f} min "
           f"({run.state.get('ppo_updates', 0)} PPO updates)")

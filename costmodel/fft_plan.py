@@ -1,6 +1,6 @@
 """Distributed FFT strategies: which layouts an fft can run in, the schedule, and its cost.
 
-XLA's SPMD partitioner all-gathers a sharded FFT operand (``strategies.XLA_FFT_REPLICATED``), so
+XLA's SPMD partitioner all-gathers a sharded FFT operand (``space.SearchSpace.xla_fft_replicated``), so
 these strategies are not what plain XLA does: the runtime (runtime/dist_fft.py) runs the schedule
 below with ``jax.shard_map``, ``jnp.fft`` along single dims and ``jax.lax.all_to_all``.
 

@@ -6,7 +6,7 @@ input (a parameter, optimizer-state or batch leaf, primitive ``"input"``). Opera
 (producer node id, output index); a producer id of -1 is a literal or constant.
 
 Everything here is plain data: frozen dataclasses, tuples, JSON in and out. Tracing lives in
-``costmodel/trace.py``.
+``costmodel/trace/`` (its package docstring).
 """
 from __future__ import annotations
 

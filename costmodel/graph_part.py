@@ -41,11 +41,14 @@ predicted at 0.71x XLA's, the gap being resharded copies elsewhere in the plan (
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from costmodel.space import FULL
 
 #: halo rows per side of a shard, in units of sqrt(N) (N nodes), when only shapes are known
 ASSUMED_BOUNDARY = 2.5
@@ -259,9 +262,6 @@ def connectivity(graph, args) -> Connectivity:
 def space_for(graph, args, base=None):
     """The full SearchSpace with the graph's real connectivity (``connectivity``), so halo strategies
     are priced from it: ``build_problem(graph, cluster, space=space_for(graph, args))``."""
-    import dataclasses
-
-    from costmodel.strategies import FULL
     return dataclasses.replace(base or FULL, message_passing=True, connectivity=connectivity(graph, args))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from costmodel.cost import Mesh, local_bytes
 from costmodel.graph import OpGraph
 from costmodel.primitives import REDUCTIONS, SCATTER_COMBINE, WINDOWED
-from costmodel.strategies import RESHAPES, SCANS
+from costmodel.space_rules import RESHAPES, SCANS
 
 #: consumers XLA does not fuse their operands into: the operand is a materialised buffer.
 NON_FUSIBLE = (frozenset({"dot_general", "conv_general_dilated", "fft", "gather", "scatter", "sort",

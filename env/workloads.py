@@ -32,7 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.problem import Problem
+import zoo
+from costmodel.builder import build_problem
+from costmodel.cluster import Cluster
+from costmodel.problem import Problem, usage_profile
+from costmodel.trace import trace
 
 TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"))
 TRAIN_PRESETS = ("cpu-2x4", "a100-1x8")
@@ -52,8 +56,6 @@ def random_cluster(rng: np.random.Generator, name: str | None = None):
     """A random 8-device cluster: mesh shape from MESH_SHAPES; the last axis the fastest, each slower
     axis 1-16x slower (log-uniform) with more latency; a 30% chance that one or two devices run at
     half speed; 16-80 GiB per device; efficiency 0.3-0.7."""
-    from costmodel.cluster import Cluster
-
     mesh = tuple(MESH_SHAPES[int(rng.integers(len(MESH_SHAPES)))])
     nd = len(mesh)
     fast_bw = float(np.exp(rng.uniform(np.log(20e9), np.log(450e9))))
@@ -76,7 +78,6 @@ def random_cluster(rng: np.random.Generator, name: str | None = None):
 
 
 def _cluster(c):
-    from costmodel.cluster import Cluster
     return Cluster.preset(c) if isinstance(c, str) else c
 
 
@@ -90,9 +91,9 @@ def _code_version() -> str:
     if _CODE_VERSION is None:
         root = Path(__file__).resolve().parent.parent
         h = hashlib.sha1()
-        for sub in ("costmodel", "zoo"):
-            for f in sorted((root / sub).glob("*.py")):
-                h.update(f.name.encode())
+        for sub in ("costmodel", "zoo"):   # subpackages too (costmodel/trace/)
+            for f in sorted((root / sub).rglob("*.py")):
+                h.update(f.relative_to(root / sub).as_posix().encode())
                 h.update(f.read_bytes())
         _CODE_VERSION = h.hexdigest()[:12]
     return _CODE_VERSION
@@ -106,7 +107,6 @@ def _cache_dir() -> Path | None:
 
 def peak_bounds(problem: Problem) -> tuple[float, float]:
     """(min_peak, max_peak): live-usage peaks with every node at its least / greatest usage."""
-    from costmodel.problem import usage_profile
     u = problem.node_usages
     offs = problem.strategy_offsets[:-1]
     lo = np.minimum.reduceat(u, offs) if problem.num_nodes else np.zeros(0)
@@ -154,9 +154,6 @@ class Workload:
             except Exception:  # a stale or truncated cache file: rebuild it
                 problem = None
         if problem is None:
-            import zoo
-            from costmodel.builder import build_problem
-            from costmodel.trace import trace
             gk = (self.model, self.size)
             if gk not in _GRAPHS:
                 fn, args = zoo.build(self.model, self.size, abstract=True)

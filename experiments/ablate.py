@@ -363,7 +363,7 @@ def train_policy(cfg: AblationConfig, log=None, progress=None) -> tuple[object, 
                 demos += demonstrations(make_env(p, cfg), plan, seed=cfg.seed + j, keep=cfg.demo_steps)
             except ValueError:   # the teacher picks a strategy the env's mask forbids: skip it
                 continue
-        hist = behaviour_cloning(trainer, demos, epochs=cfg.bc_epochs, batch_size=32, seconds=cfg.bc_seconds,
+        hist = behaviour_cloning(trainer, demos, epochs=cfg.bc_epochs, batch_size=32, time_limit_s=cfg.bc_seconds,
                                  seed=cfg.seed, log=(lambda r: log(r, None)) if log else None)
         info.update(bc_steps=len(demos), bc_epochs=len(hist), bc_accuracy=hist[-1]["bc/accuracy"] if hist else None)
     curve = []

@@ -34,7 +34,7 @@ Known outliers and their causes (the terms' docstrings say more):
     ILP does not close at this script's 20 s limit; the plan is the best of the baselines and
     the copy-aware peak shaver's (solvers/copy_search.py);
   * memory, fno: XLA all-gathers every sharded FFT operand (the model runs fft replicated,
-    strategies.XLA_FFT_REPLICATED); the runtime's identity matmuls around sharded FFTs add small
+    space.SearchSpace.xla_fft_replicated); the runtime's identity matmuls around sharded FFTs add small
     buffers the model lacks;
   * the CPU backend never forms reduce-scatter: it all-reduces and slices. Priced as such on
     ``backend="cpu"`` clusters (Cluster.backend); on GPU/TPU XLA forms reduce-scatter.

@@ -3,6 +3,7 @@
 cpu-2x4: axes x (2 devices, 5e9 B/s, 20 µs) and y (4 devices, 10e9 B/s, 10 µs); every device
 50e9 FLOP/s at efficiency 0.5 -> 25e9 FLOP/s achieved. y is the fastest axis.
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -201,12 +202,12 @@ def test_fft_runs_replicated_as_xla_does(mesh):
     assert sent == pytest.approx(512 + 3072)
 
 
-def test_fft_whole_dims_cost_all_to_all(mesh, monkeypatch):
-    import costmodel.strategies as S
-    monkeypatch.setattr(S, "XLA_FFT_REPLICATED", False)  # the issue's all-to-all strategies
+def test_fft_whole_dims_cost_all_to_all(mesh):
+    from costmodel.space import ALPA
+    no_xla = dataclasses.replace(ALPA, xla_fft_replicated=False)   # the issue's all-to-all strategies
     x = Node(1, "fft", ((0, 0),), (Tensor((8, 64), "complex64"),), (Tensor((8, 64), "complex64"),),
              params={"fft_type": "FFT", "fft_lengths": [64]}, flops=5.0 * 64 * 6 * 8, order=1)
-    st = by_name(enumerate_strategies(x, mesh, search=S.ALPA))
+    st = by_name(enumerate_strategies(x, mesh, search=no_xla))
     assert st["S0R = S0R"].collectives == ()
     s = st["RS1 = RS1 (all-to-all y) (all-to-all y)"]
     kinds = [c[0] for c in s.collectives]
@@ -225,11 +226,11 @@ def test_cap_keeps_replicated_first(mesh):
 
 
 def test_reshape_map_follows_major_dims():
-    from costmodel.strategies import _reshape_map
-    assert _reshape_map((8, 32, 64), (8, 32, 4, 16)) == (0, 1, 2, None)   # split: major part follows
-    assert _reshape_map((8, 32, 64), (256, 64)) == (0, 2)                  # merge: major dim follows
-    assert _reshape_map((256, 64), (8, 32, 64)) == (0, None, 1)
-    assert _reshape_map((64,), (1, 1, 64)) == (None, None, 0)
+    from costmodel.space_rules import reshape_map
+    assert reshape_map((8, 32, 64), (8, 32, 4, 16)) == (0, 1, 2, None)   # split: major part follows
+    assert reshape_map((8, 32, 64), (256, 64)) == (0, 2)                  # merge: major dim follows
+    assert reshape_map((256, 64), (8, 32, 64)) == (0, None, 1)
+    assert reshape_map((64,), (1, 1, 64)) == (None, None, 0)
 
 
 def test_gather_vocab_parallel_all_reduce(mesh):

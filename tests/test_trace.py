@@ -1,4 +1,4 @@
-"""Tests of costmodel/trace.py: hand-checked small programs, the zoo, invariants under hypothesis."""
+"""Tests of costmodel/trace/ (trace): hand-checked small programs, the zoo, invariants under hypothesis."""
 from __future__ import annotations
 
 import json

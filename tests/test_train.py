@@ -75,14 +75,14 @@ def test_interrupted_run_resumes_bit_identical_and_shipped_policy_untouched(tmp_
 
 
 def test_budget_alarm_ends_a_step_that_has_no_clock():
-    """``_budget_alarm`` raises BudgetSpent (a KeyboardInterrupt, so the trainer's interrupt path
+    """``agent.runs.budget_alarm`` raises BudgetSpent (a KeyboardInterrupt, so the trainer's interrupt path
     drops the unfinished update) inside code that never looks at the time; it is off afterwards."""
     import time
 
-    from agent.train import BudgetSpent, _budget_alarm
+    from agent.runs import BudgetSpent, budget_alarm
     t0 = time.perf_counter()
     with pytest.raises(BudgetSpent):
-        with _budget_alarm(0.2):
+        with budget_alarm(0.2):
             while True:
                 time.sleep(0.01)
     assert time.perf_counter() - t0 < 5

@@ -22,6 +22,7 @@ import functools
 import importlib
 
 import jax
+import jax.numpy as jnp
 import optax
 
 LEARNING_RATE = 1e-3
@@ -31,6 +32,36 @@ WEIGHT_DECAY = 0.01
 def optimizer() -> optax.GradientTransformation:
     """The zoo's optimizer: AdamW with a fixed learning rate (no schedule)."""
     return optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+
+
+def check_divides(cfg, field: str, by: str, value: int | None = None) -> None:
+    """ValueError naming ``cfg``'s field unless ``cfg.<field>`` divides by ``cfg.<by>`` (or by
+    ``value``, written as ``by`` in the message)."""
+    d = getattr(cfg, by) if value is None else value
+    if getattr(cfg, field) % d:
+        raise ValueError(f"{type(cfg).__name__}.{field}={getattr(cfg, field)} must divide by {by}={d}")
+
+
+def check_spatial_dims(cfg) -> None:
+    """ValueError unless ``cfg.dims`` (spatial dims of a conv / FFT model) is 2 or 3."""
+    if cfg.dims not in (2, 3):
+        raise ValueError(f"{type(cfg).__name__}.dims={cfg.dims} must be 2 or 3")
+
+
+def cross_entropy(logits, targets):
+    """Mean softmax cross-entropy with integer labels (a gather, no one-hot matmul)."""
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+def classification_batch(cfg, key, name: str, shape: tuple) -> dict:
+    """``{name: N(0, 1) inputs of (cfg.batch, *shape), "labels": uniform ints < cfg.n_classes}``
+    (float32 / int32), from one split of ``key``."""
+    kx, ky = jax.random.split(key)
+    return {
+        name: jax.random.normal(kx, (cfg.batch, *shape), jnp.float32),
+        "labels": jax.random.randint(ky, (cfg.batch,), 0, cfg.n_classes, dtype=jnp.int32),
+    }
 
 
 def make_train_step(module, loss):

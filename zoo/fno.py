@@ -21,6 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.common import check_spatial_dims
+
 
 @dataclass(frozen=True)
 class FNOConfig:
@@ -93,11 +95,10 @@ class FNO(nn.Module):
     @nn.compact
     def __call__(self, batch):
         cfg = self.cfg
-        a = batch["a"]
-        b, *space, _ = a.shape
+        b, *space, _ = batch["a"].shape
         coords = jnp.meshgrid(*[jnp.linspace(0.0, 1.0, n) for n in space], indexing="ij")
         grid = jnp.broadcast_to(jnp.stack(coords, axis=-1)[None], (b, *space, len(space)))
-        x = nn.Dense(cfg.width, name="lift")(jnp.concatenate([a, grid], axis=-1))
+        x = nn.Dense(cfg.width, name="lift")(jnp.concatenate([batch["a"], grid], axis=-1))
         spectral = SpectralConv2d if cfg.dims == 2 else SpectralConv3d
         for i in range(cfg.n_layers):
             y = spectral(cfg.width, cfg.modes, name=f"spectral_{i}")(x)
@@ -110,8 +111,7 @@ class FNO(nn.Module):
 def model(cfg: FNOConfig) -> nn.Module:
     if not (0 < cfg.modes <= cfg.grid // 2):
         raise ValueError(f"FNOConfig.modes={cfg.modes} must be in 1..grid//2={cfg.grid // 2}")
-    if cfg.dims not in (2, 3):
-        raise ValueError(f"FNOConfig.dims={cfg.dims} must be 2 or 3")
+    check_spatial_dims(cfg)
     return FNO(cfg)
 
 

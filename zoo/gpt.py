@@ -13,6 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.common import check_divides, cross_entropy
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -83,8 +85,8 @@ class GPT(nn.Module):
 
     @nn.compact
     def __call__(self, batch):
-        cfg = self.cfg
         tokens = batch["inputs"]
+        cfg = self.cfg
         x = nn.Embed(cfg.vocab, cfg.d_model, name="wte")(tokens)
         pos = self.param("wpe", nn.initializers.normal(0.02), (cfg.seq_len, cfg.d_model))
         x = x + pos[None, : tokens.shape[1]]
@@ -95,8 +97,7 @@ class GPT(nn.Module):
 
 
 def model(cfg: GPTConfig) -> nn.Module:
-    if cfg.d_model % cfg.n_heads:
-        raise ValueError(f"GPTConfig.d_model={cfg.d_model} must divide by n_heads={cfg.n_heads}")
+    check_divides(cfg, "d_model", "n_heads")
     return GPT(cfg)
 
 
@@ -104,12 +105,6 @@ def make_batch(cfg: GPTConfig, key) -> dict:
     """Random token sequences of length seq_len+1, split into inputs and next-token targets."""
     seq = jax.random.randint(key, (cfg.batch, cfg.seq_len + 1), 0, cfg.vocab, dtype=jnp.int32)
     return {"inputs": seq[:, :-1], "targets": seq[:, 1:]}
-
-
-def cross_entropy(logits, targets):
-    """Mean softmax cross-entropy with integer labels (a gather, no one-hot matmul)."""
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
 
 def loss(module, params, batch):

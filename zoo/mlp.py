@@ -4,10 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
-from zoo.gpt import cross_entropy
+from zoo.common import classification_batch, cross_entropy
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,8 @@ def model(cfg: MLPConfig) -> nn.Module:
 
 
 def make_batch(cfg: MLPConfig, key) -> dict:
-    kx, ky = jax.random.split(key)
-    return {
-        "x": jax.random.normal(kx, (cfg.batch, cfg.in_dim), jnp.float32),
-        "labels": jax.random.randint(ky, (cfg.batch,), 0, cfg.n_classes, dtype=jnp.int32),
-    }
+    """Random inputs (N(0, 1) features) and class labels."""
+    return classification_batch(cfg, key, "x", (cfg.in_dim,))
 
 
 def loss(module, params, batch):

@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.common import check_divides, check_spatial_dims
+
 
 @dataclass(frozen=True)
 class UNetConfig:
@@ -28,20 +30,6 @@ class UNetConfig:
     groups: int = 4
     noise: float = 0.5  # std of the additive Gaussian noise
     dims: int = 2  # spatial dims: 2 (images) or 3 (volumes)
-
-
-SIZES = {
-    "tiny": UNetConfig(image=32, channels=3, base=8, levels=2, batch=8, groups=4),
-    "large": UNetConfig(image=256, channels=3, base=64, levels=4, batch=16, groups=32),
-    # a scientific field at batch 1 (fewer samples than devices): only spatial splits scale
-    "hires-1024": UNetConfig(image=1024, channels=3, base=8, levels=4, batch=1, groups=4),
-    # the same field with a realistic width (base 32, as weather / PDE U-Nets use)
-    "hires-1024-c32": UNetConfig(image=1024, channels=3, base=32, levels=4, batch=1, groups=8),
-    "3d-tiny": UNetConfig(image=16, channels=1, base=4, levels=2, batch=1, groups=2, dims=3),
-    "3d-128": UNetConfig(image=128, channels=1, base=8, levels=3, batch=1, groups=4, dims=3),
-    "3d-128-c32": UNetConfig(image=128, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
-    "3d-256": UNetConfig(image=256, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
-}
 
 
 class ConvBlock(nn.Module):
@@ -79,13 +67,24 @@ class UNet(nn.Module):
         return nn.Conv(cfg.channels, (1,) * k, name="out")(x)
 
 
+SIZES = {
+    "tiny": UNetConfig(image=32, channels=3, base=8, levels=2, batch=8, groups=4),
+    "large": UNetConfig(image=256, channels=3, base=64, levels=4, batch=16, groups=32),
+    # a scientific field at batch 1 (fewer samples than devices): only spatial splits scale
+    "hires-1024": UNetConfig(image=1024, channels=3, base=8, levels=4, batch=1, groups=4),
+    # the same field with a realistic width (base 32, as weather / PDE U-Nets use)
+    "hires-1024-c32": UNetConfig(image=1024, channels=3, base=32, levels=4, batch=1, groups=8),
+    "3d-tiny": UNetConfig(image=16, channels=1, base=4, levels=2, batch=1, groups=2, dims=3),
+    "3d-128": UNetConfig(image=128, channels=1, base=8, levels=3, batch=1, groups=4, dims=3),
+    "3d-128-c32": UNetConfig(image=128, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
+    "3d-256": UNetConfig(image=256, channels=1, base=32, levels=3, batch=1, groups=8, dims=3),
+}
+
+
 def model(cfg: UNetConfig) -> nn.Module:
-    if cfg.image % 2**cfg.levels:
-        raise ValueError(f"UNetConfig.image={cfg.image} must divide by 2**levels={2**cfg.levels}")
-    if cfg.dims not in (2, 3):
-        raise ValueError(f"UNetConfig.dims={cfg.dims} must be 2 or 3")
-    if cfg.base % cfg.groups:
-        raise ValueError(f"UNetConfig.base={cfg.base} must divide by groups={cfg.groups}")
+    check_divides(cfg, "image", "2**levels", 2**cfg.levels)
+    check_spatial_dims(cfg)
+    check_divides(cfg, "base", "groups")
     return UNet(cfg)
 
 

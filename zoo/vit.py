@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
-from zoo.gpt import Block, cross_entropy
+from zoo.common import check_divides, classification_batch, cross_entropy
+from zoo.gpt import Block
 
 
 @dataclass(frozen=True)
@@ -47,9 +46,8 @@ class ViT(nn.Module):
     @nn.compact
     def __call__(self, batch):
         cfg = self.cfg
-        x = batch["images"]
         p = cfg.patch
-        x = nn.Conv(cfg.d_model, (p, p), strides=(p, p), padding="VALID", name="patch_embed")(x)
+        x = nn.Conv(cfg.d_model, (p, p), strides=(p, p), padding="VALID", name="patch_embed")(batch["images"])
         b = x.shape[0]
         x = x.reshape(b, -1, cfg.d_model)
         pos = self.param("pos_embed", nn.initializers.normal(0.02), (cfg.n_patches, cfg.d_model))
@@ -61,19 +59,14 @@ class ViT(nn.Module):
 
 
 def model(cfg: ViTConfig) -> nn.Module:
-    if cfg.image % cfg.patch:
-        raise ValueError(f"ViTConfig.image={cfg.image} must divide by patch={cfg.patch}")
-    if cfg.d_model % cfg.n_heads:
-        raise ValueError(f"ViTConfig.d_model={cfg.d_model} must divide by n_heads={cfg.n_heads}")
+    check_divides(cfg, "image", "patch")
+    check_divides(cfg, "d_model", "n_heads")
     return ViT(cfg)
 
 
 def make_batch(cfg: ViTConfig, key) -> dict:
-    kx, ky = jax.random.split(key)
-    return {
-        "images": jax.random.normal(kx, (cfg.batch, cfg.image, cfg.image, cfg.channels), jnp.float32),
-        "labels": jax.random.randint(ky, (cfg.batch,), 0, cfg.n_classes, dtype=jnp.int32),
-    }
+    """Random images (N(0, 1) pixels) and class labels."""
+    return classification_batch(cfg, key, "images", (cfg.image, cfg.image, cfg.channels))
 
 
 def loss(module, params, batch):
