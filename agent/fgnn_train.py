@@ -7,7 +7,7 @@ atomic checkpoints as the GNN policy's trainer in agent/train.py: agent/runs.py)
    At most ``--label-fraction`` of the budget; problems still unlabelled then are left out.
 2. **Imitation**: per problem, cross-entropy of the network's per-node logits against the ILP
    plan, where every strategy interchangeable with the label (``same_class``) counts as it.
-   Problems are pruned first (``search.prune``), as the planner does.
+   Problems are pruned first (``solvers.local.prune``), as the planner does.
 3. **DAgger** every ``--dagger-every`` epochs: the network's raw plan of each of ``--dagger-problems``
    training problems is cut at ``--dagger-cuts`` fractions of its nodes; the prefix is fixed
    (``fgnn_data.restrict``) and the rest labelled by an ILP completion (``--dagger-ilp-seconds``);
@@ -40,12 +40,7 @@ from agent.fgnn import FGNN, FGConfig, FGInputs, bucket_sizes, pack
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
 from agent.runs import STATE, BudgetSpent, Run, budget_alarm, git_rev, run_dir, write_json
 from costmodel.problem import evaluate
-
-try:   # MERGE(issue 14): helper A's solvers.local exports LocalCosts and Pruning; drop this fallback then
-    from solvers.local import LocalCosts, Pruning
-except ImportError:   # pragma: no cover - only before the merge
-    from solvers.search import Graph as LocalCosts
-    from solvers.search import _Pruning as Pruning
+from solvers.local import LocalCosts, Pruning
 
 CKPT = "fgnn.msgpack"
 

@@ -239,7 +239,7 @@ class Planner:
         problem = capped(problem, memory_cap_bytes)
         cfg = dataclasses.replace(self.config, seed=seed, num_envs=num_envs, num_steps=num_steps, wandb=False)
         tr = PPOTrainer(cfg, env_fn=problem_env_fn(problem), params=self.params)
-        stats = tr.train(seconds=time_limit_s, progress=progress, log_wandb=False)
+        stats = tr.train(time_limit_s=time_limit_s, progress=progress, log_wandb=False)
         self.params = tr.params
         self._head = None
         self._np_params = None

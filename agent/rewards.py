@@ -9,19 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.problem import evaluate
-
-try:   # MERGE(issue 14): helper A moves heuristic_plan to solvers.local; drop the fallback then
-    from solvers.local import heuristic_plan
-except ImportError:   # pragma: no cover - only before the merge
-    heuristic_plan = None
-
-
-def _heuristic_plan(problem):
-    if heuristic_plan is not None:
-        return heuristic_plan(problem)
-    from agent.planner import heuristic_plan as before_merge  # lazy: MERGE(issue 14) fallback; planner imports ppo
-    return before_merge(problem)
-
+from solvers.local import heuristic_plan
 
 _HEURISTIC: dict = {}
 
@@ -35,7 +23,7 @@ def heuristic_for(problem):
     """(cached) ``solvers.local.heuristic_plan`` of ``problem`` as an array (None if none is feasible)."""
     key = _problem_key(problem)
     if key not in _HEURISTIC:
-        plan, _ = _heuristic_plan(problem)
+        plan, _ = heuristic_plan(problem)
         _HEURISTIC[key] = None if plan is None else np.asarray(plan, np.int64)
     return _HEURISTIC[key]
 

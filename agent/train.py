@@ -42,11 +42,7 @@ from costmodel.problem import evaluate
 from env.sharding_env import ShardingEnv
 from env.workloads import Workload, random_problem, train_workloads
 from solvers.ilp import solve_ilp
-
-try:   # MERGE(issue 14): helper A moves heuristic_plan to solvers.local; drop this fallback then
-    from solvers.local import heuristic_plan
-except ImportError:   # pragma: no cover - only before the merge
-    from agent.planner import heuristic_plan
+from solvers.local import heuristic_plan
 
 
 class Interrupted(Exception):

@@ -20,7 +20,7 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
 3. **Exact**: on graphs the MILP can hold (``milp_ok``), HiGHS (``solvers.ilp.solve_ilp``)
    warm-started from the best plan, with up to ``milp_share`` of the time left; it proves the
    optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
-   (``search.refine``) from the incumbent for the rest. On larger graphs the search runs with its
+   (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs with its
    own neighbourhood search to the deadline.
 
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
@@ -45,7 +45,8 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.search import prepare, refine, solve_large
+from solvers.local import prepare, refine
+from solvers.search import solve_large
 
 
 @dataclass(frozen=True)

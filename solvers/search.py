@@ -41,15 +41,12 @@ from costmodel.problem import FORBIDDEN_COST, Problem
 from costmodel.profile import step_sum
 from solvers.local.costs import LocalCosts
 from solvers.local.greedy import greedy_by_cost, least_usage_plan
-from solvers.local.lns import LNS_MAX_NODES, lns, refine
+from solvers.local.lns import LNS_MAX_NODES, lns
 from solvers.local.moves import best_response, forest_dp
-from solvers.local.prune import Contraction, Pruning, prepare, prune
+from solvers.local.prune import Contraction, prepare
 from solvers.local.repair import repair_tied
 
-Graph = LocalCosts      # the historical name: agent/fgnn_train.py (helper D) imports it from here
-_Pruning = Pruning      # the same for agent/fgnn_train.py's ``_Pruning`` until it imports ``Pruning``
-__all__ = ["Contraction", "Graph", "LNS_MAX_NODES", "LocalCosts", "Pruning", "forest_dp", "prepare", "prune",
-           "refine", "solve_large"]
+__all__ = ["ICM_SWEEPS", "solve_large"]
 
 
 def _icm(gc: LocalCosts, sc: np.ndarray, node_cost: np.ndarray, classes, until: float, sweeps: int = 50) -> np.ndarray:

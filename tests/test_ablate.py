@@ -85,7 +85,7 @@ def test_beam_improves_with_width_and_respects_budget():
         assert info["feasible"] and evaluate(p, plan).feasible
         totals.append(info["total"])
     assert totals[2] <= totals[0]
-    plan, info = beam_search(p, width=64, time_budget_s=0.0, return_info=True)
+    plan, info = beam_search(p, width=64, time_limit_s=0.0, return_info=True)
     assert info["truncated"] and evaluate(p, plan).feasible and len(plan) == p.num_nodes
 
 
