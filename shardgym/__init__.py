@@ -16,9 +16,10 @@ __all__ = ["Cluster", "Cost", "LimitError", "Limits", "OpGraph", "Plan", "Proble
 
 
 def __getattr__(name):  # lazy: shardgym.api imports jax and flax; `shardgym iopddl` needs neither
-    if name in __all__:
-        from shardgym import api
-        return getattr(api, name)
+    if name in __all__ or name == "api":
+        import importlib   # not `from shardgym import api`: its hasattr check would call this again
+        api = importlib.import_module("shardgym.api")
+        return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module 'shardgym' has no attribute {name!r}")
 
 

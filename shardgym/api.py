@@ -26,7 +26,6 @@ __all__ = ["Cluster", "Cost", "LimitError", "Limits", "OpGraph", "Plan", "Proble
            "execute", "solve", "trace", "verify"]
 
 
-
 class UnmetBoundError(ValueError):
     """A method that cannot take a memory cap or a step-time bound into account (a baseline rule, the
     policy for the bound) gave a plan that breaks it; ``plan`` and ``cost`` are that plan."""

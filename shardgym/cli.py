@@ -75,10 +75,10 @@ def _add_model_args(p, size_default="tiny"):
                         "(FILE.py or an importable module; args may be ShapeDtypeStructs)")
     p.add_argument("--cluster", default="cpu-2x4", help="cluster preset (Cluster.presets())")
     p.add_argument("--cluster-file", default=None, help="TOML/JSON cluster description (overrides --cluster)")
-    p.add_argument("--memory-cap", type=_cap_arg, default=None,
+    p.add_argument("--memory-cap", dest="memory_cap_bytes", type=_cap_arg, default=None,
                    help="per-device memory cap, e.g. 40GiB; every method plans under min(device memory, cap)")
-    p.add_argument("--max-step-time", type=_bound_arg, default=None, help="bound on modelled step time (s)")
-    p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit (s)")
+    p.add_argument("--max-step-time", dest="max_step_time_s", type=_bound_arg, default=None, help="bound on modelled step time (s)")
+    p.add_argument("--time-limit", dest="time_limit_s", type=_positive, default=60.0, help="solver time limit (s)")
 
 
 def _problem_for(args, err):
@@ -89,10 +89,14 @@ def _problem_for(args, err):
     source = workflow.ModelSource.from_args(args.model, args.size, args.fn)
     with err.status(f"tracing {source.label} and building the strategy graph on {cluster.name} ..."):
         t0 = time.perf_counter()
-        fn, fargs, graph, problem = workflow.source_problem(source, cluster, Limits.of(args.memory_cap))
+        fn, fargs, graph, problem = workflow.source_problem(source, cluster, Limits.of(args.memory_cap_bytes))
     err.print(f"[dim]{len(graph.nodes)} operators ({graph.num_eqns} jaxpr equations), "
               f"{problem.num_nodes} nodes / {len(problem.node_costs)} strategies / {problem.num_edges} edges "
               f"in {time.perf_counter() - t0:.1f} s[/dim]")
+    cap = args.memory_cap_bytes
+    if cap is not None and problem.usage_limit is not None and cap > problem.usage_limit:
+        err.print(f"[dim]--memory-cap {workflow.fmt_bytes(cap)} is above the device memory of {cluster.name} "
+                  f"({workflow.fmt_bytes(problem.usage_limit)}): device memory binds[/dim]")
     return source, cluster, fn, fargs, graph, problem
 
 
@@ -117,15 +121,15 @@ def cmd_plan(args) -> int:
     source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
     with err.status(f"solving with {args.method} ({args.objective}) ..."):
         plan, cost = workflow.solve_and_price(problem, args.method, args.objective,
-                                              max_step_time_s=args.max_step_time, time_limit_s=args.time_limit)
+                                              max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
     if args.verify:  # compile with XLA (abstractly), charge what the model missed, re-solve
         with err.status(f"verifying against XLA (up to {args.verify} compiles) ..."):
             v = sg.verify(fn, fargs, graph, problem, plan, rounds=args.verify, method=args.method,
-                          objective=args.objective, max_step_time_s=args.max_step_time, time_limit_s=args.time_limit)
+                          objective=args.objective, max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
         out.print(v.summary())
         plan, cost = v.plan, sg.evaluate(v.problem, v.plan)
     validate.check_divisible(validate.replicate_keys(plan, fargs), fargs, graph=graph)
-    plan.meta.update(source.meta(), **cluster_meta(cluster, args.memory_cap))
+    plan.meta.update(source.meta(), **cluster_meta(cluster, args.memory_cap_bytes))
     out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{source.label} on {cluster.name}"))
     out.print(workflow.module_sharding_table(plan))
     if args.out:
@@ -146,7 +150,7 @@ def cmd_compare(args) -> int:
     if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise ValueError(f"--out-dir {args.out_dir}: is a file, not a directory")
     source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
-    rows = workflow.compare(problem, methods, max_step_time_s=args.max_step_time, time_limit_s=args.time_limit,
+    rows = workflow.compare(problem, methods, max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s,
                             console=err)
     out.print(workflow.cost_table(rows, title=f"{source.label} on {cluster.name}"))
     if not any(c is not None and c.feasible and not (p.meta or {}).get("unmet") for _, _, p, c in rows):
@@ -201,7 +205,7 @@ def cmd_list(args) -> int:
 
 def cmd_iopddl(args) -> int:
     from solvers.iopddl_cli import main_iopddl, process_age_s  # lazy: only this command needs it
-    main_iopddl(args.file, args.timeout_s, started_s_ago=process_age_s())
+    main_iopddl(args.file, args.time_limit_s, started_s_ago=process_age_s())
     return 0
 
 
@@ -244,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("iopddl", help="solve an IOPDDL contest instance; the last line is the plan")
     p.add_argument("file")
-    p.add_argument("timeout_s", type=_positive)
+    p.add_argument("time_limit_s", metavar="TIMEOUT_S", type=_positive, help="wall-clock budget (s), from process start")
     p.set_defaults(func=cmd_iopddl)
     return ap
 

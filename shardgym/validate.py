@@ -52,7 +52,7 @@ def check_plan_problem(plan: Plan, source: ModelSource, where: str = "plan") -> 
     """Rebuild the plan's Problem from abstract args (its cluster and cap:
     ``runtime.prediction.plan_problem``) and check the plan against it; returns it."""
     cluster = plan_cluster(plan, where)
-    _, args, graph = workflow.traced(source, abstract=True)
+    _, args, graph = workflow.traced(source, True)
     problem = plan_problem(graph, plan, where)
     try:
         as_strategy_array(problem, plan.strategies)
