@@ -6,6 +6,8 @@ Public surface (see README and ../shared/DESIGN.md):
 (and the ``shardgym iopddl`` command) does not import jax. Importing shardgym registers the
 gymnasium environment ``shardgym/Sharding-v0``.
 """
+import importlib
+
 try:  # registering the env must never break the planner API
     import env  # noqa: F401
 except ImportError:  # pragma: no cover - env package still being built
@@ -17,7 +19,7 @@ __all__ = ["Cluster", "Cost", "LimitError", "Limits", "OpGraph", "Plan", "Proble
 
 def __getattr__(name):  # lazy: shardgym.api imports jax and flax; `shardgym iopddl` needs neither
     if name in __all__ or name == "api":
-        import importlib   # not `from shardgym import api`: its hasattr check would call this again
+        # not `from shardgym import api`: its hasattr check would call this function again
         api = importlib.import_module("shardgym.api")
         return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module 'shardgym' has no attribute {name!r}")

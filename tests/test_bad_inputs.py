@@ -83,7 +83,7 @@ def test_iopddl_bad_instances(tmp_path, capsys):
         line = _assert_one_error(rc, err, name)
         assert path in line, (name, line)
         assert out.strip().splitlines()[-1] == "[]", (name, out)   # the contest's last line, still
-    for argv, want in ((["iopddl", EXAMPLE, "0"], "timeout_s"), (["iopddl", EXAMPLE, "abc"], "timeout_s"),
+    for argv, want in ((["iopddl", EXAMPLE, "0"], "TIMEOUT_S"), (["iopddl", EXAMPLE, "abc"], "TIMEOUT_S"),
                        (["iopddl", str(tmp_path / "missing.json"), "1"], "missing.json")):
         rc, out, err = _run(capsys, argv)
         assert want in _assert_one_error(rc, err, argv)
