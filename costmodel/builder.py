@@ -26,7 +26,8 @@ once per distinct target layout and reuses it for every consumer of that layout 
 parameter is all-gathered once for its forward and backward matmuls), while each edge here pays
 for its own reshard — collective bytes over-counted where several consumers share a layout
 (FSDP rows 1.1-1.2x in results/fidelity.json); the pairwise edge format has no shared term.
-usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes).
+usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes): ``Limits.effective_cap`` (the one
+validation of a cap; ``shardgym.solve`` applies a cap the same way, to a Problem built without one).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import warnings
 
 import numpy as np
 
+from costmodel.cluster import Cluster
 from costmodel.cost import (
     Mesh,
     compute_time,
@@ -46,6 +48,7 @@ from costmodel.cost import (
 )
 from costmodel.edge_memory import CopyGroups
 from costmodel.graph import OpGraph
+from costmodel.limits import Limits
 from costmodel.memory import (
     EXPENSIVE,
     MATERIALISING,
@@ -69,7 +72,6 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     replicated) or a ``costmodel.strategies.SearchSpace``. ``edge_memory``: price resharded
     copies as shared copy groups (``costmodel.edge_memory``; default) instead of charging gathered
     input copies to their consumers (``operand_copies``, the pairwise-format approximation)."""
-    from costmodel.cluster import Cluster
     if isinstance(cluster, str):
         cluster = Cluster.preset(cluster)
     if not isinstance(graph, OpGraph):
@@ -78,6 +80,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         raise ValueError("build_problem: the OpGraph has no nodes")
     if max_strategies < 1:
         raise ValueError(f"max_strategies must be >= 1, got {max_strategies}")
+    limits = Limits.of(memory_cap_bytes)
     search = search_space(space)
     mesh = Mesh(cluster)
     nodes = graph.nodes
@@ -194,6 +197,18 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             got[0] = got[0] + T_
             got[1] = got[1] + C_
 
+    def matrix(ten, src, dst, count):
+        """(time, comm bytes) resharding matrices of ``ten`` from specs ``src`` to ``dst``, once per
+        distinct key; ``count``: a new key adds to ``covered`` (operand edges only)."""
+        mk = (ten.shape, ten.dtype, src, dst)
+        m = mat_cache.get(mk)
+        if m is None:
+            m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
+            mat_cache[mk] = m
+            if count:
+                covered[:] = np.add(covered, reshard_coverage(src, dst, mesh))
+        return m
+
     for v, nd in enumerate(nodes):
         for k, (u, oi) in enumerate(nd.operands):
             if u < 0:
@@ -201,23 +216,14 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             ten = nd.operand_types[k]
             src = tuple(s.out_specs[oi] for s in strats[u])
             dst = tuple(s.operand_specs[k] for s in strats[v])
-            mk = (ten.shape, ten.dtype, src, dst)
-            m = mat_cache.get(mk)
-            if m is None:
-                m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
-                mat_cache[mk] = m
-                covered[:] = np.add(covered, reshard_coverage(src, dst, mesh))
+            m = matrix(ten, src, dst, count=True)
             add(u, v, m[0], m[1])
             reads.append((v, k, u, oi, m[1]))
     for w, u, oi in alias_edges:
         ten = nodes[u].outputs[oi]
         src = tuple(s.out_specs[oi] for s in strats[u])
         dst = tuple(s.out_specs[0] for s in strats[w])
-        mk = (ten.shape, ten.dtype, src, dst)
-        m = mat_cache.get(mk)
-        if m is None:
-            m = reshard_matrix(ten.shape, np.dtype(ten.dtype).itemsize, src, dst, mesh)
-            mat_cache[mk] = m
+        m = matrix(ten, src, dst, count=False)
         a, b = (w, u) if w < u else (u, w)
         if (a, b) == (w, u):
             add(w, u, m[0].T, m[1].T)
@@ -259,11 +265,6 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         warnings.warn(f"build_problem: resharding on mesh {tuple(cluster.mesh_shape)} is partly priced by the hand "
                       "rules (no measured table entry; build one with python -m runtime.reshard_probe); "
                       "problem.meta.reshard_stats has the counts", stacklevel=2)
-    limit = float(cluster.memory_limit_bytes)
-    if memory_cap_bytes is not None:
-        if not memory_cap_bytes > 0:
-            raise ValueError(f"memory_cap_bytes must be positive, got {memory_cap_bytes}")
-        limit = min(limit, float(memory_cap_bytes))
     return Problem(
         name=f"{graph.name or 'graph'}@{cluster.name}",
         strategy_offsets=offs,
@@ -273,7 +274,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edges=edges,
         edge_offsets=eoffs,
         edge_costs=ecost,
-        usage_limit=limit,
+        usage_limit=limits.effective_cap(float(cluster.memory_limit_bytes)),
         node_redundant=redundant,
         node_comm_bytes=comm,
         edge_comm_bytes=ecomm,

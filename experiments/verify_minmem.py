@@ -1,5 +1,5 @@
 """The min-memory plan under a step-time bound of 1.05 x Megatron's, by XLA's count, before and
-after the verify loop (shardgym.verify), against Megatron's plan (also by XLA's count).
+after the verify loop (shardgym.verifier), against Megatron's plan (also by XLA's count).
 
 Per model: compile (abstractly: nothing runs) Megatron's plan and the ILP's min-memory plan with
 max_step_time_s = 1.05 x Megatron's predicted step time, then run ``sg.verify`` on the latter

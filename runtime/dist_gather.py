@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.graph_part import HaloPlan, mp_kind
+from costmodel.graph_part import HaloPlan, connectivity, halo_plan, mp_kind
 
 
 def _pspec(spec):
@@ -85,7 +85,6 @@ def planned(problem, plan, graph, args, axis_sizes: dict) -> dict:
     """graph node id -> (kind, operand specs, result spec, HaloPlan) of every row gather /
     scatter-add whose chosen strategy is a halo strategy; the halo comes from the real index array
     in ``args`` (ValueError when the args are shapes only: the plan needs the connectivity)."""
-    from costmodel.graph_part import connectivity, halo_plan
     m = getattr(problem, "meta", None)
     if m is None or not m.operand_specs or len(plan.strategies) != problem.num_nodes:
         return {}

@@ -31,7 +31,9 @@ import time
 from pathlib import Path
 
 from costmodel import reshard_table
+from costmodel.cluster import Cluster
 from costmodel.reshard_table import Transition
+from runtime.hlo import mesh_axes, parse_collectives
 
 _EPS = 1e-6
 
@@ -65,8 +67,6 @@ def measure(mesh, src, dst, shape):
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    from runtime.hlo import mesh_axes, parse_collectives
 
     names = mesh.axis_names
 
@@ -176,7 +176,6 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="table file (default: the user cache)")
     a = ap.parse_args(argv)
     if a.preset:
-        from costmodel.cluster import Cluster
         shape = tuple(Cluster.preset(a.preset).mesh_shape)
     else:
         try:

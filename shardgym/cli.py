@@ -17,6 +17,15 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("WANDB_MODE", "offline")
 
+from agent.cliutil import OneLineParser  # noqa: E402
+from costmodel.cluster import Cluster  # noqa: E402
+from costmodel.limits import LimitError, Limits  # noqa: E402
+from costmodel.problem import Plan  # noqa: E402
+from shardgym.options import DEFAULT_RTOL, METHODS, OBJECTIVES  # noqa: E402
+
+# Every other project import of this module is inside the command that needs it, on a line marked
+# `# lazy:`: `shardgym iopddl` (a contest entry, timed from process start) must not import jax,
+# flax or matplotlib, which shardgym.api / workflow / the agent pull in (~3 s).
 
 
 def _console():
@@ -27,21 +36,25 @@ def _console():
 
 
 def _cluster(args):
-    from costmodel.cluster import Cluster
     if getattr(args, "cluster_file", None):
         return Cluster.from_file(args.cluster_file)
     return Cluster.preset(args.cluster)
 
 
-def _bytes_arg(text):
-    from costmodel.cluster import parse_bytes
+def _cap_arg(text):
+    """--memory-cap: validated by ``Limits`` (the one check every method shares)."""
     try:
-        v = parse_bytes(text)
-    except ValueError as exc:
+        return Limits.of(memory_cap_bytes=text).memory_cap_bytes
+    except LimitError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive size, got {text!r}")
-    return v
+
+
+def _bound_arg(text):
+    """--max-step-time: validated by ``Limits``."""
+    try:
+        return Limits.of(max_step_time_s=text).max_step_time_s
+    except LimitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text):
@@ -62,22 +75,28 @@ def _add_model_args(p, size_default="tiny"):
                         "(FILE.py or an importable module; args may be ShapeDtypeStructs)")
     p.add_argument("--cluster", default="cpu-2x4", help="cluster preset (Cluster.presets())")
     p.add_argument("--cluster-file", default=None, help="TOML/JSON cluster description (overrides --cluster)")
-    p.add_argument("--memory-cap", type=_bytes_arg, default=None, help="per-device memory cap, e.g. 40GiB")
-    p.add_argument("--max-step-time", type=_positive, default=None, help="bound on modelled step time (s)")
-    p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit (s)")
+    p.add_argument("--memory-cap", dest="memory_cap_bytes", type=_cap_arg, default=None,
+                   help="per-device memory cap, e.g. 40GiB; every method plans under min(device memory, cap)")
+    p.add_argument("--max-step-time", dest="max_step_time_s", type=_bound_arg, default=None, help="bound on modelled step time (s)")
+    p.add_argument("--time-limit", dest="time_limit_s", type=_positive, default=60.0, help="solver time limit (s)")
 
 
 def _problem_for(args, err):
-    """Trace the model and build its Problem, with a spinner."""
-    from shardgym import workflow
+    """Trace the model and build its Problem, with a spinner. The limits are applied here, once:
+    the cap reaches every method, the pricing and the plots as the Problem's usage_limit."""
+    from shardgym import workflow  # lazy: jax
     cluster = _cluster(args)
     source = workflow.ModelSource.from_args(args.model, args.size, args.fn)
     with err.status(f"tracing {source.label} and building the strategy graph on {cluster.name} ..."):
         t0 = time.perf_counter()
-        fn, fargs, graph, problem = workflow.source_problem(source, cluster, memory_cap_bytes=args.memory_cap)
+        fn, fargs, graph, problem = workflow.source_problem(source, cluster, Limits.of(args.memory_cap_bytes))
     err.print(f"[dim]{len(graph.nodes)} operators ({graph.num_eqns} jaxpr equations), "
               f"{problem.num_nodes} nodes / {len(problem.node_costs)} strategies / {problem.num_edges} edges "
               f"in {time.perf_counter() - t0:.1f} s[/dim]")
+    cap = args.memory_cap_bytes
+    if cap is not None and problem.usage_limit is not None and cap > problem.usage_limit:
+        err.print(f"[dim]--memory-cap {workflow.fmt_bytes(cap)} is above the device memory of {cluster.name} "
+                  f"({workflow.fmt_bytes(problem.usage_limit)}): device memory binds[/dim]")
     return source, cluster, fn, fargs, graph, problem
 
 
@@ -90,7 +109,9 @@ def _check_out_path(path: str) -> None:
 
 
 def cmd_plan(args) -> int:
-    from shardgym import validate, workflow
+    import shardgym.api as sg  # lazy: jax
+    from runtime.prediction import cluster_meta  # lazy: jax
+    from shardgym import validate, workflow  # lazy: jax
     out, err = _console()
     if args.method != "ilp" and args.objective != "time":
         raise ValueError(f"--objective {args.objective}: --method {args.method} plans for step time only; "
@@ -99,18 +120,16 @@ def cmd_plan(args) -> int:
         _check_out_path(args.out)
     source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
     with err.status(f"solving with {args.method} ({args.objective}) ..."):
-        plan, cost = workflow.solve_and_price(problem, args.method, args.objective, args.memory_cap,
-                                              args.max_step_time, args.time_limit)
+        plan, cost = workflow.solve_and_price(problem, args.method, args.objective,
+                                              max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
     if args.verify:  # compile with XLA (abstractly), charge what the model missed, re-solve
-        import shardgym as sg
         with err.status(f"verifying against XLA (up to {args.verify} compiles) ..."):
-            v = sg.verify(fn, fargs, graph, problem, plan, rounds=args.verify, memory_cap_bytes=args.memory_cap,
-                          method=args.method, objective=args.objective, max_step_time_s=args.max_step_time,
-                          time_limit_s=args.time_limit)
+            v = sg.verify(fn, fargs, graph, problem, plan, rounds=args.verify, method=args.method,
+                          objective=args.objective, max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
         out.print(v.summary())
         plan, cost = v.plan, sg.evaluate(v.problem, v.plan)
     validate.check_divisible(validate.replicate_keys(plan, fargs), fargs, graph=graph)
-    plan.meta.update(source.meta(), **validate.cluster_meta(cluster, args.memory_cap))
+    plan.meta.update(source.meta(), **cluster_meta(cluster, args.memory_cap_bytes))
     out.print(workflow.cost_table([(args.method, args.objective, plan, cost)], title=f"{source.label} on {cluster.name}"))
     out.print(workflow.module_sharding_table(plan))
     if args.out:
@@ -125,14 +144,14 @@ def cmd_plan(args) -> int:
 def cmd_compare(args) -> int:
     """Exit 0 when at least one method gives a plan within the cap and bound; rows that break them
     are shown (``fits NO``), methods that fail are shown as failed with the reason on stderr."""
-    from shardgym import workflow
+    from shardgym import workflow  # lazy: jax
     out, err = _console()
     methods = workflow.parse_methods(args.methods)
     if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise ValueError(f"--out-dir {args.out_dir}: is a file, not a directory")
     source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
-    rows = workflow.compare(problem, methods, memory_cap_bytes=args.memory_cap,
-                            max_step_time_s=args.max_step_time, time_limit_s=args.time_limit, console=err)
+    rows = workflow.compare(problem, methods, max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s,
+                            console=err)
     out.print(workflow.cost_table(rows, title=f"{source.label} on {cluster.name}"))
     if not any(c is not None and c.feasible and not (p.meta or {}).get("unmet") for _, _, p, c in rows):
         raise ValueError("no method gave a plan within --memory-cap / --max-step-time (see the table above); "
@@ -145,9 +164,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from costmodel.problem import Plan
-    from runtime import xla_log
-    from shardgym import validate, workflow
+    from runtime import xla_log  # lazy: jax
+    from shardgym import validate, workflow  # lazy: jax
     out, err = _console()
     plan = Plan.from_json(args.plan)
     source = validate.check_plan_file(plan, args.plan)
@@ -169,13 +187,12 @@ def cmd_run(args) -> int:
 
 def cmd_train(args) -> int:
     """`shardgym train ARGS`: agent/train.py (the same as `python experiments/pretrain.py ARGS`)."""
-    from agent import train
+    from agent import train  # lazy: jax, flax
     return train.main(args.rest, prog="shardgym train") or 0
 
 
 def cmd_list(args) -> int:
-    import zoo
-    from costmodel.cluster import Cluster
+    import zoo  # lazy: flax
     out, _ = _console()
     for name in zoo.names():
         out.print(f"model {name}: sizes {', '.join(zoo.sizes(name))}")
@@ -187,15 +204,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_iopddl(args) -> int:
-    from solvers.iopddl_cli import main_iopddl, process_age_s
-    main_iopddl(args.file, args.timeout_s, started_s_ago=process_age_s())
+    from solvers.iopddl_cli import main_iopddl, process_age_s  # lazy: only this command needs it
+    main_iopddl(args.file, args.time_limit_s, started_s_ago=process_age_s())
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.cliutil import OneLineParser
-    from shardgym import workflow
-    from shardgym.api import METHODS, OBJECTIVES
     ap = OneLineParser(prog="shardgym", description="Plan how a JAX model is sharded over a device mesh.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -223,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="execute a plan file on the local devices, check numerics and memory")
     p.add_argument("plan")
-    p.add_argument("--rtol", type=_positive, default=workflow.DEFAULT_RTOL,
+    p.add_argument("--rtol", type=_positive, default=DEFAULT_RTOL,
                    help="fail (exit 1) above this max_rel_err (per-leaf L2 after one step)")
     p.set_defaults(func=cmd_run)
 
@@ -234,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("iopddl", help="solve an IOPDDL contest instance; the last line is the plan")
     p.add_argument("file")
-    p.add_argument("timeout_s", type=_positive)
+    p.add_argument("time_limit_s", metavar="TIMEOUT_S", type=_positive, help="wall-clock budget (s), from process start")
     p.set_defaults(func=cmd_iopddl)
     return ap
 

@@ -19,6 +19,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep XLA's partitioner warnings out of the demo's tables
 
+from rich.console import Console  # noqa: E402
+
+import shardgym as sg  # noqa: E402
+from runtime import xla_log  # noqa: E402
+from runtime.prediction import cluster_meta  # noqa: E402
+from shardgym import workflow  # noqa: E402
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shardgym.demo")
@@ -28,12 +35,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default="results/demo")
     ap.add_argument("--time-limit", type=float, default=30.0, help="ILP time limit per solve (s)")
     args = ap.parse_args(argv)
-
-    from rich.console import Console
-
-    import shardgym as sg
-    from runtime import xla_log
-    from shardgym import validate, workflow
 
     out = Console(width=None if sys.stdout.isatty() else 150)
     err = Console(file=os.fdopen(os.dup(2), "w", buffering=1))   # keeps working while fd 2 is captured
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
         out.print(line + "; Shi et al. report up to 67% saved against Megatron-LM.")
 
     os.makedirs(args.out_dir, exist_ok=True)
-    chosen.meta.update(model=args.model, size=args.size, **validate.cluster_meta(cluster))
+    chosen.meta.update(model=args.model, size=args.size, **cluster_meta(cluster))
     plan_path = os.path.join(args.out_dir, "plan.json")
     chosen.to_json(plan_path)
     out.print(workflow.module_sharding_table(chosen, max_rows=24))

@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from costmodel.problem import Plan, Problem, as_strategy_array, evaluate, usage_profile  # noqa: E402
+from shardgym.tables import param_specs_sorted, spec_axes, spec_str  # noqa: E402
+from solvers.ilp import solve_ilp  # noqa: E402
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -89,7 +91,6 @@ def pareto_front(problem: Problem, rows, path: str, points: int = 5, time_limit_
     between the time-optimal and the memory-optimal plans, with the other methods as points.
     The ILP rows already in ``rows`` are reused; each sweep point is a time-limited solve
     (``time_limit_s``), so a point may sit slightly above the true front."""
-    from solvers.ilp import solve_ilp
     known = {(m, o): c for m, o, _, c in rows if c is not None and m == "ilp"}
     c_fast = known.get(("ilp", "time")) or evaluate(problem, solve_ilp(problem, objective="time", time_limit_s=time_limit_s)[0])
     c_small = known.get(("ilp", "memory")) or evaluate(problem, solve_ilp(problem, objective="memory", time_limit_s=time_limit_s)[0])
@@ -128,13 +129,7 @@ def pareto_front(problem: Problem, rows, path: str, points: int = 5, time_limit_
 
 
 def _layout_code(spec) -> str:
-    if spec is None:
-        return "R"
-    axes = []
-    for a in spec:
-        if a is None:
-            continue
-        axes.extend(a if isinstance(a, (tuple, list)) else [a])
+    axes = [a for entry in (spec or ()) for a in spec_axes(entry)]
     return "+".join(axes) if axes else "R"
 
 
@@ -142,8 +137,6 @@ def sharding_map(plans: list[Plan], path: str, max_rows: int | None = None) -> s
     """One row per parameter (module path, natural order), one column per plan; the colour says
     which mesh axes shard the parameter, the text gives its PartitionSpec. Every parameter is drawn
     (the figure grows 0.26 in a row); ``max_rows`` caps it and says so in the title."""
-    from shardgym.workflow import _spec_str, param_specs_sorted
-
     entries = param_specs_sorted(plans[0])
     total = len(entries)
     names = [n for n, _ in entries][:max_rows]
@@ -158,7 +151,7 @@ def sharding_map(plans: list[Plan], path: str, max_rows: int | None = None) -> s
     for j, col in enumerate(cols):
         for i, spec in enumerate(col):
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=color_of[_layout_code(spec)], ec="white"))
-            ax.text(j + 0.5, i + 0.5, _spec_str(spec)[2:-1] or "replicated", ha="center", va="center", fontsize=6)
+            ax.text(j + 0.5, i + 0.5, spec_str(spec)[2:-1] or "replicated", ha="center", va="center", fontsize=6)
     ax.set_xlim(0, len(plans))
     ax.set_ylim(len(names), 0)
     ax.set_xticks(np.arange(len(plans)) + 0.5, [_label(p) for p in plans], fontsize=8)

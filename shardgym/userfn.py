@@ -19,6 +19,12 @@ import os
 import sys
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import zoo
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -30,7 +36,6 @@ class ModelSource:
     def from_args(cls, model: str, size: str, fn: str | None) -> ModelSource:
         if fn:
             return cls(fn=_normalise(fn))
-        import zoo
         zoo.sizes(model)           # ValueError naming the model
         if size not in zoo.sizes(model):
             raise ValueError(f"--size {size!r}: not a size of zoo model {model!r}; sizes: {', '.join(zoo.sizes(model))}")
@@ -45,7 +50,6 @@ class ModelSource:
         if not model or not size:
             raise ValueError(f"{where}: the plan does not say which model it was made for (meta.model/meta.size "
                              "or meta.fn); make it with `shardgym plan --model ... --out plan.json`")
-        import zoo
         if model not in zoo.names():
             raise ValueError(f"{where}: meta.model {model!r} is not a zoo model; valid names: {', '.join(zoo.names())}")
         if size not in zoo.sizes(model):
@@ -66,8 +70,7 @@ class ModelSource:
     def build(self, abstract: bool):
         """(train_step, args); ``abstract``: args as ShapeDtypeStructs, else concrete arrays."""
         if not self.fn:
-            import zoo
-            return zoo.build(self.model, self.size, abstract=abstract)
+                return zoo.build(self.model, self.size, abstract=abstract)
         make = load_callable(self.fn)
         try:
             takes_abstract = "abstract" in inspect.signature(make).parameters
@@ -125,16 +128,12 @@ def load_callable(spec: str):
 
 
 def _abstract(args):
-    import jax
     return jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(x.shape, x.dtype),
                         args)
 
 
 def _concrete(args):
     """Real arrays for ShapeDtypeStruct leaves (seeded); real leaves kept."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
     rng = np.random.default_rng(0)
 
     def fill(x):

@@ -1,8 +1,8 @@
 """Checks that keep a plan from running where it would fail late or compute garbage.
 
-* ``cluster_meta`` / ``plan_cluster``: a plan carries its cluster (the full description, so a plan
-  made with ``--cluster-file`` runs anywhere) and its memory cap in ``plan.meta``; the runtime and
-  the prediction rebuild the Problem from that, never from a preset looked up by name.
+* A plan carries its cluster (the full description, so a plan made with ``--cluster-file`` runs
+  anywhere) and its memory cap in ``plan.meta`` (``runtime.prediction``: ``cluster_meta`` writes
+  them, ``plan_problem`` rebuilds the Problem from them, never from a preset looked up by name).
 * ``check_plan_file``: before anything is built, the plan's model source, mesh and cluster agree
   with each other and the local devices are enough (the hint names the device count needed).
 * ``check_plan_problem``: against the Problem rebuilt from abstract args (no arrays allocated): node
@@ -16,38 +16,18 @@ from __future__ import annotations
 
 import math
 
-from costmodel.cluster import Cluster
+import jax
+
+from costmodel.limits import LimitError, Limits
 from costmodel.problem import Plan, Problem, as_strategy_array
+from runtime.prediction import plan_cluster, plan_problem
+from runtime.shardings import is_key
+from shardgym import workflow
 from shardgym.userfn import ModelSource
 
 
-def cluster_meta(cluster: Cluster, memory_cap_bytes=None) -> dict:
-    return {"cluster": cluster.name, "cluster_spec": cluster.to_dict(), "memory_cap_bytes": memory_cap_bytes}
-
-
-def plan_cluster(plan: Plan, where: str = "plan") -> Cluster:
-    """The Cluster a plan was made for: ``meta.cluster_spec`` if stored, else the preset
-    ``meta.cluster``; ValueError naming the field otherwise."""
-    meta = plan.meta or {}
-    spec = meta.get("cluster_spec")
-    if spec is not None:
-        c = Cluster.from_dict(dict(spec), source=f"{where}: meta.cluster_spec")
-        if meta.get("cluster") not in (None, c.name):
-            raise ValueError(f"{where}: meta.cluster {meta['cluster']!r} disagrees with meta.cluster_spec "
-                             f"(named {c.name!r}); remake the plan with `shardgym plan`")
-        return c
-    name = meta.get("cluster")
-    if not name:
-        raise ValueError(f"{where}: the plan does not say which cluster it was made for (meta.cluster)")
-    if name not in Cluster.presets():
-        raise ValueError(f"{where}: meta.cluster {name!r} is not a preset ({', '.join(Cluster.presets())}) and the "
-                         "plan carries no meta.cluster_spec; remake it with `shardgym plan`")
-    return Cluster.preset(name)
-
-
 def check_plan_file(plan: Plan, where: str = "plan") -> ModelSource:
-    """Cheap checks (no tracing): source, mesh against cluster, local device count."""
-    import jax
+    """Cheap checks (no tracing): source, mesh against cluster, local device count, cap."""
     source = ModelSource.from_meta(plan.meta, where)
     cluster = plan_cluster(plan, where)
     if tuple(plan.mesh_shape) != tuple(cluster.mesh_shape) or tuple(plan.axis_names) != tuple(cluster.axis_names):
@@ -61,16 +41,19 @@ def check_plan_file(plan: Plan, where: str = "plan") -> ModelSource:
         raise ValueError(f"{where}: the plan needs {need} devices (mesh {dict(zip(plan.axis_names, plan.mesh_shape))}) "
                          f"but only {have} {platform} devices are available; {hint}")
     cap = (plan.meta or {}).get("memory_cap_bytes")
-    if cap is not None and not (isinstance(cap, (int, float)) and cap > 0):
-        raise ValueError(f"{where}: meta.memory_cap_bytes must be a positive number, got {cap!r}")
+    try:
+        Limits.of(cap)   # what plan_problem applies
+    except LimitError as exc:
+        raise ValueError(f"{where}: meta.{exc}") from None
     return source
 
 
 def check_plan_problem(plan: Plan, source: ModelSource, where: str = "plan") -> Problem:
-    """Rebuild the plan's Problem from abstract args and check the plan against it; returns it."""
-    from shardgym import workflow
+    """Rebuild the plan's Problem from abstract args (its cluster and cap:
+    ``runtime.prediction.plan_problem``) and check the plan against it; returns it."""
     cluster = plan_cluster(plan, where)
-    _, args, graph, problem = workflow.source_problem(source, cluster, (plan.meta or {}).get("memory_cap_bytes"))
+    _, args, graph = workflow.traced(source, True)
+    problem = plan_problem(graph, plan, where)
     try:
         as_strategy_array(problem, plan.strategies)
     except ValueError as exc:
@@ -109,7 +92,6 @@ def check_divisible(plan: Plan, args, where: str = "plan", graph=None) -> None:
     devices: inf parameters). Other uneven specs are left to XLA's padding, which measured correct
     on that mesh: DP 6.9e-7, FSDP 6.9e-7 (with uneven activations, gathers, reductions and a batch
     scatter-add)."""
-    import jax
     flat = jax.tree_util.tree_flatten_with_path(args)[0]
     leaves = [x for _, x in flat]
     sizes = dict(zip(plan.axis_names, plan.mesh_shape))
@@ -147,26 +129,9 @@ def check_divisible(plan: Plan, args, where: str = "plan", graph=None) -> None:
                              "whose axes divide it, or another method")
 
 
-def is_key(x) -> bool:
-    """A typed PRNG key array (``jax.random.key``): planned and run replicated, never constrained."""
-    import jax
-    dt = getattr(x, "dtype", None)
-    return dt is not None and jax.dtypes.issubdtype(dt, jax.dtypes.prng_key)
-
-
-def constrain(x, sharding):
-    """``with_sharding_constraint(x, sharding)``, except for PRNG keys and values of lower rank than
-    the spec (a key's trace-time view is its uint32 key data, one dim more): those are left to XLA."""
-    import jax
-    if is_key(x) or len(sharding.spec) > getattr(x, "ndim", 0):
-        return x
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
 def replicate_keys(plan: Plan, args) -> Plan:
     """The plan with every PRNG-key argument replicated (the tracer sees a key as its uint32 key
     data, so a baseline may shard it like a batch); returns ``plan`` (changed in place)."""
-    import jax
     leaves = jax.tree.leaves(args)
     plan.input_specs = [(i, p, None if 0 <= int(i) < len(leaves) and is_key(leaves[i]) else s)
                         for i, p, s in plan.input_specs]

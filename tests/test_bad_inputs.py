@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from shardgym import cli
+import shardgym as sg
+from costmodel.cluster import Cluster
+from shardgym import cli, workflow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "shared", "iopddl", "example.json")
@@ -81,7 +83,7 @@ def test_iopddl_bad_instances(tmp_path, capsys):
         line = _assert_one_error(rc, err, name)
         assert path in line, (name, line)
         assert out.strip().splitlines()[-1] == "[]", (name, out)   # the contest's last line, still
-    for argv, want in ((["iopddl", EXAMPLE, "0"], "timeout_s"), (["iopddl", EXAMPLE, "abc"], "timeout_s"),
+    for argv, want in ((["iopddl", EXAMPLE, "0"], "TIMEOUT_S"), (["iopddl", EXAMPLE, "abc"], "TIMEOUT_S"),
                        (["iopddl", str(tmp_path / "missing.json"), "1"], "missing.json")):
         rc, out, err = _run(capsys, argv)
         assert want in _assert_one_error(rc, err, argv)
@@ -262,8 +264,19 @@ def test_undivided_mesh_refused_at_planning_and_cluster_file_plans_run(tmp_path,
                     'device_memory_bytes = "2GiB"\ndevice_flops = 5e10\n')
     plan = tmp_path / "p.json"
     assert cli.main(["plan", "--model", "mlp", "--size", "tiny", "--method", "dp", "--cluster-file", str(mine),
-                     "--out", str(plan), "--no-plots"]) == 0
-    assert json.load(open(plan))["meta"]["cluster_spec"]["name"] == "my-2x4"
+                     "--memory-cap", "1MiB", "--out", str(plan), "--no-plots"]) == 0
+    meta = json.load(open(plan))["meta"]
+    assert meta["cluster_spec"]["name"] == "my-2x4" and meta["memory_cap_bytes"] == 2**20
     capsys.readouterr()
     assert cli.main(["run", str(plan)]) == 0
-    assert "memory/device: cost model" in capsys.readouterr().out   # the prediction used the file's cluster
+    out = capsys.readouterr().out
+    # the prediction is priced on the file's cluster under the plan's cap (not a preset, not device memory)
+    assert "cost model: cluster" in out and "my-2x4" in out and "1.00 MiB" in out, out
+    p = sg.Plan.from_json(str(plan))
+    report = workflow.run_plan(p)   # no Problem given: the runtime rebuilds it from the plan file
+    _, _, graph = workflow.traced(workflow.ModelSource("mlp", "tiny"), True)
+    mine_problem = sg.build_problem(graph, Cluster.from_file(str(mine)))
+    preset_problem = sg.build_problem(graph, Cluster.preset("cpu-2x4"))
+    assert report.predicted_cluster == "my-2x4" and report.predicted_cap_bytes == 2**20
+    assert report.predicted_step_time_s == pytest.approx(sg.evaluate(mine_problem, p).step_time_s)
+    assert report.predicted_step_time_s != pytest.approx(sg.evaluate(preset_problem, p).step_time_s)

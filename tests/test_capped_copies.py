@@ -1,6 +1,6 @@
 """Capped solving on a traced problem whose resharded copies are edge memory
 (``Problem.edge_memory``): the capped core and the policy planner price node memory only, so
-``shardgym.solve`` fits the copies by lowering their cap (``api._fit_copies``). Before that,
+``shardgym.solve`` fits the copies by lowering their cap (``solvers.dispatch.fit_copies``). Before that,
 gpt tiny on cpu-2x4 under a binding cap got "no feasible plan" from method='ilp' and "no plan
 fits" from the raw policy decode, though plans fitting the cap exist."""
 import pytest

@@ -32,7 +32,9 @@ SUBSTITUTIONS = [
 ]
 SKIPPED_LINES = {"shardgym train": "tests/test_train.py runs `shardgym train` (fresh, Ctrl-C, --resume) on a tiny "
                                    "config; 20 minutes here would not fit the suite"}
-SKIPPED_BLOCKS = {"make demo": "make demo and make test are CI's own two steps (this test runs inside make test)"}
+SKIPPED_BLOCKS = {"make demo": "make demo and make test are CI's own two steps (this test runs inside make test)",
+                  "python3 -m venv": "a non-editable install needs a fresh venv and the package index; "
+                                     "tests/test_packaging.py checks what the wheel holds"}
 
 
 def _blocks():

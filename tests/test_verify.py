@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import shardgym as sg
-from shardgym.verify import verify
 
 
 def _step(params, opt, batch):
@@ -42,7 +41,7 @@ def setup():
 
 def test_missed_buffer_is_caught_charged_and_resolved(setup):
     fn, args, graph, broken, h = setup
-    v = verify(fn, args, graph, broken, plan=sg.solve(broken, method="replicated"), rounds=2,
+    v = sg.verify(fn, args, graph, broken, plan=sg.solve(broken, method="replicated"), rounds=2,
                method="ilp", objective="time", time_limit_s=10)
     r0 = v.rounds[0]
     assert r0.ratio < 0.9, v.summary()                     # XLA holds more than the broken model says
@@ -59,7 +58,7 @@ def test_a_plan_over_the_cap_by_xla_is_never_reported_fitting(setup):
     rep = sg.solve(broken, method="replicated")
     pred = sg.evaluate(broken, rep).peak_memory_bytes
     cap = pred * 1.01  # the broken model says the replicated plan fits; XLA's figure is higher
-    v = verify(fn, args, graph, broken, plan=rep, rounds=2, memory_cap_bytes=cap, method="ilp",
+    v = sg.verify(fn, args, graph, broken, plan=rep, rounds=2, memory_cap_bytes=cap, method="ilp",
                objective="memory", time_limit_s=10)
     assert v.rounds[0].fits is False
     for r in v.rounds:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.limits import Limits
 from costmodel.problem import Plan, Problem, as_strategy_array, evaluate
 from runtime import core as runtime
 
@@ -149,22 +150,22 @@ def _abstract(args):
                         args)
 
 
-def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, rounds: int = 3, tol: float = 0.10,
-           memory_cap_bytes: float | None = None, solve=None, **solve_kw) -> Verified:
-    """Compile ``plan`` (or ``solve(problem, memory_cap_bytes=..., **solve_kw)``'s), charge what XLA
-    holds beyond the model, re-solve, for at most ``rounds`` compiles (see module doc). ``solve``
-    defaults to ``shardgym.api.solve``; ``solve_kw`` e.g. method="ilp", objective="memory"."""
+def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, solve, rounds: int = 3,
+           tol: float = 0.10, memory_cap_bytes: float | None = None, **solve_kw) -> Verified:
+    """Compile ``plan`` (or ``solve(problem, **solve_kw)``'s), charge what XLA holds beyond the
+    model, re-solve, for at most ``rounds`` compiles (see module doc). ``solve`` is
+    ``shardgym.solve`` (``sg.verify`` passes it); ``solve_kw`` e.g. method="ilp",
+    objective="memory". The cap is ``Limits.of(memory_cap_bytes)`` applied to ``problem``: the
+    effective cap min(device memory, memory_cap_bytes), which XLA's figure is held to."""
     if rounds < 1:
         raise ValueError(f"verify: rounds must be >= 1, got {rounds}")
     if problem.meta is None:
         raise ValueError("verify needs a traced Problem (build_problem), not an IOPDDL instance")
-    if solve is None:
-        from shardgym.api import solve
-    cap = memory_cap_bytes if memory_cap_bytes is not None else problem.usage_limit
+    cur = Limits.of(memory_cap_bytes).apply(problem)
+    cap = cur.usage_limit
     abstract = _abstract(tuple(args))
-    cur = problem if memory_cap_bytes is None else problem.with_usage_limit(min(memory_cap_bytes, problem.usage_limit or np.inf))
     if plan is None:
-        plan = solve(cur, memory_cap_bytes=memory_cap_bytes, **solve_kw)
+        plan = solve(cur, **solve_kw)
     done: list[Round] = []
     plans: list[Plan] = []
     note = ""
@@ -188,7 +189,7 @@ def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, round
             break
         cur = nxt
         try:
-            plan = solve(cur, memory_cap_bytes=memory_cap_bytes, **solve_kw)
+            plan = solve(cur, **solve_kw)
         except ValueError as exc:  # the charged Problem has no plan under the cap: stop, keep what XLA saw
             note = f"re-solve after round {r} found no plan: {exc}"
             break

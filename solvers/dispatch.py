@@ -1,0 +1,167 @@
+"""The solver dispatch behind ``shardgym.solve``: which exact solver runs for an objective, what
+seeds it, how the resharded copies are fitted under a cap, and the rule baselines.
+
+Every function here reads the memory cap from ONE place, the Problem's ``usage_limit``, which
+``costmodel.limits.Limits.apply`` set to the effective cap min(device memory, user cap) before
+the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argument except
+``fit_copies``'s surrogate caps, which only ever tighten it.
+
+- ``solve_exact``: method "ilp". With the time objective under a cap that can bind
+  (``binding_cap``) on a graph the MILP holds (``solvers.capped.milp_ok``): the capped core
+  (``solve_capped_time``), with ``fit_copies`` when the Problem has copy groups; otherwise
+  ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
+  where they help (``baseline_seeds``).
+- ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
+- ``fit_copies``: for solvers that price node memory only (the capped core; the policy planner,
+  which ``shardgym.api`` passes in as ``solve_under``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+from solvers.baselines import METHODS as BASELINES
+from solvers.baselines import baseline_plan
+from solvers.capped import milp_ok, solve_guarded
+from solvers.ilp import solve_ilp
+
+#: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
+CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads"})
+#: seconds each baseline's own ILP may take when it seeds another solve
+SEED_TIME_LIMIT_S = 10.0
+
+
+def binding_cap(problem: Problem) -> float | None:
+    """``problem.usage_limit`` when some plan can exceed it (every node at its largest usage
+    breaks it), else None (no cap, or one no plan reaches)."""
+    if problem.usage_limit is None:
+        return None
+    cap = float(problem.usage_limit)
+    offs = problem.strategy_offsets[:-1]
+    local = np.arange(len(problem.node_usages)) - np.repeat(offs, problem.num_strategies)
+    order = np.lexsort((local, -problem.node_usages, np.repeat(np.arange(problem.num_nodes), problem.num_strategies)))
+    worst = local[order[offs]]
+    return cap if evaluate(problem.with_usage_limit(None), worst).peak_memory_bytes > cap else None
+
+
+def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None, time_limit_s: float = 60,
+                **kw) -> tuple[list[int], dict]:
+    """Method "ilp" on ``problem`` (its usage_limit is the cap): (strategies, info dict)."""
+    t0 = time.perf_counter()
+    cap = binding_cap(problem)
+    if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
+            and set(kw) <= CAPPED_OPTIONS):
+        if problem.edge_memory is None:
+            return solve_capped_time(problem, float(time_limit_s), t0, **kw)
+        # the capped core prices node memory only: fit the copies by lowering its cap
+        strategies, info = fit_copies(
+            problem, float(time_limit_s),
+            lambda sur, left: solve_capped_time(sur, left, time.perf_counter(), **kw))
+        if strategies is None:
+            raise RuntimeError(f"no plan of {problem.name!r} with its resharded copies fits the memory cap "
+                               f"{cap:.4g} bytes within time_limit_s={time_limit_s:g}; raise time_limit_s")
+        return strategies, info
+    # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
+    if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
+                                or problem.edge_memory is not None):
+        kw["initial_plans"] = list(kw.get("initial_plans") or []) + baseline_seeds(problem)
+        # the seeds' time counts against the limit (at least 1 s is left to the solver)
+        time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+    if problem.meta is not None and "initial_plan" not in kw:
+        # strategy 0 of every traced node is "replicated": a plan HiGHS can start from, so a
+        # time-limited solve of a big graph returns a plan instead of "no feasible plan found"
+        replicated = [0] * problem.num_nodes
+        kw["initial_plans"] = list(kw.get("initial_plans") or []) + [replicated]
+        limit = float("inf") if problem.usage_limit is None else problem.usage_limit
+        if objective == "time" and evaluate(problem, replicated).peak_memory_bytes > limit:
+            # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
+            kw["initial_plans"] += baseline_seeds(problem)
+            time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+    strategies, solve_info = solve_ilp(problem, objective=objective, max_step_time_s=max_step_time_s,
+                                       time_limit_s=time_limit_s, **kw)
+    return strategies, (solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info))
+
+
+def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,
+                      threads=None) -> tuple[list[int], dict]:
+    """Time objective under a memory cap (``problem.usage_limit``) that can bind:
+    ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
+    the baselines when replication does not fit; never worse than any of them (nor than BP or the
+    search inside). The policy's plan is not a default seed: Planner.plan took 75-95 s on gpt tiny
+    under this machine's load (pass it as ``initial_plans`` to have it count). Only on graphs the
+    MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
+    path. The seeds' time counts against the limit. Falls back to ``solve_ilp`` (for its
+    infeasibility report) when no plan fits."""
+    seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
+    seeds = [list(getattr(s, "strategies", s)) for s in seeds]
+    if problem.meta is not None:
+        replicated = [0] * problem.num_nodes
+        seeds.append(replicated)
+        if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
+            seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
+    left = max(3.0, time_limit_s - (time.perf_counter() - t0))
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True)
+    if r.plan is None:
+        return solve_ilp(problem, objective="time", time_limit_s=left)[0], {}
+    info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
+    info.update({"status": r.status, "objective": r.cost, "bound": r.bound if r.gap is not None else None,
+                 "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
+                 "objective_name": "time"})
+    return r.plan, info
+
+
+def fit_copies(problem: Problem, time_limit_s: float, solve_under, rounds: int = 6):
+    """Solvers that price node memory only (the capped core, the policy planner) on a problem with
+    copy groups (``Problem.edge_memory``), under its cap ``problem.usage_limit``: each round plans
+    the copy-free surrogate under a cap lowered by the excess that the last plan's copies put over
+    the cap by ``evaluate`` (which prices them), until a plan fits; the first that fits is
+    returned. ``solve_under(surrogate, seconds_left)`` returns (strategies, info), the surrogate's
+    usage_limit being the round's lowered cap; a ValueError or RuntimeError (nothing fits the
+    lowered cap) ends the rounds. Returns (None, {}) when no round fits. A heuristic: the copies a
+    plan carries change with the plan, so no round count is proven to reach a fit."""
+    t0 = time.perf_counter()
+    cap = float(problem.usage_limit)
+    surrogate = replace(problem, edge_memory=None)
+    c, tried = cap, []
+    for r in range(rounds):
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left < 1.0 or c <= 0:
+            break
+        try:
+            s, info = solve_under(surrogate.with_usage_limit(c), left / max(1, min(2, rounds - r)))
+        except (ValueError, RuntimeError):
+            break
+        if s is None:
+            break
+        cost = evaluate(problem, s)
+        tried.append({"surrogate_cap_bytes": c, "peak_bytes": cost.peak_memory_bytes, "total": cost.total})
+        if cost.feasible:
+            info = dict(info, copy_rounds=tried, gap=None, bound=None)   # no proof for the copies
+            if info.get("status") == "optimal":   # optimal for the surrogate only
+                info["status"] = "feasible"
+            return [int(x) for x in s], info
+        c -= 1.05 * (cost.peak_memory_bytes - cap)
+    return None, {}
+
+
+def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
+    """The baseline plans of a traced problem, as seeds for the memory / redundancy objectives under
+    a step-time bound (the ILP then never answers worse than the best baseline within the bound).
+    Empty for problems without roles (IOPDDL). Costs about a second or two per baseline."""
+    if problem.meta is None or not getattr(problem.meta, "roles", None):
+        return []
+    seeds = []
+    for m in BASELINES:
+        try:
+            seeds.append(baseline_plan(problem, m, use_ilp, SEED_TIME_LIMIT_S))
+        except (ValueError, RuntimeError):   # a rule that does not apply: skip that seed
+            continue
+    return seeds
+
+
+def solve_baseline(problem: Problem, method: str) -> tuple[list[int], dict]:
+    """One of ``solvers.baselines.METHODS``: (strategies, info); a rule does not aim at the cap."""
+    return baseline_plan(problem, method), {"status": "rule", "gap": None}
