@@ -45,7 +45,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.local import prepare, refine
+from solvers.local import least_usage_plan, prepare, refine
 from solvers.search import solve_large
 
 
@@ -127,11 +127,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         return deadline - time.perf_counter()
 
     # 1. anchor
-    k = problem.num_strategies
-    starts_ = problem.strategy_offsets[:-1]
-    node_of = np.repeat(np.arange(problem.num_nodes), k)
-    local = np.arange(len(problem.node_costs)) - starts_[node_of]
-    anchor = local[np.lexsort((problem.node_costs, problem.node_usages, node_of))[starts_]]
+    anchor = np.asarray(least_usage_plan(problem), dtype=np.int64)
     if not consider(anchor, "anchor (lowest usage)"):
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",

@@ -1,5 +1,5 @@
 """Exact facts about plans that need no solver, used before and around every model: least-usage
-and least-measure plans (``argmin_plan``, ``min_usage``), lower and upper bounds on the peak
+and the least-usage plan's peak (``min_usage``, on ``solvers.local.least_usage_plan``), lower and upper bounds on the peak
 (``node_min_peak``, ``peak_upper_bound``), the exact tightening of the memory part
 (``tighten``), and the choice among caller seeds (``check_seeds``, ``best_seed``).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
+from solvers.local import least_usage_plan
 
 
 def check_seeds(problem: Problem, seeds) -> list[list[int]]:
@@ -40,22 +41,11 @@ def minmax(problem: Problem, vals: np.ndarray, allowed: np.ndarray | None = None
             np.maximum.reduceat(np.where(allowed, vals, -np.inf), offs))
 
 
-def argmin_plan(problem: Problem, vals: np.ndarray) -> list[int]:
-    """Per node the strategy with the least ``vals`` (ties: least node cost, then index)."""
-    out = []
-    offs = problem.strategy_offsets
-    for i in range(problem.num_nodes):
-        v = vals[offs[i]:offs[i + 1]]
-        c = problem.node_costs[offs[i]:offs[i + 1]]
-        out.append(int(np.lexsort((np.arange(len(v)), c, v))[0]))
-    return out
-
-
 def min_usage(problem: Problem):
     """(the plan giving every node its least usage, its peak = the lowest peak of any plan).
     Usage is per node and the live profile a sum over nodes, so this plan minimises the live
     usage at every time point at once: its peak is the memory optimum (without a time bound)."""
-    plan = argmin_plan(problem, problem.node_usages)
+    plan = least_usage_plan(problem)
     return plan, evaluate(problem, plan).peak_memory_bytes
 
 

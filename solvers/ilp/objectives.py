@@ -24,11 +24,12 @@ import numpy as np
 
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
-from solvers.ilp.bounds import argmin_plan, best_seed, check_seeds, min_usage, minmax, node_min_peak, peak_upper_bound
+from solvers.ilp.bounds import best_seed, check_seeds, min_usage, minmax, node_min_peak, peak_upper_bound
 from solvers.ilp.infeasible import explain_infeasible, min_time_plan_within
 from solvers.ilp.memory import solve_memory
 from solvers.ilp.reduced import core
 from solvers.ilp.types import REDUNDANCY, IlpConfig, Request, RunOptions, SolveInfo, Weights
+from solvers.local import least_measure_plan
 
 
 def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, max_step_time_s=None,
@@ -121,7 +122,7 @@ def solve_redundancy(problem, o: RunOptions, cap, max_time, seeds):
     rmin, _ = minmax(problem, rd)
     node_of = np.repeat(np.arange(problem.num_nodes), problem.num_strategies)
     at_min = rd <= rmin[node_of]
-    p0 = argmin_plan(problem, rd)
+    p0 = least_measure_plan(problem, rd)
     rstar = evaluate(problem, p0).redundant_memory_bytes
     time_key = (lambda c: c.total)
     sub_seeds = [s for s in seeds + [p0] if at_min[problem.strategy_offsets[:-1] + np.asarray(s)].all()]

@@ -24,7 +24,7 @@ the baselines can use the rest of the library without an import cycle.
 from __future__ import annotations
 
 from solvers.local.costs import LocalCosts, incidence
-from solvers.local.greedy import decision_order, greedy_by_cost, least_usage_plan
+from solvers.local.greedy import decision_order, greedy_by_cost, least_measure_plan, least_usage_plan
 from solvers.local.moves import best_response, forest_dp, pair_moves
 from solvers.local.polish import polish
 from solvers.local.prune import Contraction, Pruning, prepare, prune, range_max
@@ -34,7 +34,7 @@ _LAZY = {"refine": "lns", "improve": "lns", "lns": "lns", "REFINE_TIME_LIMIT_S":
          "heuristic_plan": "heuristic"}
 
 __all__ = ["Contraction", "LocalCosts", "Pruning", "best_response", "decision_order", "forest_dp", "greedy_by_cost",
-           "incidence", "least_usage_plan", "pair_moves", "polish", "prepare", "prune", "range_max",
+           "incidence", "least_measure_plan", "least_usage_plan", "pair_moves", "polish", "prepare", "prune", "range_max",
            "repair_memory", "repair_tied", *_LAZY]
 
 

@@ -1,4 +1,4 @@
-"""Construction: the one decision order, the one greedy construction and the one least-usage plan.
+"""Construction: the one decision order, the one greedy construction and the one least-usage (least-measure) plan.
 
 * ``decision_order(problem)``: Kahn's topological order over the edges (producer before consumer),
   smallest ready node id first; a cycle (IOPDDL B and G have some) is broken by taking the
@@ -116,10 +116,17 @@ def greedy_by_cost(problem: Problem, order: np.ndarray | None = None, avoid_forb
 
 def least_usage_plan(problem: Problem, avoid_forbidden: bool = False) -> list[int]:
     """Each node's least-usage strategy, ties to the least node cost, then the lowest index."""
+    return least_measure_plan(problem, problem.node_usages, avoid_forbidden)
+
+
+def least_measure_plan(problem: Problem, vals: np.ndarray, avoid_forbidden: bool = False) -> list[int]:
+    """Each node's strategy of least ``vals`` (one value per strategy, flat like node_costs), ties
+    to the least node cost, then the lowest index; with ``avoid_forbidden`` a forbidden strategy
+    (node cost >= FORBIDDEN_COST) only where the node has nothing else."""
     k, offs = problem.num_strategies, problem.strategy_offsets
     node_of = np.repeat(np.arange(problem.num_nodes), k)
     local = np.arange(len(problem.node_costs)) - offs[:-1][node_of]
-    keys = [local, problem.node_costs, problem.node_usages]
+    keys = [local, problem.node_costs, np.asarray(vals)]
     if avoid_forbidden:
         keys.append((problem.node_costs >= FORBIDDEN_COST).astype(np.int64))
     order = np.lexsort(tuple(keys) + (node_of,))
