@@ -29,17 +29,17 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import shardgym as sg  # noqa: E402
 import zoo  # noqa: E402
+from solvers.bp import bp_plan  # noqa: E402
 
 MODELS = ("mlp", "gpt", "vit", "fno", "unet", "meshgraphnet")
 
 
-def _row(problem, plan_or_list, extra=None):
+def _row(problem, plan_or_list):
     c = sg.evaluate(problem, plan_or_list)
     out = {"total": float(c.total), "peak_bytes": float(c.peak_memory_bytes), "feasible": bool(c.feasible)}
     info = getattr(plan_or_list, "info", None) or {}
     if "status" in info:
         out["status"] = info["status"]
-    out.update(extra or {})
     return out
 
 
@@ -51,10 +51,6 @@ def _try(fn):
 
 
 def record(models, ilp_s: float) -> dict:
-    try:   # the restructure (issue 14) moves the solvers out of costmodel
-        from solvers.bp import bp_plan
-    except ImportError:
-        from solvers.bp import bp_plan
     rows = {}
     cluster = sg.Cluster.preset("cpu-2x4")
     for name in models:
