@@ -25,6 +25,10 @@ which pays only when all of them move (forest moves break such groups up; the po
 decode of the uncapped problem, repaired to fit) and, when the cap binds, ``solvers.local.refine``:
 large-neighbourhood search with the exact MILP on 90-node BFS neighbourhoods
 (``REFINE_TIME_LIMIT_S``).
+
+Resharded copies (``Problem.edge_memory``) are priced by every step: the env's profile, the
+repair (``solvers.local.repair_memory``, moves priced with their copies), the polish and refine,
+and the fallback when no decode fits (``solvers.local.fitting_least_usage_plan``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from env.sharding_env import ShardingEnv
 from solvers.local import (
     REFINE_TIME_LIMIT_S,
     LocalCosts,
+    fitting_least_usage_plan,
     greedy_by_cost,
     heuristic_plan,
     improve,
@@ -214,11 +219,12 @@ class Planner:
             if cost is not None and cost.feasible and cost.total < best_cost:
                 best, best_cost = cand, cost.total
         if best is None:
-            mm = least_usage_plan(problem)
-            c = evaluate(problem, mm)
-            if not c.feasible:
+            mm = fitting_least_usage_plan(problem, time_limit_s=max(polish_time_limit_s, 2.0))
+            if mm is None:
+                least = evaluate(problem, least_usage_plan(problem)).peak_memory_bytes
+                copies = "" if problem.edge_memory is None else " (with its resharded copies; a repair found none)"
                 raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
-                                 f"the least possible peak is {c.peak_memory_bytes:.4g} bytes")
+                                 f"the least-usage plan peaks at {least:.4g} bytes{copies}")
             best = polish_plan(problem, mm, time_limit_s=polish_time_limit_s, lc=lc) if polish else mm
             binds = is_capped
         if refine_time_limit_s is None:

@@ -6,15 +6,24 @@ time-optimal plan (ILP, ``--uncapped-seconds``); per cap at 25 / 50 / 75 % of th
 hi: the ILP's plan at ``--seconds`` (cost, status, bound, gap, wall) and the policy's (cost,
 wall), ratio = ILP cost / policy cost (<= 1: never worse). Records the load average.
 
-The outside-the-zoo steps (plain JAX, no Flax): ``autoencoder`` (four convolutions, two of them
-residual, and a transposed convolution, MSE, SGD with momentum) and ``moe_adam`` (a six-expert soft mixture of
-MLPs with a softmax gate, Adam written out).
+The outside-the-zoo steps: ``outside:moe``, ``outside:rnn``, ``outside:convae``
+(tests/data/outside_steps.py), and two written here (plain JAX, no Flax): ``autoencoder`` (four
+convolutions, two of them residual, and a transposed convolution, MSE, SGD with momentum) and
+``moe_adam`` (a six-expert soft mixture of MLPs with a softmax gate, Adam written out).
 
-    python experiments/bench_capped.py --problems gpt:tiny,autoencoder,moe_adam --clusters cpu-2x4
+The default grid is every zoo tiny model and the three outside steps on cpu-2x4, h100-2x8 and
+tpu-4x4 (81 cells, hours on 2 shared cores). It is resumable per cell: every finished cell is
+written to ``results/<--out>.json`` at once (with the git revision and the load average of that
+cell), and a rerun skips the cells already there (``--fresh`` starts over). Cells run cluster by
+cluster, so a partial run covers whole clusters first.
+
+    nice -n 10 python experiments/bench_capped.py                     # the full grid, resumable
+    python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -86,58 +95,112 @@ def moe_adam_step():
 OUTSIDE = {"autoencoder": autoencoder_step, "moe_adam": moe_adam_step}
 
 
+def _step(spec: str):
+    """(step, args) of a problem spec: "model:size" (zoo), "outside:name" or a step written here."""
+    if spec in OUTSIDE:
+        return OUTSIDE[spec]()
+    kind, name = spec.split(":")
+    if kind == "outside":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data"))
+        import outside_steps
+        return outside_steps.STEPS[name]()
+    import zoo
+    return zoo.build(kind, name, abstract=True)
+
+
+def _default_problems() -> str:
+    import zoo
+    return ",".join([f"{m}:{zoo.sizes(m)[0]}" for m in zoo.names()] + ["outside:moe", "outside:rnn", "outside:convae"])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default="gpt:tiny,autoencoder,moe_adam")
-    ap.add_argument("--clusters", default="cpu-2x4")
+    ap.add_argument("--problems", default=None, help="comma list (default: every zoo tiny model + outside steps)")
+    ap.add_argument("--clusters", default="cpu-2x4,h100-2x8,tpu-4x4")
     ap.add_argument("--fractions", default="0.25,0.5,0.75")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--uncapped-seconds", type=float, default=30.0)
+    ap.add_argument("--least-seconds", type=float, default=30.0,
+                    help="the memory objective's limit for the least peak (with copies it is a MIP)")
     ap.add_argument("--no-policy", action="store_true")
+    ap.add_argument("--out", default="bench_capped")
+    ap.add_argument("--fresh", action="store_true", help="ignore the cells already in results/<out>.json")
     a = ap.parse_args(argv)
     import shardgym as sg
-    import zoo
-    from experiments.common import print_table, write_results
+    from experiments.common import RESULTS_DIR, git_rev, print_table, write_results
     from solvers.ilp import min_peak_memory
-    rows = []
-    for spec in a.problems.split(","):
-        if spec in OUTSIDE:
-            fn, args = OUTSIDE[spec]()
-        else:
-            m, s = spec.split(":")
-            fn, args = zoo.build(m, s, abstract=True)
-        graph = sg.trace(fn, *args)
-        for cl in a.clusters.split(","):
-            p = sg.build_problem(graph, sg.Cluster.preset(cl)).with_usage_limit(None)
-            fast = sg.solve(p, method="ilp", time_limit_s=a.uncapped_seconds)   # seeded with replicated
-            hi = sg.evaluate(p, fast).peak_memory_bytes
-            lo = min_peak_memory(p)
-            for f in (float(x) for x in a.fractions.split(",")):
+    problems = (a.problems or _default_problems()).split(",")
+    path = RESULTS_DIR / f"{a.out}.json"
+    old = {} if a.fresh or not path.exists() else json.loads(path.read_text())
+    rows, setups = list(old.get("rows", [])), dict(old.get("setups", {}))
+    done = {(r["problem"], r["cluster"], r["cap_fraction"]) for r in rows}
+    fractions = [float(x) for x in a.fractions.split(",")]
+    graphs = {}
+
+    def save():
+        write_results(a.out, {"rows": rows, "setups": setups,
+                              "complete": all((q, c, f) in done for c in a.clusters.split(",")
+                                              for q in problems for f in fractions)}, config=vars(a))
+
+    for cl in a.clusters.split(","):
+        for spec in problems:
+            if all((spec, cl, f) in done for f in fractions):
+                continue
+            if spec not in graphs:
+                graphs[spec] = sg.trace(*_pair(_step(spec)))
+            p = sg.build_problem(graphs[spec], sg.Cluster.preset(cl)).with_usage_limit(None)
+            key = f"{spec}|{cl}"
+            if key not in setups:
+                t = time.perf_counter()
+                fast = sg.solve(p, method="ilp", time_limit_s=a.uncapped_seconds)   # seeded with replicated
+                hi = sg.evaluate(p, fast).peak_memory_bytes
+                lo = min_peak_memory(p, time_limit_s=a.least_seconds)
+                setups[key] = {"lo_bytes": lo, "hi_bytes": hi, "nodes": p.num_nodes,
+                               "copy_groups": 0 if p.edge_memory is None else p.edge_memory.num_groups,
+                               "setup_s": round(time.perf_counter() - t, 1)}
+            lo, hi = setups[key]["lo_bytes"], setups[key]["hi_bytes"]
+            for f in fractions:
+                if (spec, cl, f) in done:
+                    continue
                 cap = lo + f * (hi - lo)
                 pc = p.with_usage_limit(cap)
                 row = {"problem": spec, "cluster": cl, "nodes": p.num_nodes, "cap_fraction": f, "cap_bytes": cap,
-                       "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
+                       "git_rev": git_rev(), "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
                 t = time.perf_counter()
-                plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=a.seconds)
+                try:
+                    plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=a.seconds)
+                    c = sg.evaluate(pc, plan)
+                    row.update(ilp_cost=c.total, ilp_feasible=c.feasible, status=plan.info.get("status"),
+                               bound=plan.info.get("bound"), gap=plan.info.get("gap"), source=plan.info.get("source"))
+                except (RuntimeError, ValueError) as exc:
+                    c = None
+                    row.update(ilp_cost=None, ilp_feasible=False, status="error", error=str(exc)[:200])
                 row["ilp_s"] = round(time.perf_counter() - t, 1)
-                c = sg.evaluate(pc, plan)
-                row.update(ilp_cost=c.total, ilp_feasible=c.feasible, status=plan.info.get("status"),
-                           bound=plan.info.get("bound"), gap=plan.info.get("gap"), source=plan.info.get("source"))
                 if not a.no_policy:
                     t = time.perf_counter()
-                    pol = sg.solve(p, method="policy", memory_cap_bytes=cap)
+                    try:
+                        pol = sg.solve(p, method="policy", memory_cap_bytes=cap)
+                        pcst = sg.evaluate(pc, pol)
+                        row.update(policy_cost=pcst.total, policy_feasible=pcst.feasible)
+                        if c is not None and pcst.total > 0:
+                            row["ilp_over_policy"] = round(c.total / pcst.total, 4)
+                    except (RuntimeError, ValueError) as exc:
+                        row.update(policy_cost=None, policy_feasible=False, policy_error=str(exc)[:200])
                     row["policy_s"] = round(time.perf_counter() - t, 1)
-                    pcst = sg.evaluate(pc, pol)
-                    row.update(policy_cost=pcst.total, policy_feasible=pcst.feasible,
-                               ilp_over_policy=round(c.total / pcst.total, 4) if pcst.total > 0 else None)
                 row["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
                 rows.append(row)
+                done.add((spec, cl, f))
                 print(row, flush=True)
-                write_results("bench_capped", {"rows": rows}, config=vars(a))
+                save()
     print_table(rows, ["problem", "cluster", "nodes", "cap_fraction", "ilp_cost", "status", "gap", "ilp_s",
                        "policy_cost", "ilp_over_policy", "policy_s", "load_avg_before"],
                 title=f"solve(method='ilp') under binding caps at {a.seconds:g} s vs method='policy'")
-    write_results("bench_capped", {"rows": rows}, config=vars(a))
+    save()
+
+
+def _pair(step_args):
+    fn, args = step_args
+    return (fn, *args)
 
 
 if __name__ == "__main__":

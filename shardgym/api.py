@@ -20,7 +20,7 @@ from costmodel.trace import trace
 from runtime.core import execute
 from shardgym import verifier
 from shardgym.options import METHODS, OBJECTIVES
-from solvers.dispatch import binding_cap, fit_copies, solve_baseline, solve_exact
+from solvers.dispatch import solve_baseline, solve_exact
 
 __all__ = ["Cluster", "Cost", "LimitError", "Limits", "OpGraph", "Plan", "Problem", "build_problem", "evaluate",
            "execute", "solve", "trace", "verify"]
@@ -72,21 +72,11 @@ def _solve_policy(problem: Problem, time_limit_s: float, checkpoint: str = "pret
                   **kw) -> tuple[list[int], dict]:
     """The pretrained policy (``agent.planner.Planner``) under ``problem.usage_limit``;
     ``search=False`` is the raw decode (one forward pass + the masked decode, no polish/refine).
-    With copy groups under a binding cap, ``solvers.dispatch.fit_copies`` fits them."""
+    The planner prices the resharded copies itself (its repair and its fallback plan see them)."""
     planner = Planner.load(checkpoint)
     if not search:
         kw["polish"] = False
-    strategies, error = None, None
-    try:
-        strategies = planner.plan(problem, **kw)
-    except ValueError as exc:   # the planner's least-usage fallback does not see copies
-        error = exc
-    if (binding_cap(problem) is not None and problem.edge_memory is not None
-            and (strategies is None or not evaluate(problem, strategies).feasible)):
-        fitted, _ = fit_copies(problem, float(time_limit_s), lambda sur, left: (planner.plan(sur, **kw), {}))
-        strategies = fitted if fitted is not None else strategies
-    if strategies is None:
-        raise error
+    strategies = planner.plan(problem, **kw)
     info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     return strategies, dict(info, status="heuristic", gap=None)
 

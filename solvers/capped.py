@@ -5,7 +5,12 @@ both ``shardgym iopddl`` and ``shardgym.solve(method="ilp", objective="time")`` 
 status, which start won). The limit is ``problem.usage_limit`` (callers fold a memory cap into it).
 The budget split and the size limits are ``CappedConfig``'s fields. Phases, each against one deadline:
 
-1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not).
+1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not) -- on
+   problems without copy groups. With resharded copies (``Problem.edge_memory``) the lowest-usage
+   plan can be over the limit while other plans fit: it is repaired with the copies priced
+   (``solvers.local.fitting_least_usage_plan``), the seeds count as anchors too, and without any
+   the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
+   look for one; "infeasible" then means none was found in time, not a proof.
 2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
    with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
    (``solvers.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
@@ -24,7 +29,10 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    own neighbourhood search to the deadline.
 
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
-toulbar2 or the search. ``bound`` = the largest of BP's, toulbar2's and HiGHS's (−inf when none applies);
+toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it
+fits. ``bound`` = the largest of BP's, toulbar2's and HiGHS's (−inf when none applies); BP's and
+toulbar2's price memory by node usages alone, a relaxation of the copy-priced limit (copies only
+add memory), so their bounds stay valid; HiGHS's rows hold the copies;
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
@@ -45,7 +53,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.local import least_usage_plan, prepare, refine
+from solvers.local import fitting_least_usage_plan, prepare, refine
 from solvers.search import solve_large
 
 
@@ -64,6 +72,7 @@ class CappedConfig:
     cfn_share_large: float = 0.75        # of the time left, on graphs too big for the MILP (the search gets the rest)
     cfn_share_small: float = 0.25        # of the time left after BP and the search, on MILP-sized graphs
     guard_margin_s: float = 1.0          # solve_guarded: the child's budget is this much shorter
+    anchor_max_s: float = 5.0            # with copies: at most this long (and 10% of the budget) to repair the anchor
 
 
 DEFAULT = CappedConfig()
@@ -126,15 +135,17 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     def left() -> float:
         return deadline - time.perf_counter()
 
-    # 1. anchor
-    anchor = np.asarray(least_usage_plan(problem), dtype=np.int64)
-    if not consider(anchor, "anchor (lowest usage)"):
+    # 1. anchor (with copies: the least-usage plan repaired, and the seeds)
+    copies = problem.edge_memory is not None
+    anchor = fitting_least_usage_plan(problem, time_limit_s=min(cf.anchor_max_s, 0.1 * budget) if copies else None)
+    consider(anchor, "anchor (lowest usage)")
+    for i, s in enumerate(seeds):
+        consider(s, f"seed {i}")
+    if best[0] is None and not copies:
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
                             time.perf_counter() - t0)
-    # 2. starts: seeds, BP, the search
-    for i, s in enumerate(seeds):
-        consider(s, f"seed {i}")
+    # 2. starts: BP, the search (with copies and no plan yet, they and the MILP look for one)
     small = milp_ok(problem, cf)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
@@ -164,7 +175,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         info = _milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
         if info is not None and np.isfinite(info.bound):
             tighten(float(info.bound))
-        if (info is None or info.status != "optimal") and left() > 2.0 and not _closed(best[1], bound):
+        if (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
+                and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
     proven = info is not None and info.status == "optimal"
     if proven:
@@ -197,6 +209,8 @@ def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
 
 
 def _result(best, bound, info, t0, proven) -> CappedResult:
+    if best[0] is None:   # copies: no phase found a plan that fits in time
+        return CappedResult(None, float("inf"), bound, None, "infeasible", "none", time.perf_counter() - t0, info)
     cost = best[1]
     closed = proven or _closed(cost, bound)
     gap = None if not np.isfinite(bound) else max(0.0, cost - bound) / max(abs(cost), 1e-300)

@@ -1,24 +1,21 @@
 """The solver dispatch behind ``shardgym.solve``: which exact solver runs for an objective, what
-seeds it, how the resharded copies are fitted under a cap, and the rule baselines.
+seeds it, and the rule baselines.
 
 Every function here reads the memory cap from ONE place, the Problem's ``usage_limit``, which
 ``costmodel.limits.Limits.apply`` set to the effective cap min(device memory, user cap) before
-the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argument except
-``fit_copies``'s surrogate caps, which only ever tighten it.
+the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argument.
 
 - ``solve_exact``: method "ilp". With the time objective under a cap that can bind
   (``binding_cap``) on a graph the MILP holds (``solvers.capped.milp_ok``): the capped core
-  (``solve_capped_time``), with ``fit_copies`` when the Problem has copy groups; otherwise
+  (``solve_capped_time``), which prices the resharded copies (``Problem.edge_memory``) itself;
+  otherwise
   ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
   where they help (``baseline_seeds``).
 - ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
-- ``fit_copies``: for solvers that price node memory only (the capped core; the policy planner,
-  which ``shardgym.api`` passes in as ``solve_under``).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -54,16 +51,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     cap = binding_cap(problem)
     if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
             and set(kw) <= CAPPED_OPTIONS):
-        if problem.edge_memory is None:
-            return solve_capped_time(problem, float(time_limit_s), t0, **kw)
-        # the capped core prices node memory only: fit the copies by lowering its cap
-        strategies, info = fit_copies(
-            problem, float(time_limit_s),
-            lambda sur, left: solve_capped_time(sur, left, time.perf_counter(), **kw))
-        if strategies is None:
-            raise RuntimeError(f"no plan of {problem.name!r} with its resharded copies fits the memory cap "
-                               f"{cap:.4g} bytes within time_limit_s={time_limit_s:g}; raise time_limit_s")
-        return strategies, info
+        return solve_capped_time(problem, float(time_limit_s), t0, **kw)
     # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
     if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
                                 or problem.edge_memory is not None):
@@ -111,40 +99,6 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
                  "objective_name": "time"})
     return r.plan, info
-
-
-def fit_copies(problem: Problem, time_limit_s: float, solve_under, rounds: int = 6):
-    """Solvers that price node memory only (the capped core, the policy planner) on a problem with
-    copy groups (``Problem.edge_memory``), under its cap ``problem.usage_limit``: each round plans
-    the copy-free surrogate under a cap lowered by the excess that the last plan's copies put over
-    the cap by ``evaluate`` (which prices them), until a plan fits; the first that fits is
-    returned. ``solve_under(surrogate, seconds_left)`` returns (strategies, info), the surrogate's
-    usage_limit being the round's lowered cap; a ValueError or RuntimeError (nothing fits the
-    lowered cap) ends the rounds. Returns (None, {}) when no round fits. A heuristic: the copies a
-    plan carries change with the plan, so no round count is proven to reach a fit."""
-    t0 = time.perf_counter()
-    cap = float(problem.usage_limit)
-    surrogate = replace(problem, edge_memory=None)
-    c, tried = cap, []
-    for r in range(rounds):
-        left = time_limit_s - (time.perf_counter() - t0)
-        if left < 1.0 or c <= 0:
-            break
-        try:
-            s, info = solve_under(surrogate.with_usage_limit(c), left / max(1, min(2, rounds - r)))
-        except (ValueError, RuntimeError):
-            break
-        if s is None:
-            break
-        cost = evaluate(problem, s)
-        tried.append({"surrogate_cap_bytes": c, "peak_bytes": cost.peak_memory_bytes, "total": cost.total})
-        if cost.feasible:
-            info = dict(info, copy_rounds=tried, gap=None, bound=None)   # no proof for the copies
-            if info.get("status") == "optimal":   # optimal for the surrogate only
-                info["status"] = "feasible"
-            return [int(x) for x in s], info
-        c -= 1.05 * (cost.peak_memory_bytes - cap)
-    return None, {}
 
 
 def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:

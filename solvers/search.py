@@ -4,6 +4,11 @@
 
 1. **Feasibility anchor**: the plan that takes each node's lowest-usage strategy minimises the live
    usage at every time point at once, so it is feasible iff any plan is (None is returned if not).
+   With resharded copies (``Problem.edge_memory``) that no longer holds: an anchor over the limit
+   is repaired with the copies priced (``solvers.local.repair_memory``), then the first feasible
+   ``starts`` plan anchors; None then means none was found. Every kept plan is priced with its
+   copies (``LocalCosts.profile``); the Lagrangian prices and the tied repair's moves see node
+   usages only, the profile they react to includes the copies.
 2. **Pruning** (``solvers.local.Pruning``): strategies no forbidden-free, memory-feasible plan can use are dropped
    (node cost ≥ ``FORBIDDEN_COST``; no allowed partner on some edge, i.e. arc consistency; or over the limit even
    with every other node at its lowest usage), repeated to a fixed point.
@@ -44,7 +49,7 @@ from solvers.local.greedy import greedy_by_cost, least_usage_plan
 from solvers.local.lns import LNS_MAX_NODES, lns
 from solvers.local.moves import best_response, forest_dp
 from solvers.local.prune import Contraction, prepare
-from solvers.local.repair import repair_tied
+from solvers.local.repair import repair_memory, repair_tied
 
 __all__ = ["ICM_SWEEPS", "solve_large"]
 
@@ -171,7 +176,13 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
     g = LocalCosts(problem)
     # 1. anchor
     minu = np.asarray(least_usage_plan(problem), dtype=np.int64)
-    if not g.feasible(minu):
+    if not g.feasible(minu) and problem.edge_memory is not None:   # its copies break the limit: repair it
+        fit = repair_memory(problem, minu, lc=g, time_limit_s=0.1 * time_limit_s)
+        minu = minu if fit is None else np.asarray(fit, dtype=np.int64)
+    if not g.feasible(minu):   # with copies, a given start may still fit
+        minu = next((np.asarray(st, dtype=np.int64) for st in starts
+                     if st is not None and len(st) == g.n and g.feasible(np.asarray(st, dtype=np.int64))), None)
+    if minu is None:
         say("no plan fits: the lowest-usage plan is over the limit")
         return None
     best = minu

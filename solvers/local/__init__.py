@@ -7,9 +7,11 @@ local costs, adjacency     ``LocalCosts``, ``incidence``               solvers/l
 best response (ICM)        ``best_response``                           solvers/local/moves.py
 pair / forest moves        ``pair_moves``, ``forest_dp``               solvers/local/moves.py
 memory repair              ``repair_memory`` (``repair_tied``)         solvers/local/repair.py
+copy bytes of a move       ``CopyMoves``                               solvers/local/copies.py
 greedy construction        ``greedy_by_cost``                          solvers/local/greedy.py
 decision order             ``decision_order``                          solvers/local/greedy.py
 least-usage plan           ``least_usage_plan``                        solvers/local/greedy.py
+... that fits (copies)     ``fitting_least_usage_plan``                solvers/local/repair.py
 polish                     ``polish``                                  solvers/local/polish.py
 LNS refine, improve        ``refine``, ``improve``, ``lns``            solvers/local/lns.py
 heuristic plan             ``heuristic_plan``                          solvers/local/heuristic.py
@@ -23,18 +25,19 @@ the baselines can use the rest of the library without an import cycle.
 """
 from __future__ import annotations
 
+from solvers.local.copies import CopyMoves
 from solvers.local.costs import LocalCosts, incidence
 from solvers.local.greedy import decision_order, greedy_by_cost, least_measure_plan, least_usage_plan
 from solvers.local.moves import best_response, forest_dp, pair_moves
 from solvers.local.polish import polish
 from solvers.local.prune import Contraction, Pruning, prepare, prune, range_max
-from solvers.local.repair import repair_memory, repair_tied
+from solvers.local.repair import fitting_least_usage_plan, repair_memory, repair_tied
 
 _LAZY = {"refine": "lns", "improve": "lns", "lns": "lns", "REFINE_TIME_LIMIT_S": "lns", "LNS_MAX_NODES": "lns",
          "heuristic_plan": "heuristic"}
 
-__all__ = ["Contraction", "LocalCosts", "Pruning", "best_response", "decision_order", "forest_dp", "greedy_by_cost",
-           "incidence", "least_measure_plan", "least_usage_plan", "pair_moves", "polish", "prepare", "prune", "range_max",
+__all__ = ["Contraction", "CopyMoves", "LocalCosts", "Pruning", "best_response", "decision_order", "forest_dp", "greedy_by_cost",
+           "incidence", "least_measure_plan", "least_usage_plan", "fitting_least_usage_plan", "pair_moves", "polish", "prepare", "prune", "range_max",
            "repair_memory", "repair_tied", *_LAZY]
 
 
