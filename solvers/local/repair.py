@@ -32,12 +32,17 @@ from solvers.local.copies import CopyMoves
 from solvers.local.costs import LocalCosts
 from solvers.local.greedy import least_usage_plan
 
+#: with copies, the repair gives up after this many rounds without a new lowest excess (moves that
+#: kill one copy can make another live elsewhere; gpt tiny's raw policy decode cycled for 2,500)
+STALL_ROUNDS = 50
+
 
 def _shave(lc: LocalCosts, x: np.ndarray, profile, usage_at, cap: float, max_rounds: int,
            deadline: float | None, batch: bool, copy_saved=None) -> np.ndarray | None:
     """The repair loop over the variables of ``lc`` (see the module docstring)."""
     x = np.asarray(x, dtype=np.int64).copy()
     off = lc.offs
+    low, since = np.inf, 0
     for _ in range(max_rounds):
         live = profile(x)
         j = int(np.argmax(live))
@@ -45,6 +50,9 @@ def _shave(lc: LocalCosts, x: np.ndarray, profile, usage_at, cap: float, max_rou
         if excess <= 0:
             return x
         if deadline is not None and time.perf_counter() > deadline:
+            return None
+        low, since = (excess, 0) if excess < low else (low, since + 1)
+        if copy_saved is not None and since > STALL_ROUNDS:   # copy moves can cycle: give up
             return None
         uj = usage_at(j)
         L = lc.local(x)
