@@ -125,7 +125,12 @@ def main(argv=None):
     ap.add_argument("--no-policy", action="store_true")
     ap.add_argument("--out", default="bench_capped")
     ap.add_argument("--fresh", action="store_true", help="ignore the cells already in results/<out>.json")
+    ap.add_argument("--table", action="store_true", help="print results/<out>.json as README's markdown table; run nothing")
     a = ap.parse_args(argv)
+    if a.table:
+        from experiments.common import RESULTS_DIR
+        print(markdown(json.loads((RESULTS_DIR / f"{a.out}.json").read_text())))
+        return
     import shardgym as sg
     from experiments.common import RESULTS_DIR, git_rev, print_table, write_results
     from solvers.ilp import min_peak_memory
@@ -196,6 +201,28 @@ def main(argv=None):
                        "policy_cost", "ilp_over_policy", "policy_s", "load_avg_before"],
                 title=f"solve(method='ilp') under binding caps at {a.seconds:g} s vs method='policy'")
     save()
+
+
+def markdown(res: dict) -> str:
+    """README's table of a results file, with the counts against the targets."""
+    fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
+    out = ["| problem | cluster | nodes | cap | ILP cost | status | gap | source | ILP wall | policy cost | "
+           "ILP / policy | policy wall | load |", "|---" * 13 + "|"]
+    rows = res.get("rows", [])
+    for r in rows:
+        out.append(f"| {r['problem']} | {r['cluster']} | {r['nodes']} | {r['cap_fraction']:.0%} | {fmt(r.get('ilp_cost'))} | "
+                   f"{r.get('status')} | {fmt(r.get('gap'), '{:.1%}')} | {r.get('source') or '—'} | {r.get('ilp_s')} s | "
+                   f"{fmt(r.get('policy_cost'))} | {fmt(r.get('ilp_over_policy'), '{:.3f}')} | {r.get('policy_s')} s | "
+                   f"{r['load_avg_before'][0]:.1f} |")
+    fits = [r for r in rows if r.get("ilp_feasible")]
+    small = [r for r in fits if r.get("gap") is not None and r["gap"] <= 0.02]
+    pol = [r for r in rows if r.get("policy_feasible")]
+    worse = [r for r in pol if r.get("ilp_over_policy") is None or r["ilp_over_policy"] > 1 + 1e-9]
+    out.append("")
+    out.append(f"{len(rows)} cells; the ILP's plan fits in {len(fits)}; gap <= 2 % in {len(small)}; the ILP is "
+               f"worse than the policy in {len(worse)} of the {len(pol)} cells where the policy's plan fits"
+               f"{'' if res.get('complete') else ' (partial run)'}.")
+    return "\n".join(out)
 
 
 def _pair(step_args):

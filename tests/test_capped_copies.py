@@ -1,6 +1,6 @@
 """Capped solving on problems whose resharded copies are edge memory (``Problem.edge_memory``):
-every solver that runs under a cap prices the copies itself (``solvers.dispatch.fit_copies``, the
-surrogate-cap heuristic in the API, is gone). Checked on tiny problems against brute force and
+every solver that runs under a cap prices the copies itself (the surrogate-cap heuristic in the API,
+``solvers.dispatch.fit_copies``, is gone). Checked on tiny problems against brute force and
 ``evaluate`` (which prices the copies), solver by solver, and end to end on gpt tiny.
 
 Before: the least-usage plan anchored the capped core and the search, and "no plan fits" was
