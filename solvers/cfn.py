@@ -25,7 +25,11 @@ feasible plan, its cost, a lower bound, rounds run). ``available()`` says whethe
 * **Lower bound** (weak duality): for any plan x that fits, c(x) ≥ c(x) + Σ_t λ_t (live_t(x) − cap)
   ≥ min_y priced(y) − cap·Σλ ≥ dual/scale + constants − cap·Σλ, whatever λ; the best over the rounds
   is kept. It assumes the optimum is free of forbidden entries (the pruning's premise) and is
-  dropped (−inf) when the best plan found is not.
+  dropped (−inf) when the best plan found is not. With resharded copies (``Problem.edge_memory``)
+  live_t counts node usages only, a relaxation of the copy-priced limit (copies only add memory),
+  so the bound still holds; the prices react to the profile with copies, a round's plan whose
+  copies break the limit is repaired with them priced (``solvers.local.repair_memory``), and only
+  plans that fit with their copies are kept.
 
 Time: each round runs in its own forked process (toulbar2 keeps global state), killed
 ``ROUND_MARGIN_S`` after the deadline, so an overrun costs only the round in flight. toulbar2's
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
-from solvers.local import LocalCosts, best_response, prepare, repair_tied
+from solvers.local import LocalCosts, best_response, prepare, repair_memory, repair_tied
 from solvers.search import ICM_SWEEPS
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
@@ -177,7 +181,13 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             return False
         s = np.asarray(s, dtype=np.int64)
         if g.cap is not None and g.profile(s).max() > g.cap:
-            return False
+            if problem.edge_memory is None:
+                return False
+            # its copies break the limit (the prices charge node usages only): repair with them priced
+            fit = repair_memory(problem, s, lc=g, time_limit_s=max(min(2.0, deadline - time.perf_counter()), 0.1))
+            if fit is None:
+                return False
+            s = np.asarray(fit, dtype=np.int64)
         c = g.total(s)
         if c < best[1]:
             best[:] = [s.copy(), c]
