@@ -16,7 +16,10 @@ Memory feasibility is exact pruning, as the env's memory mask: per beam we keep 
     lb(t) = Σ_{decided j live at t} u_j[s_j] + Σ_{undecided j live at t} min_s u_j[s]
 on the grid of interval endpoints; an extension is kept only if lb stays ≤ cap over node i's
 interval. Since the final live profile equals lb once every node is decided, every complete plan
-is feasible, and a pruned prefix has no feasible completion. Hence:
+is feasible, and a pruned prefix has no feasible completion (on problems without resharded
+copies: with ``Problem.edge_memory`` the bound counts node usages only, the cheapest beam that
+fits with its copies by ``evaluate`` is returned, else the first that ``solvers.local.repair_memory``
+makes fit, and the optimality below holds only without copies). Hence:
 
 * a width ≥ the number of complete plans (Π_i k_i) keeps every feasible prefix: the result is optimal;
 * width 1 without a cap is greedy-by-cost (``solvers.local.greedy_by_cost``), plan for plan, on any
@@ -38,7 +41,7 @@ import numpy as np
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from costmodel.profile import step_sum
-from solvers.local import decision_order, incidence
+from solvers.local import decision_order, incidence, repair_memory
 
 
 def _decided_edges(problem: Problem, rank: np.ndarray) -> list[list[tuple[int, int, bool]]]:
@@ -143,7 +146,13 @@ def beam_search(problem: Problem, width: int = 8, memory_cap_bytes: float | None
         if c.feasible:
             chosen, cost = plans[b], c
             break
-    if chosen is None:  # pragma: no cover - only on rounding at the exact cap
+    if chosen is None and p.edge_memory is not None:   # the beam's bound sees node usages, not copies
+        for b in np.argsort(score, kind="stable"):
+            fit = repair_memory(p, plans[b])
+            if fit is not None:
+                chosen, cost = np.asarray(fit), evaluate(p, fit)
+                break
+    if chosen is None:  # pragma: no cover - only on rounding at the exact cap, or copies no repair fits
         raise ValueError(f"beam search found no feasible plan of {p.name!r} under cap {cap}")
     out = [int(x) for x in chosen]
     if return_info:

@@ -16,6 +16,7 @@ import pytest
 
 import shardgym as sg
 import zoo
+from agent.beam import beam_search
 from costmodel.problem import evaluate
 from costmodel.profile import live_on
 from solvers.bp import bp_solve
@@ -89,6 +90,7 @@ def test_hand_case_least_usage_plan_breaks_the_cap_but_the_solvers_fit():
     assert s is not None and evaluate(p, s).feasible
     b = bp_solve(p, rounds=30)
     assert b.lower_bound <= 3.0 + 1e-9 and (b.plan is None or evaluate(p, b.plan).feasible)
+    assert evaluate(p, beam_search(p, width=2)).feasible    # its bound sees node usages only
 
 
 @pytest.mark.parametrize("seed", range(6))
