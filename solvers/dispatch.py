@@ -16,17 +16,22 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import baseline_plan
+from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp import solve_ilp
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads"})
+#: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
+#: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 
@@ -91,7 +96,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True)
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED)
     if r.plan is None:
         return solve_ilp(problem, objective="time", time_limit_s=left)[0], {}
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
