@@ -173,8 +173,9 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
     if small and cf.uncapped_share > 0 and left() > 6.0 and not _closed(best[1], bound):
-        tighten(_uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider, say))
-        relax_cap = False     # the MILP below need not try the uncapped relaxation again
+        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider, say)
+        tighten(ub)
+        relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
@@ -202,18 +203,18 @@ def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepar
     return r.lower_bound
 
 
-def _uncapped_bound(problem, time_limit_s, threads, consider, say) -> float:
+def _uncapped_bound(problem, time_limit_s, threads, consider, say) -> tuple[float, bool]:
     """HiGHS on the problem without its limit: dropping the cap is a relaxation, so its dual bound
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
-    capped optimum when that bound meets it). -inf when HiGHS gives nothing in time."""
+    capped optimum when that bound meets it). (bound, proven): -inf when HiGHS gives nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
     except (RuntimeError, ValueError) as exc:
         say(f"uncapped milp gave nothing: {exc}")
-        return -float("inf")
+        return -float("inf"), False
     consider(plan, "uncapped milp")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
-    return float(info.bound) if np.isfinite(info.bound) else -float("inf")
+    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal"
 
 
 def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
