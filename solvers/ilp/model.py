@@ -85,10 +85,24 @@ def build_model(p: Problem, req: Request, run: RunOptions) -> Model:
     num_cols = S + Y + num_extra
     m_col = S + Y if need_m else None
 
-    node_forbidden = (p.node_costs >= FORBIDDEN_COST) if forbid else np.zeros(S, dtype=bool)
-    node_c = np.where(node_forbidden, 0.0, p.node_costs)   # forbidden columns are fixed at 0 below
+    # forbidden columns are fixed at 0 below; a node's only strategy keeps its cost (a 1e18 folded
+    # there is paid by every plan: the time row under T then has no solution, as it should)
+    node_forbidden = (p.node_costs >= FORBIDDEN_COST) & ~np.repeat(k == 1, k) if forbid else np.zeros(S, dtype=bool)
+    node_c = np.where(node_forbidden, 0.0, p.node_costs)
     time_cols = np.concatenate([node_c, eb.bcost[ycols], np.zeros(num_extra)])
     red_cols = np.concatenate([p.node_redundant, np.zeros(Y + num_extra)])
+    # under a step-time bound T, a column whose own time cost exceeds T (less every negative cost)
+    # is 0 in every plan within T: it is fixed at 0 and leaves the rows and the objective. Exact;
+    # it keeps IOPDDL's 1e18 entries (forbid=False) out of the time row, where HiGHS rejects the
+    # ~1e16 coefficients they scale to (passModel: kError, then model status "Empty")
+    over_t = np.zeros(num_cols, dtype=bool)
+    if max_time is not None:
+        slack_t = max_time - float(time_cols[time_cols < 0].sum())
+        over_t = time_cols > slack_t * (1 + 1e-12) + 1e-300
+        one = np.zeros(num_cols, dtype=bool)
+        one[:S] = np.repeat(k == 1, k)     # a fixed strategy beyond T keeps a (clipped) cost > T
+        time_cols = np.where(over_t & ~one, 0.0, np.where(over_t, 2.0 * abs(slack_t) + 1.0, time_cols))
+        over_t &= ~one
     finite = np.abs(time_cols[np.abs(time_cols) < FORBIDDEN_COST])
     # typical coefficients near 1: HiGHS's dual tolerance (1e-7) would swamp small costs if the
     # largest cost were scaled to 1
@@ -197,12 +211,17 @@ def build_model(p: Problem, req: Request, run: RunOptions) -> Model:
         r += cc.num_rows
     red_row = None
     if max_time is not None:
-        nz = np.nonzero(time_cols)[0]
+        # fixed strategies are a constant on the right; the row is scaled so that its largest
+        # coefficient stays <= 1e9 (T at IOPDDL's 1e18 level: every plan pays a forbidden entry)
+        one = np.zeros(num_cols, dtype=bool)
+        one[:S] = np.repeat(k == 1, k)
+        nz = np.nonzero((time_cols != 0) & ~one)[0]
+        row_scale = max(time_scale, float(np.abs(time_cols[nz]).max(initial=0.0)) / 1e9)
         rows.append(np.full(len(nz), r))
         cols.append(nz)
-        vals.append(time_cols[nz] / time_scale)
+        vals.append(time_cols[nz] / row_scale)
         lo.append(np.array([-np.inf]))
-        hi.append(np.array([max_time / time_scale]))
+        hi.append(np.array([(max_time - float(time_cols[one].sum())) / row_scale]))
         r += 1
     # a spare row for the lexicographic phase (bounded later)
     if req.lex_redundancy:
@@ -237,7 +256,8 @@ def build_model(p: Problem, req: Request, run: RunOptions) -> Model:
         col_hi[aux.l0:aux.l0 + len(aux.const)] = np.inf if cap is None else (cap - aux.const) / mem_scale
     fixed = np.repeat(k == 1, k)
     col_lo[:S][fixed] = 1.0
-    col_hi[:S][node_forbidden & ~fixed] = 0.0   # 1e18 "impossible" strategies (folded costs too)
+    col_hi[:S][node_forbidden] = 0.0   # 1e18 "impossible" strategies (folded costs too)
+    col_hi[over_t] = 0.0                        # alone slower than the step-time bound
     if col_mask is not None:
         col_hi[:S][~np.asarray(col_mask, dtype=bool) & ~fixed] = 0.0   # strategies ruled out exactly
     lp.col_lower_ = col_lo
@@ -257,7 +277,10 @@ def build_model(p: Problem, req: Request, run: RunOptions) -> Model:
     lp.integrality_ = integ
     h = new_highs()
     configure(h, run)
-    h.passModel(lp)
+    status = h.passModel(lp)
+    if status == highspy.HighsStatus.kError:
+        raise RuntimeError(f"HiGHS rejected the ILP model of {p.name!r} (passModel: {status}); its "
+                           f"largest coefficient is {float(np.abs(V).max(initial=0.0)):.3g}")
     return Model(h, S, m_col, red_row, time_cols, red_cols, time_scale, r, mem_scale, aux, eb, cc)
 
 

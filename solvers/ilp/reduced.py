@@ -103,13 +103,15 @@ def solve_reduced(problem, red: Reduction, req: Request, run: RunOptions):
     if x is None:
         if status in ("infeasible", "lp_not_integral"):
             return None
-        if initial_plan is None:
+        # HiGHS has no incumbent of its own yet (big models spend the limit in presolve / the root
+        # LP): the seed it was started from is the answer, reported with no bound, if it meets the
+        # cap and the step-time bound (a seed priced without copies may break the cap with them)
+        plan = None if initial_plan is None else [int(v) for v in initial_plan]
+        cost = None if plan is None else evaluate(problem, plan)
+        if cost is None or (req.cap is not None and cost.peak_memory_bytes > req.cap * (1 + 1e-9)) or \
+                (max_time is not None and cost.total > max_time * (1 + 1e-9)):
             raise RuntimeError(f"HiGHS found no feasible plan for {problem.name!r} within the time limit "
                                f"(status {status}); raise time_limit_s")
-        # HiGHS has no incumbent of its own yet (big models spend the limit in presolve / the root
-        # LP): the feasible seed it was started from is the answer, reported with no bound.
-        plan = [int(v) for v in initial_plan]
-        cost = evaluate(problem, plan)
         objval = objective_value(cost, objective, lexi, w)
         return plan, _info("time_limit", objval, float("nan"), float("nan"), cost, req, run, model, red)
     first_status = status

@@ -25,6 +25,9 @@ class IlpConfig:
     relax_share: float = 0.5
     """Time objective under a cap: share of the time left for the uncapped LP tried first
     (``solvers.ilp.objectives.relax_cap``)."""
+    copy_free_share: float = 0.25
+    """Memory objective with copy groups: share of the time left for the same objective on the
+    problem without its copies, whose plan seeds the real one (``solvers.ilp.memory``)."""
     dense_memory_nonzeros: int = 2_000_000
     """Memory as one dense row per time point up to this many nonzeros, running sums above
     (``solvers.ilp.blocks.MemAux``; -1 = always running sums)."""
