@@ -17,6 +17,7 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
     ... --models gpt,mlp --plans dp,ilp-time
     ... --models fno --update      # re-run some rows, keep the others of results/fidelity.json
     ... --size real --models gpt --plans megatron,ilp-memory-1.05 --out fidelity_real
+    ... --outside --out fidelity_outside   # the train steps of tests/data/outside_steps.py (moe, rnn, convae)
 
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
 
@@ -118,6 +119,20 @@ def run_row(name: str, plan_name: str, fn, args, graph, problem, cfg: Config) ->
     }
 
 
+def _outside_steps() -> dict:
+    """name -> make_<name>() of tests/data/outside_steps.py (plain-JAX train steps the zoo lacks)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "data"))
+    from outside_steps import STEPS  # lazy: a test data module, not a package
+    return dict(STEPS)
+
+
+def _size(name: str, size: str, outside: dict) -> str:
+    import zoo
+    if outside:
+        return "small"
+    return zoo.sizes(name)[0] if size == "small" else REAL_SIZES[name]
+
+
 def main(argv=None) -> list[dict]:
     import jax  # noqa: F401  (after XLA_FLAGS)
 
@@ -134,10 +149,13 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--size", default="small", choices=("small", "real"),
                     help="small: each model's smallest size, executed; real: REAL_SIZES, compiled abstractly")
     ap.add_argument("--out", default="fidelity", help="results/<out>.json")
+    ap.add_argument("--outside", action="store_true",
+                    help="the train steps written outside the zoo (tests/data/outside_steps.py), executed")
     ap.add_argument("--update", action="store_true",
                     help="keep the rows of results/<out>.json for other (model, plan) pairs; replace these")
     a = ap.parse_args(argv)
-    cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(zoo.names()),
+    outside = _outside_steps() if a.outside else {}
+    cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(outside or zoo.names()),
                  plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
                  ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters)
     for p in cfg.plans:
@@ -152,12 +170,15 @@ def main(argv=None) -> list[dict]:
         from experiments.common import RESULTS_DIR
         old = Path(RESULTS_DIR) / f"{a.out}.json"
         if old.exists():
-            size_of = {m: zoo.sizes(m)[0] if a.size == "small" else REAL_SIZES[m] for m in cfg.models}
+            size_of = {m: _size(m, a.size, outside) for m in cfg.models}
             mine = {(m, p, size_of[m]) for m in cfg.models for p in cfg.plans}
             kept = [r for r in json.loads(old.read_text())["rows"] if (r["model"], r["plan"], r.get("size")) not in mine]
     for name in cfg.models:
-        size = zoo.sizes(name)[0] if a.size == "small" else REAL_SIZES[name]
-        fn, args = zoo.build(name, size, seed=cfg.seed, abstract=a.size == "real")
+        size = _size(name, a.size, outside)
+        if outside:
+            fn, args = outside[name]()
+        else:
+            fn, args = zoo.build(name, size, seed=cfg.seed, abstract=a.size == "real")
         graph = sg.trace(fn, *args, name=f"{name}-{size}")
         problem = sg.build_problem(graph, cluster)
         for plan_name in cfg.plans:
@@ -171,7 +192,7 @@ def main(argv=None) -> list[dict]:
                   f"{row.get('ok', '')} {row.get('error', '')}", flush=True)
             write_results(a.out, {"summary": {"partial": True, "rows": len(kept) + len(rows)}, "rows": kept + rows},
                           config=cfg, seed=cfg.seed)  # a partial file survives an interrupted run
-    order = {m: i for i, m in enumerate(zoo.names())}
+    order = {m: i for i, m in enumerate(list(outside) or zoo.names())}
     rows = sorted(kept + rows, key=lambda r: (order.get(r["model"], 99), PLANS.index(r["plan"])))
     cols = ["model", "plan", "pred_mem_MiB", "xla_mem_MiB", "mem_ratio", "pred_comm_MiB", "xla_comm_MiB",
             "comm_ratio", "loss_rel_err", "max_rel_err", "compile_s", "ok"]
