@@ -43,8 +43,8 @@ from costmodel.cluster import Cluster
 from costmodel.cost import (
     Mesh,
     compute_time,
-    lowered_kind,
     local_bytes,
+    lowered_kind,
     node_collective,
     public_spec,
     redundant_bytes,
