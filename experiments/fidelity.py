@@ -56,7 +56,7 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -129,6 +129,13 @@ def run_row(name: str, plan_name: str, fn, args, graph, problem, cfg: Config) ->
     }
 
 
+def _numerics_ok(row: dict) -> bool:
+    """Every leaf within 1e-4 relative of the unsharded run, and the loss within 1e-5 where the
+    step returns one (a NaN loss error: the step has no loss output, e.g. the outside steps)."""
+    loss, leaf = row.get("loss_rel_err"), row.get("max_rel_err")
+    return leaf is not None and leaf <= 1e-4 and (loss is None or loss != loss or loss <= 1e-5)
+
+
 def _outside_steps() -> dict:
     """name -> make_<name>() of tests/data/outside_steps.py (plain-JAX train steps the zoo lacks)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "data"))
@@ -157,7 +164,9 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--ilp-time-limit-s", type=float, default=20.0)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--size", default="small", choices=("small", "real"),
-                    help="small: each model's smallest size, executed; real: REAL_SIZES, compiled abstractly")
+                    help="small: each model's smallest size, executed; real: REAL_SIZES, compiled abstractly "
+                         "(the cluster's device memory is lifted: nothing is allocated, and a baseline that "
+                         "would not fit 2 GiB is still a row)")
     ap.add_argument("--out", default="fidelity", help="results/<out>.json")
     ap.add_argument("--outside", action="store_true",
                     help="the train steps written outside the zoo (tests/data/outside_steps.py), executed")
@@ -172,6 +181,8 @@ def main(argv=None) -> list[dict]:
         if p not in PLANS:
             raise ValueError(f"unknown plan {p!r}; choose from {', '.join(PLANS)}")
     cluster = sg.Cluster.preset(cfg.cluster)
+    if a.size == "real":  # compiled abstractly, nothing allocated: the rows compare figures, not fit
+        cluster = replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
     rows = []
     kept = []
     if a.update:
@@ -214,8 +225,7 @@ def main(argv=None) -> list[dict]:
                               and abs(r["mem_ratio"] - 1) <= cfg.mem_tol),
         "comm_within_tol": sum(1 for r in rows if r.get("comm_ratio") is not None
                                and abs(r["comm_ratio"] - 1) <= cfg.comm_tol),
-        "numerics_ok": sum(1 for r in rows if (r.get("loss_rel_err") if r.get("loss_rel_err") is not None else 1) <= 1e-5
-                           and (r.get("max_rel_err") if r.get("max_rel_err") is not None else 1) <= 1e-4),
+        "numerics_ok": sum(1 for r in rows if _numerics_ok(r)),
         "compiled_only": sum(1 for r in rows if r.get("compiled_only")),
         "errors": sum(1 for r in rows if r.get("ok") == "ERROR"),
     }
