@@ -17,7 +17,11 @@ Liveness (docs/INTERFACES.md), T = 1 + the largest ``order``: input nodes live [
 from its ``order`` to 1 + the order of its last consumer, or to T when one of its outputs is a
 program output that aliases nothing; an op all of whose uses are aliased program outputs gets the
 zero-length interval [order, order). A group's outputs share one interval (their longest); a
-transparent node (an unfolded reshape: a bitcast) extends its producer's interval to its own end.
+transparent node (an unfolded reshape: a bitcast) extends its producer's interval to its own end,
+and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node fused into
+its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops read
+there (rnn under lax.scan, replicated: the eight weight-gradient dots of the unrolled loop feed one
+fused add chain and all live until it runs; the trace order would free each at its own add).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
@@ -40,6 +44,7 @@ from costmodel.cost import (
     Mesh,
     compute_time,
     local_bytes,
+    lowered_kind,
     node_collective,
     public_spec,
     redundant_bytes,
@@ -118,6 +123,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             plain_out.add((src, oi))
 
     kept, transparent = materialised_outputs(graph, plain_out)
+    late = _read_at_fusion_root(graph, kept, transparent, strats)
     copy_ops = [[] for _ in nodes] if edge_memory else operand_copies(graph, strats, mesh)
 
     # ---- node arrays ----
@@ -134,7 +140,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     for i, nd in enumerate(nodes):
         every = [o for o in range(len(nd.outputs)) if (i, o) not in aliased]
         counted = [o for o in kept[i] if (i, o) not in aliased]
-        ck = (id(strats[i]), tuple(counted), tuple(every), tuple((k, b) for k, _, b in copy_ops[i]))
+        ck = (id(strats[i]), tuple(counted), tuple(every), tuple((k, b) for k, _, b in copy_ops[i]), i in late)
         got = node_cache.get(ck)
         if got is None:
             rows = []
@@ -147,6 +153,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     t += dt
                     cb += ds
                     mem += extra
+                    if i in late and lowered_kind(kind, mesh) == "all-reduce":
+                        mem += B  # its operand, held until the combined all-reduce runs
                 for k, ten, bmin in copy_ops[i]:  # resharded operand copies, live during the step
                     lb = local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.operand_specs[k], mesh)
                     if lb > bmin:
@@ -178,10 +186,20 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             start = int(nd.order)
             end = T if i in to_end else (last_use[i] + 1 if last_use[i] >= 0 else start)
             intervals[i] = (start, max(start, end))
-    for i in sorted(transparent, reverse=True):  # a bitcast keeps its producer's buffer alive
-        u = nodes[i].operands[0][0]
-        if u >= 0 and not nodes[u].is_input:
-            intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
+    for i in range(n - 1, -1, -1):  # consumers have higher ids: their ends are final here
+        nd = nodes[i]
+        if nd.is_input:
+            continue
+        if i in transparent:  # a bitcast keeps its producer's buffer alive
+            u = nd.operands[0][0]
+            if u >= 0 and not nodes[u].is_input:
+                intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
+        elif not kept[i] and nd.primitive != "concatenate" and not nd.params.get("synthetic"):
+            # fused into its consumers: its operands are read where they run (not a concatenate,
+            # whose pieces each reader slices apart, nor the trace's scan-unrolling records)
+            for u, _ in nd.operands:
+                if u >= 0 and not nodes[u].is_input:
+                    intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
 
     # ---- edges ----
     edge_parts: dict = {}
@@ -282,6 +300,52 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0])) if edge_memory else None,
     )
+
+
+def _read_at_fusion_root(graph: OpGraph, kept, transparent, strats) -> set[int]:
+    """Nodes with a reducing strategy (an all-reduce / reduce-scatter of their partial result)
+    whose every consumer keeps no buffer (fused element-wise ops) and whose fusion root also sums
+    another such node: gradient contributions accumulated by one fused add chain (a
+    weight read at every step of an unrolled lax.scan). The all-reduces of such partial results
+    are independent of each other, and XLA's all-reduce combiner merges them into one tuple
+    all-reduce that runs once all its operands exist, before the fused sum: each operand (the
+    partial result, B per device) stays live beside its result, so such a strategy is charged B
+    more (rnn under lax.scan, dp / fsdp: the eight per-iteration weight-gradient dots and their
+    reduced results all sit at XLA's peak, one 25-operand all-reduce; 0.41x / 0.18x -> 0.99x).
+    Approximate: the charge covers the node's whole interval, while XLA holds both only from
+    the combined all-reduce on (an over-count of B per node before it, where a peak there sees
+    it). A single contribution (a gradient fed straight to the optimizer update, gpt dp) is not
+    charged: there XLA's peak is mid-backward and the combined all-reduce does not set it."""
+    used: dict = {}
+    for nd in graph.nodes:
+        for u, _ in nd.operands:
+            if u >= 0:
+                used.setdefault(u, []).append(nd.id)
+    memo: dict = {}
+
+    def fused(c, depth=0):  # c keeps no buffer; a bitcast counts as its own consumers
+        if c not in memo:
+            memo[c] = (all(fused(d, depth + 1) for d in used.get(c, ())) and depth < 64 if c in transparent
+                       else not kept[c])
+        return memo[c]
+
+    reducing = {i for i, ss in enumerate(strats)
+                if any(k in ("all-reduce", "reduce-scatter") for st in ss for k, _, _ in st.collectives)}
+    late = [u for u, cs in used.items() if u in reducing and all(fused(c) for c in cs)]
+    roots_memo: dict = {}
+
+    def roots(c, depth=0):  # the buffers a fused node ends up in (its fusion roots)
+        if c not in roots_memo:
+            roots_memo[c] = (frozenset().union(*(roots(d, depth + 1) for d in used[c]))
+                             if fused(c) and used.get(c) and depth < 64 else frozenset({c}))
+        return roots_memo[c]
+
+    root_of = {u: frozenset().union(*(roots(c) for c in used[u])) for u in late}
+    count: dict = {}
+    for r in root_of.values():
+        for x in r:
+            count[x] = count.get(x, 0) + 1
+    return {u for u in late if any(count[x] >= 2 for x in root_of[u])}
 
 
 def _public(st, cache):

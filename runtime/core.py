@@ -7,7 +7,7 @@ and XLA's own memory and collective figures beside the cost model's.
    are ``with_sharding_constraint`` hints) over the first prod(mesh_shape) devices;
 2. shards every input leaf as ``plan.input_specs`` says (leaves without a spec are replicated);
    outputs that replace an input (``graph.output_aliases``: new params / new optimizer state) get
-   that input's sharding, the others are replicated; params and optimizer state are donated;
+   that input's sharding, the others are replicated; every argument an output replaces is donated;
 3. when the plan has per-node specs, re-evaluates the traced program equation by equation
    (``costmodel.trace.flatten_program``) and pins each planned node's outputs with
    ``jax.lax.with_sharding_constraint`` (a spec that does not divide a dim is allowed: XLA pads);
@@ -43,7 +43,7 @@ from runtime.hlo import parse_collectives, summarize
 from runtime.numerics import block, compare, loss_index, reference, zero_gradient_leaves
 from runtime.prediction import plan_problem, predict
 from runtime.program import NODE_SCOPE, cached, constrained_fn
-from runtime.shardings import input_shardings, is_key, make_mesh, output_shardings
+from runtime.shardings import donated_args, input_shardings, is_key, make_mesh, output_shardings
 
 __all__ = ["NODE_SCOPE", "Report", "execute", "xla_figures"]
 
@@ -159,7 +159,7 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
             problem = None
     run_fn, n_constraints = constrained_fn(fn, args, graph, plan, mesh, problem if constrain_operands else None)
 
-    donate_argnums = tuple(i for i in (0, 1) if i < len(args)) if donate else ()
+    donate_argnums = donated_args(args, graph) if donate else ()
     jitted = jax.jit(run_fn, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate_argnums)
 
     t0 = time.perf_counter()

@@ -117,6 +117,19 @@ def _infer_aliases(args, out_shape) -> list[int | None]:
     return aliases
 
 
+def donated_args(args, graph: OpGraph | None) -> tuple[int, ...]:
+    """The positional arguments to donate: every one with a leaf that an output replaces
+    (``graph.output_aliases``: new params, every optimizer-state argument, e.g. Adam's m and v
+    passed separately), which is what the cost model assumes (an aliased output costs nothing).
+    Without a graph, args 0 and 1 (params, optimizer state)."""
+    if graph is None or not graph.output_aliases:
+        return tuple(i for i in (0, 1) if i < len(args))
+    n_in = [len(jax.tree.leaves(a)) for a in args]
+    offsets = np.concatenate([[0], np.cumsum(n_in)]).astype(int)
+    hit = {int(np.searchsorted(offsets, j, side="right") - 1) for j in graph.output_aliases if j is not None}
+    return tuple(sorted(k for k in hit if 0 <= k < len(args)))
+
+
 def output_shardings(fn, args, graph: OpGraph | None, in_sh, mesh):
     """Outputs aliasing an input get that input's sharding; the others are replicated."""
     out_shape = jax.eval_shape(fn, *args)

@@ -12,7 +12,9 @@ charges node i's *chosen* strategy the bytes XLA holds for it beyond what the mo
 ``rounds`` compiles. Every round is reported (``Round``).
 
 Guarantee: the plan returned is one XLA compiled, and ``Verified.fits`` is XLA's verdict on it
-(XLA memory <= cap); a plan XLA says breaks the cap is never reported as fitting. Among the rounds,
+(XLA memory <= cap); a plan XLA says breaks the cap is never reported as fitting: its
+``meta["unmet"]`` says so, which every cost table (``shardgym plan --verify`` included) shows as
+``fits NO`` even where the charged model's ``evaluate`` would call it feasible. Among the rounds,
 the first whose figure is within ``tol`` and fits is returned; otherwise the round with the least
 XLA memory among those that fit, otherwise the one with the least XLA memory (``fits`` False).
 
@@ -199,4 +201,7 @@ def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, solve
     out = plans[best.index]
     out.info = dict(out.info, verify={"rounds": [x.to_dict() for x in done], "chosen_round": best.index,
                                       "xla_memory_bytes": best.xla_memory_bytes, "fits_xla": best.fits, "note": note})
+    if best.fits is False:  # XLA's verdict overrides the model's: every table shows it as not fitting
+        out.meta = dict(out.meta or {}, unmet=f"memory cap: XLA needs {best.xla_memory_bytes:.0f} B/device, "
+                                              f"over the cap of {cap:.0f} B")
     return Verified(out, cur, tuple(done), best.fits, bool(good))

@@ -1,14 +1,16 @@
 """Memory of train steps written outside the zoo (tests/data/outside_steps.py: kinds the zoo lacks)
 against XLA's compiled figure, for plans the solvers emit, compiled abstractly (nothing runs).
 
-Measured on cpu-2x4 (pred / XLA, compile-only, the loop below over plans): moe dp 0.76,
-megatron 0.77, fsdp 0.77, ilp-time 0.74; convae dp 1.12, megatron 0.75, fsdp 0.84, ilp-time 0.87,
-ilp-memory 0.73; rnn (lax.scan) dp 0.41, fsdp 0.18, megatron 1.29, ilp-time 1.10, ilp-memory 0.70.
-The issue's target is ±10%: it holds on 0 of those 14 rows (rnn ilp-time is at 1.102). This test
-pins what holds now (the time ILP's plans of rnn and convae within ±15%; two cases, to keep the
-suite's time), so a change that makes the model worse on these kinds fails. Not modelled: the
-scan's while-loop buffers (rnn dp / fsdp), and on moe XLA's copies of the batched experts'
-operands (every plan at 0.74-0.77).
+Measured on cpu-2x4 (pred / XLA; `experiments/fidelity.py --outside --out fidelity_outside`,
+executed, results/fidelity_outside.json): rnn (lax.scan) replicated 0.97, dp 0.99, megatron
+1.03, fsdp 0.98, ilp-time 0.97, ilp-memory 0.76; moe replicated 0.83, dp 0.93, megatron 0.89,
+fsdp 0.86, ilp-time 0.73; convae (see the results file). Before this session's model changes
+(results/fidelity_outside_before.json) 0 of 24 rows were within 10%: rnn dp 0.41, fsdp 0.18
+(the combined all-reduce of the unrolled loop's gradient contributions, and buffers read by a
+fused add chain living to its root, are now modelled: costmodel.builder), moe 0.57-0.77 (its
+third argument, Adam's v, is now aliased and donated). Not modelled: XLA CPU's layout copies of
+the batched experts' einsum operands (moe ilp-time) and temp fragmentation. Three cases, to keep
+the suite's time: a change that makes the model worse on these kinds fails.
 """
 from __future__ import annotations
 
@@ -23,12 +25,11 @@ import shardgym as sg
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
 from outside_steps import STEPS  # noqa: E402
 
-CASES = [("rnn", "ilp-time"), ("convae", "ilp-time")]
-TOL = 0.15
+CASES = [("rnn", "fsdp", 0.10), ("moe", "dp", 0.10), ("convae", "ilp-time", 0.15)]
 
 
-@pytest.mark.parametrize("name,plan_name", CASES, ids=[f"{n}-{p}" for n, p in CASES])
-def test_outside_step_memory_close_to_xla(name, plan_name):
+@pytest.mark.parametrize("name,plan_name,tol", CASES, ids=[f"{n}-{p}" for n, p, _ in CASES])
+def test_outside_step_memory_close_to_xla(name, plan_name, tol):
     step, args = STEPS[name]()
     graph = sg.trace(step, *args)
     problem = sg.build_problem(graph, "cpu-2x4")
@@ -37,4 +38,4 @@ def test_outside_step_memory_close_to_xla(name, plan_name):
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args))
     r = sg.execute(step, abstract, graph, plan)
     ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
-    assert abs(ratio - 1) <= TOL, f"{name} {plan_name}: predicted / XLA memory {ratio:.3f}"
+    assert abs(ratio - 1) <= tol, f"{name} {plan_name}: predicted / XLA memory {ratio:.3f}"

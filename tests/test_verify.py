@@ -65,4 +65,6 @@ def test_a_plan_over_the_cap_by_xla_is_never_reported_fitting(setup):
         assert r.fits == (r.xla_memory_bytes <= cap)
     assert v.fits == (v.plan.info["verify"]["xla_memory_bytes"] <= cap)
     assert not (v.fits and v.plan.info["verify"]["xla_memory_bytes"] > cap)
+    if not v.fits:  # the tables read meta["unmet"]: fits NO whatever the charged model says
+        assert "XLA" in v.plan.meta["unmet"]
     assert np.isfinite(v.rounds[0].xla_memory_bytes)

@@ -63,9 +63,9 @@ traffic). ``num_nodes_unfolded`` = inputs + records, the node count with ``fold=
 
 Outputs. ``OpGraph.outputs`` follow ``jax.tree.leaves(fn(*args))``; a literal output is (-1, 0), a
 pass-through input is (its input node, 0). ``output_aliases[i]`` is the flat input index output i
-replaces when the output is a tuple/list whose first (and second) entries have the same tree
-structure, shapes and dtypes as ``args[0]`` (and ``args[1]``), for args that are not the batch;
-None otherwise.
+replaces when the output is a tuple/list whose entries k = 0, 1, 2, ... have the same tree
+structure, shapes and dtypes as ``args[k]``, for the leading args that are not the batch (params,
+then every optimizer-state argument, e.g. Adam's ``m`` and ``v`` passed separately); None otherwise.
 
 Node ids are positions in ``graph.nodes``: inputs first, then op nodes in a topological order that
 follows program order of the heads wherever dependencies allow. ``order`` = id - number of inputs

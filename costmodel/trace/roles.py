@@ -54,7 +54,7 @@ def output_aliases(args, out_shape, in_leaves, out_leaves, roles) -> list:
     for o in out_shape:
         out_offsets.append(out_off)
         out_off += len(jax.tree.leaves(o))
-    for k in range(min(2, len(args), len(out_shape))):
+    for k in range(min(len(args), len(out_shape))):
         if roles[k] == "batch":
             break
         if jax.tree.structure(args[k]) != jax.tree.structure(out_shape[k]):
