@@ -13,8 +13,10 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   binding cap (meshgraphnet large, 4,095 nodes).
 * ``ilp_label(problem, time_limit_s)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
   ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
-  late; labels cached before that change came from ``solve_ilp``), cached
-  under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
+  late; a plan that the resharded copies push over the cap is then ``repair_memory``'d, status
+  "repaired"), cached under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays,
+  its edge memory and, when capped, ``LABEL_VERSION`` (older capped labels, from ``solve_ilp`` at
+  10-20 s and blind to copies, are never read): computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
   plan's strategy of its node (same cost, usage and every incident edge row/column).
 * ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
@@ -34,12 +36,13 @@ from costmodel.problem import Problem, evaluate
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
 from solvers.capped import solve_guarded
 from solvers.ilp import solve_ilp
-from solvers.local import LocalCosts, Pruning, least_usage_plan
+from solvers.local import LocalCosts, Pruning, least_usage_plan, repair_memory
 
 FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
                    ("vit", "base"))
 FG_RANDOM_CLUSTERS = (0, 1, 2, 3, 4, 5)
 FG_CAP_FRACTIONS = (0.05, 0.15, 0.35, 0.7)
+LABEL_VERSION = "guarded+copies-1"   # capped labels: solve_guarded, then repair_memory (copy-priced)
 FG_HELDOUT = (("fno", "tiny"), ("fno", "large"), ("meshgraphnet", "tiny"), ("unet", "3d-tiny"))
 FG_HELDOUT_CLUSTERS = ("h100-2x8", "tpu-4x4", "a100-hetero-2x4")
 FG_HELDOUT_CAPS = (None, 0.1, 0.3)
@@ -92,6 +95,15 @@ def problem_hash(p: Problem) -> str:
     for a in (p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges, p.edge_offsets, p.edge_costs):
         h.update(np.ascontiguousarray(a).tobytes())
     h.update(repr(p.usage_limit).encode())
+    em = getattr(p, "edge_memory", None)
+    if em is not None:      # resharded copies change what fits a cap: their arrays are part of the key
+        for k in em.__dataclass_fields__:
+            v = getattr(em, k)
+            if v is not None:
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+    if p.usage_limit is not None:
+        h.update(LABEL_VERSION.encode())   # capped labels before it came from solve_ilp at 10-20 s
     return h.hexdigest()[:24]
 
 
@@ -122,6 +134,9 @@ def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) 
             if r.plan is None:
                 raise ValueError("no plan fits the cap")
             plan, status = r.plan, r.status
+            if not evaluate(problem, plan).feasible:   # the copies (edge memory) break the cap: repair,
+                fixed = repair_memory(problem, plan)    # which prices them (LocalCosts.profile)
+                plan, status = (plan, status) if fixed is None else (fixed, "repaired")
         c = evaluate(problem, plan)
         out = {"plan": np.asarray(plan, np.int64), "cost": float(c.total),
                "status": status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}

@@ -8,6 +8,8 @@ nodes; its status says whether it is a proven optimum), every row a raw plan unl
 * ``fgnn_raw``: one forward pass + bp.py's masked decode (``solve(method="policy", search=False)``
   with this checkpoint); ``fgnn``: the same + the planner's polish/refine;
 * ``fgnn_bpmsg_raw``: the ablation: learned prices and readout kept, messages plain BP's;
+* ``fgnn_finetuned_raw``: the raw decode after ``--finetune-seconds`` of ``FGPlanner.finetune`` on
+  that problem (imitation + DAgger with ILP completions), only where zero-shot is above 1.02;
 * ``bp_raw`` / ``bp_lagrangian_raw``: 60 rounds of min-sum BP without / with memory prices;
 * ``replicated_raw``: every node replicated (strategy 0), then ``repair_memory`` if over the cap;
 * ``greedy_cost_raw``, ``random_raw``: greedy by cost and random valid actions (memory-repaired);
@@ -28,6 +30,7 @@ import numpy as np
 def _rows_for(p, name, fg, old, args):
     from agent.fgnn import FGNN
     from agent.fgnn_data import ilp_label
+    from agent.fgnn_planner import FGPlanner
     from costmodel.problem import evaluate
     from experiments.eval_policy import random_policy_plan
     from solvers.bp import bp_plan
@@ -68,6 +71,13 @@ def _rows_for(p, name, fg, old, args):
     record("fgnn_raw", lambda: fg.plan(p, polish=False))
     record("fgnn", lambda: fg.plan(p, polish=True))
     record("fgnn_bpmsg_raw", lambda: fg.plan(p, polish=False, params=FGNN.bp_messages(fg.params)))
+    if args.finetune_seconds > 0 and row.get("fgnn_raw", 0) > 1.02:
+        ft = FGPlanner(fg.params, fg.config.to_dict(), source=fg.source)   # a copy: fg stays zero-shot
+        t = time.perf_counter()
+        stats = ft.finetune(p, args.finetune_seconds, seed=args.seed)
+        row["fgnn_finetune_s"] = time.perf_counter() - t
+        row["fgnn_finetune_blocks"] = len(stats) - 1
+        record("fgnn_finetuned_raw", lambda: ft.plan(p, polish=False))
     record("bp_raw", lambda: bp_plan(p, rounds=60, memory_prices=False))
     record("bp_lagrangian_raw", lambda: bp_plan(p, rounds=60, memory_prices=True))
     record("replicated_raw", lambda: [0] * p.num_nodes)
@@ -79,7 +89,7 @@ def _rows_for(p, name, fg, old, args):
     return row
 
 
-METHODS = ("fgnn_raw", "fgnn", "fgnn_bpmsg_raw", "bp_raw", "bp_lagrangian_raw", "replicated_raw",
+METHODS = ("fgnn_raw", "fgnn", "fgnn_bpmsg_raw", "fgnn_finetuned_raw", "bp_raw", "bp_lagrangian_raw", "replicated_raw",
            "greedy_cost_raw", "random_raw", "policy_raw", "policy")
 
 
