@@ -117,7 +117,7 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
         main = Sample(problem.name, problem, lab["plan"], lab["cost"], net.config.warm)
     except ValueError:
         return best_params, stats
-    stats[0]["label_cost"] = lab["cost"]
+    stats[0].update(label_cost=lab["cost"], label_s=time.perf_counter() - t0)
     if best <= lab["cost"] * 1.0005:
         return best_params, stats           # zero-shot is already the label's cost
     tr = Trainer(net.config, lr=lr, params=net.params)
