@@ -11,12 +11,15 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   30% of the way from the least to the greatest peak and with the builder's device limit only
   (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
   binding cap (meshgraphnet large, 4,095 nodes).
-* ``ilp_label(problem, time_limit_s)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
+* ``ilp_label(problem, time_limit_s)``: the ILP plan, seeded with the least-usage plan and Lagrangian
+  BP's (``solvers.bp.bp_plan``; a time-limited incumbent worse than BP is replaced by BP's plan,
+  status "bp_seed": at 15-20 s on one loaded core solve_ilp's incumbent on fno large was 4-7x
+  worse than BP's) (``solvers.ilp.solve_ilp``, one thread; under a cap
   ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
   late; a plan that the resharded copies push over the cap is then ``repair_memory``'d, status
   "repaired"), cached under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays,
-  its edge memory and, when capped, ``LABEL_VERSION`` (older capped labels, from ``solve_ilp`` at
-  10-20 s and blind to copies, are never read): computed once.
+  its edge memory and ``LABEL_VERSION`` (older labels: unseeded, and under a cap from ``solve_ilp``
+  at 10-20 s, blind to copies; never read): computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
   plan's strategy of its node (same cost, usage and every incident edge row/column).
 * ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
@@ -34,6 +37,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
+from solvers.bp import bp_plan
 from solvers.capped import solve_guarded
 from solvers.ilp import solve_ilp
 from solvers.local import LocalCosts, Pruning, least_usage_plan, repair_memory
@@ -42,7 +46,7 @@ FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "
                    ("vit", "base"))
 FG_RANDOM_CLUSTERS = (0, 1, 2, 3, 4, 5)
 FG_CAP_FRACTIONS = (0.05, 0.15, 0.35, 0.7)
-LABEL_VERSION = "guarded+copies-1"   # capped labels: solve_guarded, then repair_memory (copy-priced)
+LABEL_VERSION = "bpseed+guarded+copies-2"   # seeded with Lagrangian BP; capped: solve_guarded + copy repair
 FG_HELDOUT = (("fno", "tiny"), ("fno", "large"), ("meshgraphnet", "tiny"), ("unet", "3d-tiny"))
 FG_HELDOUT_CLUSTERS = ("h100-2x8", "tpu-4x4", "a100-hetero-2x4")
 FG_HELDOUT_CAPS = (None, 0.1, 0.3)
@@ -102,8 +106,7 @@ def problem_hash(p: Problem) -> str:
             if v is not None:
                 h.update(k.encode())
                 h.update(np.ascontiguousarray(v).tobytes())
-    if p.usage_limit is not None:
-        h.update(LABEL_VERSION.encode())   # capped labels before it came from solve_ilp at 10-20 s
+    h.update(LABEL_VERSION.encode())   # labels of older versions (unseeded, copy-blind) are never read
     return h.hexdigest()[:24]
 
 
@@ -125,12 +128,15 @@ def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) 
                 "ilp_s": float(z["ilp_s"])}
     t = time.perf_counter()
     try:
+        seeds = [least_usage_plan(problem)]
+        bpx = bp_plan(problem, memory_prices=True)   # a time-limited incumbent is never worse than BP
+        seeds += [] if bpx is None else [bpx]
         if problem.usage_limit is None:
             plan, si = solve_ilp(problem, objective="time", time_limit_s=time_limit_s, threads=1,
-                                 initial_plans=[least_usage_plan(problem)])
+                                 initial_plans=seeds)
             status = si.status
         else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
-            r = solve_guarded(problem, time_limit_s, seeds=[least_usage_plan(problem)], threads=1)
+            r = solve_guarded(problem, time_limit_s, seeds=seeds, threads=1)
             if r.plan is None:
                 raise ValueError("no plan fits the cap")
             plan, status = r.plan, r.status
@@ -138,6 +144,10 @@ def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) 
                 fixed = repair_memory(problem, plan)    # which prices them (LocalCosts.profile)
                 plan, status = (plan, status) if fixed is None else (fixed, "repaired")
         c = evaluate(problem, plan)
+        if bpx is not None and status != "optimal":
+            cb = evaluate(problem, bpx)
+            if cb.feasible and (not c.feasible or cb.total < c.total):
+                plan, c, status = bpx, cb, "bp_seed"     # the solver did not keep its MIP start
         out = {"plan": np.asarray(plan, np.int64), "cost": float(c.total),
                "status": status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}
     except (ValueError, RuntimeError):
