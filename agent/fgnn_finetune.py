@@ -14,6 +14,10 @@ problem alone.
    reward − the mean of the problem's rollouts (the shared per-problem baseline); loss =
    −Σ advantage · Σ_nodes log p(strategy).
 
+Costs outside the steps count against the budget and can overrun it: the first raw decode of a
+new shape compiles the forward pass (on held-out fno large, 40 s of a 60 s budget at a load average
+of 10 on 2 cores), and the first step compiles the training step.
+
 Every block ends with the raw decode (one forward pass + the masked decode) of the problem; the
 parameters kept are those of the cheapest feasible raw plan seen, the zero-shot ones included, so
 fine-tuning never makes the raw plan worse. Every conditioned problem is packed into the problem's
@@ -110,7 +114,7 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
     zero = _cost(problem, net.plan(problem, inputs=inputs))
     best_params, best = net.params, zero
     stats = [{"block": 0, "raw_cost": zero, "elapsed_s": time.perf_counter() - t0}]
-    lab = ilp_label(problem, max(1.0, LABEL_SHARE * time_limit_s))
+    lab = ilp_label(problem, max(1.0, min(LABEL_SHARE * time_limit_s, deadline - time.perf_counter())))
     if lab is None or not lab["cost"] > 0:
         return best_params, stats
     try:
