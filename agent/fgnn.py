@@ -22,17 +22,17 @@ With every gate, mixing weight, price gate and damping parameter at zero (``zero
 the network is plain BP: its messages equal ``bp.Messages.update``'s (tests/test_fgnn.py, to
 float32 rounding) and its plan equals ``bp_solve(memory_prices=False, pruned=True)``'s.
 
-Shapes are padded to buckets (powers of √2, or of 2 with ``coarse``; at least 64) so one compiled forward serves every
-problem of a similar size; padded slots and entries point at a spare slot whose values are masked.
+Shapes are padded to buckets (agent/fgnn_pack.py) so one compiled forward serves every problem of
+a similar size; padded slots and entries point at a spare slot whose values are masked.
 """
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from agent.fgnn_pack import bucket_sizes, pack
 from costmodel.limits import Limits
 from costmodel.problem import FORBIDDEN_COST, Problem
 from solvers import bp
@@ -40,75 +40,44 @@ from solvers.local import LocalCosts, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6
-MIN_BUCKET = {"S": 256, "U": 512, "V": 512, "N": 4096, "n": 128, "m": 256, "T": 128}   # small problems: one shape
 NOFEAT_PRICE = 6
 NOFEAT_READ = 5
+NOFEAT_WARM = 6
+WARM_ROUNDS = 60        # Lagrangian BP's rounds for the warm hint (the bp_lagrangian baseline's)
+WARM_GATE0 = 4.0        # initial weight of the hint, in units of the node's belief spread
 
 
 @dataclass(frozen=True)
 class FGConfig:
-    """Architecture: ``rounds`` of message passing, MLP ``hidden`` width."""
+    """Architecture: ``rounds`` of message passing, MLP ``hidden`` width; ``warm``: the inputs carry
+    Lagrangian BP's plan (``solvers.bp.bp_plan`` with memory prices, ``WARM_ROUNDS`` rounds) as a
+    per-strategy hint the readout may follow (checkpoints before it have ``warm`` False)."""
     rounds: int = 24
     hidden: int = 32
     seed: int = 0
+    warm: bool = False
 
     def to_dict(self) -> dict:
-        return {"rounds": self.rounds, "hidden": self.hidden, "seed": self.seed, "kind": "fgnn"}
+        return {"rounds": self.rounds, "hidden": self.hidden, "seed": self.seed, "warm": self.warm, "kind": "fgnn"}
 
     @classmethod
     def from_dict(cls, d: dict) -> FGConfig:
-        return cls(**{k: d[k] for k in ("rounds", "hidden", "seed") if k in d})
+        return cls(**{k: d[k] for k in ("rounds", "hidden", "seed", "warm") if k in d})
 
 
-def _bucket(x: int, lo: int = 64, step: float = 0.5) -> int:
-    """Smallest power of 2**step (rounded up to an integer) ≥ x + 1 (one spare slot), at least ``lo``."""
-    b = max(lo, x + 1)
-    e = math.ceil(math.log2(b) / step)
-    return int(math.ceil(2 ** (e * step)))
-
-
-def _pad(a: np.ndarray, size: int, fill) -> np.ndarray:
-    out = np.full(size, fill, dtype=a.dtype)
-    out[:len(a)] = a
+def warm_hint(problem: Problem) -> np.ndarray:
+    """Per flat strategy of ``problem``: 1 at Lagrangian BP's plan (all 0 when it finds none)."""
+    offs = np.asarray(problem.strategy_offsets, np.int64)
+    out = np.zeros(int(offs[-1]))
+    x = bp.bp_plan(problem, rounds=WARM_ROUNDS, memory_prices=True, pruned=False)
+    if x is not None:
+        out[offs[:-1] + np.asarray(x, np.int64)] = 1.0
     return out
 
 
-# the raw arrays of one problem: index arrays and what they index (for offsets when packing)
-_INDEX = {"node_of": "n", "u_flat": "S", "v_flat": "S", "eu_slot": "m", "ev_slot": "m", "row_slot": "U",
-          "col_slot": "V", "lo": "T", "hi": "T"}
-_LEN = {"c": "S", "un": "S", "node_of": "S", "smask": "S", "sbinds": "S", "u_flat": "U", "eu_slot": "U",
-        "umask": "U", "v_flat": "V", "ev_slot": "V", "vmask": "V", "row_slot": "N", "col_slot": "N", "ec": "N",
-        "espr": "m", "lo": "n", "hi": "n", "live": "n", "pmin": "T", "pmax": "T", "tmask": "T", "tbinds": "T",
-        "tlam0": "T", "cls": "S", "w": "n"}   # cls, w: the trainer's targets
-
-
-def pack(raws: list, sizes: dict) -> dict:
-    """Concatenate problems' raw arrays (disjoint union: indices offset) and pad each to ``sizes``
-    (keys S, U, V, N, n, m, T; each at least one more than the total). Padded entries point at
-    the spare last slot of what they index; masks are 0 there."""
-    tot = {k: sum(r["_sizes"][k] for r in raws) for k in "SUVNnmT"}
-    for k in tot:
-        if sizes[k] < tot[k] + 1:
-            raise ValueError(f"pack: {tot[k]} {k} do not fit {sizes[k]}")
-    out = {}
-    for key, dim in _LEN.items():
-        if key not in raws[0]:
-            continue
-        parts, off = [], 0
-        for r in raws:
-            a = r[key]
-            if key in _INDEX:
-                a = a + off
-                off += r["_sizes"][_INDEX[key]]
-            parts.append(a)
-        a = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        fill = sizes[_INDEX[key]] - 1 if key in _INDEX and key not in ("lo", "hi") else (1 if key == "tlam0" else 0)
-        out[key] = _pad(a.astype(np.int32 if key in _INDEX else np.float32), sizes[dim], fill)
-    return out
-
-
-def raw_arrays(mp, scale: float) -> dict:
-    """One problem's unpadded network inputs from its ``bp.Messages`` (costs divided by ``scale``)."""
+def raw_arrays(mp, scale: float, hint: np.ndarray | None = None) -> dict:
+    """One problem's unpadded network inputs from its ``bp.Messages`` (costs divided by ``scale``;
+    ``hint``: ``warm_hint``'s array, zeros when None)."""
     g = mp.g
     S, n, m = len(g.cost), g.n, len(g.eu)
     U, V, N = int(mp.su[-1]), int(mp.sv[-1]), len(mp.ec)
@@ -139,17 +108,9 @@ def raw_arrays(mp, scale: float) -> dict:
         "umask": np.ones(U), "vmask": np.ones(V), "row_slot": mp.row_slot, "col_slot": mp.col_slot, "ec": ec,
         "espr": espr, "lo": g.lo, "hi": g.hi, "live": live.astype(np.float64), "pmin": pmin / ref,
         "pmax": pmax / ref, "tmask": np.ones(Tg), "tbinds": np.full(Tg, binds), "tlam0": np.full(Tg, float(max(n, 1))),
+        "hint": np.zeros(S) if hint is None else np.asarray(hint, np.float64),
         "_sizes": {"S": S, "U": U, "V": V, "N": N, "n": n, "m": m, "T": Tg},
     }
-
-
-def bucket_sizes(sz: dict, coarse: bool = False) -> dict:
-    """Padded sizes for real sizes ``sz`` (powers of √2, or of 2 with ``coarse``; U and V alike)."""
-    st = 1.0 if coarse else 0.5
-    out = {k: _bucket(sz[k], MIN_BUCKET[k], step=st) for k in "SNnm"}
-    out["T"] = _bucket(sz["T"] + 1, MIN_BUCKET["T"], st)
-    out["U"] = out["V"] = _bucket(max(sz["U"], sz["V"]), MIN_BUCKET["U"], step=st)
-    return out
 
 
 @dataclass(frozen=True)
@@ -166,8 +127,8 @@ class FGInputs:
     sizes: tuple                # (S, U, V, N, n, m, T) real sizes
 
     @classmethod
-    def of(cls, problem: Problem, pruned: bool = True, coarse: bool = False) -> FGInputs:
-        """``coarse``: power-of-2 buckets instead of √2."""
+    def of(cls, problem: Problem, pruned: bool = True, coarse: bool = False, warm: bool = False) -> FGInputs:
+        """``coarse``: power-of-2 buckets instead of √2; ``warm``: with ``warm_hint`` (on the pruned problem)."""
         back = None
         if pruned:
             problem, back = prune(problem)
@@ -176,7 +137,7 @@ class FGInputs:
         scale = float(np.median(pos)) if len(pos) else 1.0
         if not scale > 0 or not np.isfinite(scale):
             scale = 1.0
-        raw = raw_arrays(mp, scale)
+        raw = raw_arrays(mp, scale, warm_hint(problem) if warm else None)
         sz = raw["_sizes"]
         arrays = pack([raw], bucket_sizes(sz, coarse))
         return cls(problem, back, mp, scale, arrays, raw, tuple(sz[k] for k in "SUVNnmT"))
@@ -223,6 +184,8 @@ class FGNN:
                 "msg": self.mlp.init(k1, jnp.zeros((1, NOFEAT_MSG)))["params"],
                 "price": self.mlp.init(k2, jnp.zeros((1, NOFEAT_PRICE)))["params"],
                 "read": self.mlp.init(k3, jnp.zeros((1, NOFEAT_READ)))["params"],
+                "warm": self.mlp.init(jax.random.fold_in(k3, 1), jnp.zeros((1, NOFEAT_WARM)))["params"],
+                "wgate": jnp.array(WARM_GATE0 if self.config.warm else 0.0),
                 "damp": jnp.zeros(T), "soft": jnp.zeros(T), "gate": jnp.full(T, 0.1),
                 "pgate": jnp.full(T, 0.1), "gout": jnp.array(0.1), "logit_scale": jnp.array(1.0),
             }
@@ -237,7 +200,15 @@ class FGNN:
         for k in ("damp", "soft", "gate", "pgate"):
             out[k] = jnp.zeros_like(params[k])
         out["gout"] = jnp.zeros_like(params["gout"])
+        out["wgate"] = jnp.zeros_like(params["wgate"])
         return out
+
+    @staticmethod
+    def complete(config: FGConfig, params: dict) -> dict:
+        """``params`` (e.g. a checkpoint's) with the entries added since it was written taken from a
+        fresh network without the warm hint (``wgate`` 0): an older checkpoint plans as before."""
+        fresh = FGNN(FGConfig(config.rounds, config.hidden, config.seed, warm=False)).params
+        return {**fresh, **params}
 
     @staticmethod
     def bp_messages(params):
@@ -340,6 +311,10 @@ class FGNN:
         spread = seg_max(jnp.where(smask > 0, jnp.minimum(d, 1e6), 0.0), node_of, npad)[node_of]
         fr = jnp.stack([_symlog(d), _symlog(c), un, _symlog(spread), A["sbinds"]], 1)
         c_out = cp + params["gout"] * spread * mlp.apply({"params": params["read"]}, fr)
+        # the warm hint: Lagrangian BP's choice gets a learned bonus wgate * spread * (1 + MLP)
+        fw = jnp.concatenate([fr, A["hint"][:, None]], 1)
+        bonus = params["wgate"] * (spread + 1.0) * (1.0 + mlp.apply({"params": params["warm"]}, fw))
+        c_out = c_out - A["hint"] * smask * bonus
         return c_out, to_u, to_v
 
     def forward(self, inputs: FGInputs, params=None):
@@ -371,7 +346,7 @@ class FGNN:
         plan of the original problem (strategy indices). Honours ``memory_cap_bytes`` (or the
         problem's usage limit, whichever is lower) whenever the least-usage plan fits."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
-        inputs = inputs or FGInputs.of(problem)
+        inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
         c, tu, tv = self.forward(inputs, params)
         x = bp.decode(inputs.mp, c, tu, tv)
         if x is None:

@@ -11,10 +11,15 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   30% of the way from the least to the greatest peak and with the builder's device limit only
   (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
   binding cap (meshgraphnet large, 4,095 nodes).
-* ``ilp_label(problem, time_limit_s)``: the ILP plan (``solvers.ilp.solve_ilp``, one thread; under a cap
+* ``ilp_label(problem, time_limit_s)``: the ILP plan, seeded with the least-usage plan and Lagrangian
+  BP's (``solvers.bp.bp_plan``; a time-limited incumbent worse than BP is replaced by BP's plan,
+  status "bp_seed": at 15-20 s on one loaded core solve_ilp's incumbent on fno large was 4-7x
+  worse than BP's) (``solvers.ilp.solve_ilp``, one thread; under a cap
   ``solvers.capped.solve_guarded``, which ``solve(method="ilp")`` runs there and which is never
-  late; labels cached before that change came from ``solve_ilp``), cached
-  under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays: computed once.
+  late; a plan that the resharded copies push over the cap is then ``repair_memory``'d, status
+  "repaired"), cached under ``$SHARDGYM_CACHE_DIR/fgnn_labels`` by a hash of the problem's arrays,
+  its edge memory and ``LABEL_VERSION`` (older labels: unseeded, and under a cap from ``solve_ilp``
+  at 10-20 s, blind to copies; never read): computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
   plan's strategy of its node (same cost, usage and every incident edge row/column).
 * ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
@@ -32,14 +37,16 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
+from solvers.bp import bp_plan
 from solvers.capped import solve_guarded
 from solvers.ilp import solve_ilp
-from solvers.local import LocalCosts, Pruning, least_usage_plan
+from solvers.local import LocalCosts, Pruning, least_usage_plan, repair_memory
 
 FG_TRAIN_MODELS = (("gpt", "tiny"), ("mlp", "tiny"), ("vit", "tiny"), ("unet", "tiny"), ("mlp", "large"),
                    ("vit", "base"))
 FG_RANDOM_CLUSTERS = (0, 1, 2, 3, 4, 5)
 FG_CAP_FRACTIONS = (0.05, 0.15, 0.35, 0.7)
+LABEL_VERSION = "bpseed+guarded+copies-2"   # seeded with Lagrangian BP; capped: solve_guarded + copy repair
 FG_HELDOUT = (("fno", "tiny"), ("fno", "large"), ("meshgraphnet", "tiny"), ("unet", "3d-tiny"))
 FG_HELDOUT_CLUSTERS = ("h100-2x8", "tpu-4x4", "a100-hetero-2x4")
 FG_HELDOUT_CAPS = (None, 0.1, 0.3)
@@ -92,6 +99,14 @@ def problem_hash(p: Problem) -> str:
     for a in (p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges, p.edge_offsets, p.edge_costs):
         h.update(np.ascontiguousarray(a).tobytes())
     h.update(repr(p.usage_limit).encode())
+    em = getattr(p, "edge_memory", None)
+    if em is not None:      # resharded copies change what fits a cap: their arrays are part of the key
+        for k in em.__dataclass_fields__:
+            v = getattr(em, k)
+            if v is not None:
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+    h.update(LABEL_VERSION.encode())   # labels of older versions (unseeded, copy-blind) are never read
     return h.hexdigest()[:24]
 
 
@@ -113,16 +128,26 @@ def ilp_label(problem: Problem, time_limit_s: float = 20.0, cache: bool = True) 
                 "ilp_s": float(z["ilp_s"])}
     t = time.perf_counter()
     try:
+        seeds = [least_usage_plan(problem)]
+        bpx = bp_plan(problem, memory_prices=True)   # a time-limited incumbent is never worse than BP
+        seeds += [] if bpx is None else [bpx]
         if problem.usage_limit is None:
             plan, si = solve_ilp(problem, objective="time", time_limit_s=time_limit_s, threads=1,
-                                 initial_plans=[least_usage_plan(problem)])
+                                 initial_plans=seeds)
             status = si.status
         else:   # what solve(method="ilp") runs under a cap: BP, search, MILP in a child killed at the limit
-            r = solve_guarded(problem, time_limit_s, seeds=[least_usage_plan(problem)], threads=1)
+            r = solve_guarded(problem, time_limit_s, seeds=seeds, threads=1)
             if r.plan is None:
                 raise ValueError("no plan fits the cap")
             plan, status = r.plan, r.status
+            if not evaluate(problem, plan).feasible:   # the copies (edge memory) break the cap: repair,
+                fixed = repair_memory(problem, plan)    # which prices them (LocalCosts.profile)
+                plan, status = (plan, status) if fixed is None else (fixed, "repaired")
         c = evaluate(problem, plan)
+        if bpx is not None and status != "optimal":
+            cb = evaluate(problem, bpx)
+            if cb.feasible and (not c.feasible or cb.total < c.total):
+                plan, c, status = bpx, cb, "bp_seed"     # the solver did not keep its MIP start
         out = {"plan": np.asarray(plan, np.int64), "cost": float(c.total),
                "status": status if c.feasible else "infeasible", "ilp_s": time.perf_counter() - t}
     except (ValueError, RuntimeError):

@@ -2,6 +2,7 @@
 into plans with the same call as the GNN policy's ``Planner`` (``Planner.load`` hands such a
 checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
 
+``FGPlanner.finetune(problem, time_limit_s)`` fine-tunes it on that problem (agent/fgnn_finetune.py).
 ``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and solvers/bp.py's
 masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap.
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
@@ -16,6 +17,7 @@ import numpy as np
 from flax import serialization
 
 from agent.fgnn import FGNN, FGConfig
+from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.local import REFINE_TIME_LIMIT_S, improve, least_usage_plan
@@ -33,7 +35,7 @@ class FGPlanner:
     def from_state(cls, state: dict, source: str) -> FGPlanner:
         cfg = FGConfig.from_dict(state["config"])
         template = FGNN(cfg).params
-        params = serialization.from_state_dict(template, state["params"])
+        params = serialization.from_state_dict(template, FGNN.complete(cfg, dict(state["params"])))
         return cls(params, state["config"], source=source, update=state["update"], extra=state.get("extra"))
 
     @property
@@ -74,6 +76,15 @@ class FGPlanner:
                        "cap_binds": binds}
         return x
 
-    def finetune(self, problem: Problem, time_limit_s: float, **_kw) -> list[dict]:
-        """Not implemented for this network (the GNN policy's PPO fine-tuning does not apply)."""
-        raise NotImplementedError("fine-tuning the factor-graph network is not implemented")
+    def finetune(self, problem: Problem, time_limit_s: float, memory_cap_bytes=None, seed: int = 0,
+                 reinforce: bool = False, max_blocks: int | None = None, **_ignored) -> list[dict]:
+        """Imitation + DAgger with ILP completions (+ POMO-style REINFORCE) on ``problem`` alone for
+        ``time_limit_s`` (agent/fgnn_finetune.py); this planner keeps the parameters of the cheapest
+        raw plan seen (never worse than zero-shot). Returns the per-block stats."""
+        if time_limit_s <= 0:
+            return []
+        problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
+        params, stats = finetune(self.net, problem, time_limit_s, seed=seed, reinforce=reinforce,
+                                 max_blocks=max_blocks)
+        self.net.params = params
+        return stats

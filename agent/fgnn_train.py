@@ -36,8 +36,9 @@ from flax import serialization
 
 from agent.checkpoints import load_checkpoint, save_checkpoint
 from agent.cliutil import OneLineParser
-from agent.fgnn import FGNN, FGConfig, FGInputs, bucket_sizes, pack
+from agent.fgnn import FGNN, FGConfig, FGInputs
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
+from agent.fgnn_pack import bucket_sizes, pack
 from agent.runs import STATE, BudgetSpent, Run, budget_alarm, git_rev, run_dir, write_json
 from costmodel.problem import evaluate
 from solvers.local import LocalCosts, Pruning
@@ -61,6 +62,8 @@ def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.Argument
     ap.add_argument("--batch-entries", type=int, default=1 << 19,
                     help="edge-cost entries per packed batch (at least the largest problem's)")
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                    help="the inputs carry Lagrangian BP's plan as a hint (agent.fgnn.warm_hint)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dagger-every", type=int, default=2, help="epochs between DAgger rounds (0: none)")
@@ -79,13 +82,14 @@ class Sample:
     targets (``cls``: 1 on the label's class, ``w``: 1 on nodes with a real choice), unpadded in
     ``raw`` for ``fgnn.pack``."""
 
-    def __init__(self, name, problem, plan, label_cost):
+    def __init__(self, name, problem, plan, label_cost, warm: bool = False):
         pr = Pruning(LocalCosts(problem))
         x2 = pr.from_orig(plan)
         if x2 is None:
             raise ValueError("label uses a pruned strategy")
-        self.name, self.orig, self.label_cost = name, problem, float(label_cost)
-        inputs = FGInputs.of(pr.problem, pruned=False, coarse=True)
+        self.name, self.orig, self.label_cost, self.warm = name, problem, float(label_cost), warm
+        self.pruned = pr.problem        # what the inputs and targets index
+        inputs = FGInputs.of(pr.problem, pruned=False, coarse=True, warm=warm)
         g = inputs.mp.g
         cls = same_class(pr.problem, x2)
         choice = np.bincount(g.node_of, weights=cls, minlength=g.n) < g.k   # some strategy is another class
@@ -203,7 +207,7 @@ def _conditioned(s: Sample, f: float, x: np.ndarray, ilp_time_limit_s: float) ->
     if lab is None:
         return []
     try:
-        return [Sample(f"{s.name}|dagger{f:g}", p2, lab["plan"], lab["cost"])]
+        return [Sample(f"{s.name}|dagger{f:g}", p2, lab["plan"], lab["cost"], s.warm)]
     except ValueError:
         return []
 
@@ -250,7 +254,7 @@ def _labelled(a, deadline: float, log) -> tuple[list, list]:
             rows.append({"problem": name, "skipped": "no ILP plan"})
             continue
         try:
-            s = Sample(name, p, lab["plan"], lab["cost"])
+            s = Sample(name, p, lab["plan"], lab["cost"], a.warm)
         except ValueError as exc:
             rows.append({"problem": name, "skipped": str(exc)})
             continue
@@ -303,7 +307,7 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
                             config={**vars(a), "git_rev": git_rev()}, reinit=True)
         except Exception:   # wandb missing or unusable: training goes on without it
             wb = None
-    cfg = FGConfig(rounds=a.rounds, hidden=a.hidden, seed=a.seed)
+    cfg = FGConfig(rounds=a.rounds, hidden=a.hidden, seed=a.seed, warm=bool(getattr(a, "warm", False)))
     tr = Trainer(cfg, lr=a.lr)
     ck = run.path(CKPT)
     epoch = tr.restore(ck) if os.path.exists(ck) else 0

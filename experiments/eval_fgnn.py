@@ -8,6 +8,8 @@ nodes; its status says whether it is a proven optimum), every row a raw plan unl
 * ``fgnn_raw``: one forward pass + bp.py's masked decode (``solve(method="policy", search=False)``
   with this checkpoint); ``fgnn``: the same + the planner's polish/refine;
 * ``fgnn_bpmsg_raw``: the ablation: learned prices and readout kept, messages plain BP's;
+* ``fgnn_finetuned_raw``: the raw decode after ``--finetune-seconds`` of ``FGPlanner.finetune`` on
+  that problem (imitation + DAgger with ILP completions), only where zero-shot is above 1.02;
 * ``bp_raw`` / ``bp_lagrangian_raw``: 60 rounds of min-sum BP without / with memory prices;
 * ``replicated_raw``: every node replicated (strategy 0), then ``repair_memory`` if over the cap;
 * ``greedy_cost_raw``, ``random_raw``: greedy by cost and random valid actions (memory-repaired);
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,6 +31,7 @@ import numpy as np
 def _rows_for(p, name, fg, old, args):
     from agent.fgnn import FGNN
     from agent.fgnn_data import ilp_label
+    from agent.fgnn_planner import FGPlanner
     from costmodel.problem import evaluate
     from experiments.eval_policy import random_policy_plan
     from solvers.bp import bp_plan
@@ -68,6 +72,13 @@ def _rows_for(p, name, fg, old, args):
     record("fgnn_raw", lambda: fg.plan(p, polish=False))
     record("fgnn", lambda: fg.plan(p, polish=True))
     record("fgnn_bpmsg_raw", lambda: fg.plan(p, polish=False, params=FGNN.bp_messages(fg.params)))
+    if args.finetune_seconds > 0 and row.get("fgnn_raw", 0) > 1.02:
+        ft = FGPlanner(fg.params, fg.config.to_dict(), source=fg.source)   # a copy: fg stays zero-shot
+        t = time.perf_counter()
+        stats = ft.finetune(p, args.finetune_seconds, seed=args.seed)
+        row["fgnn_finetune_s"] = time.perf_counter() - t
+        row["fgnn_finetune_blocks"] = len(stats) - 1
+        record("fgnn_finetuned_raw", lambda: ft.plan(p, polish=False))
     record("bp_raw", lambda: bp_plan(p, rounds=60, memory_prices=False))
     record("bp_lagrangian_raw", lambda: bp_plan(p, rounds=60, memory_prices=True))
     record("replicated_raw", lambda: [0] * p.num_nodes)
@@ -79,7 +90,7 @@ def _rows_for(p, name, fg, old, args):
     return row
 
 
-METHODS = ("fgnn_raw", "fgnn", "fgnn_bpmsg_raw", "bp_raw", "bp_lagrangian_raw", "replicated_raw",
+METHODS = ("fgnn_raw", "fgnn", "fgnn_bpmsg_raw", "fgnn_finetuned_raw", "bp_raw", "bp_lagrangian_raw", "replicated_raw",
            "greedy_cost_raw", "random_raw", "policy_raw", "policy")
 
 
@@ -122,18 +133,22 @@ def main(args):
     except (FileNotFoundError, ValueError):
         old = None
     rows = []
+    out_name = "eval_fgnn_nocopies" if getattr(args, "no_copies", False) else "eval_fgnn"
     split = heldout_split(big=not args.no_big)
     split = split[-1:] + [split[j] for j in np.argsort([j % 4 for j in range(len(split) - 1)], kind="stable")] \
         if not args.no_big else split      # the big one, then models interleaved: a cut-short run stays diverse
     for name, build in split:
         if args.only and args.only not in name:
             continue
-        row = _rows_for(build(), name, fg, old, args)
+        p = build()
+        if getattr(args, "no_copies", False):
+            p = replace(p, edge_memory=None)
+        row = _rows_for(p, name, fg, old, args)
         if row is not None:
             rows.append(row)
             print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
                    if not k.endswith("_feasible")}, flush=True)
-            write_results("eval_fgnn", {"rows": rows, "partial": True, "summary": summarise(rows),
+            write_results(out_name, {"rows": rows, "partial": True, "summary": summarise(rows),
                                         "summary_binding": summarise([r for r in rows if r["cap_binds"]])},
                           config=vars(args), seed=args.seed)
     summary = summarise(rows)
@@ -147,12 +162,12 @@ def main(args):
                                                                   "median_s"], title=f"summary over {title}")
     rep_share = float(np.mean([r["replicated_optimal"] for r in rows])) if rows else float("nan")
     print(f"replicated is optimal on {rep_share:.0%} of the split")
-    write_results("eval_fgnn", {"rows": rows, "summary": summary, "summary_binding": summary_binding,
+    write_results(out_name, {"rows": rows, "summary": summary, "summary_binding": summary_binding,
                                 "replicated_optimal_share": rep_share, "speed": sp,
                                 "fgnn": fg.describe(), "old_policy": None if old is None else old.describe()},
                   config=vars(args), seed=args.seed)
     plot(rows, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-                            "eval_fgnn.png"))
+                            out_name + ".png"))
 
 
 def plot(rows, path):

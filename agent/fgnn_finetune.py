@@ -1,0 +1,161 @@
+"""Fine-tuning the factor-graph network on one new problem within a wall-time budget
+(``FGPlanner.finetune`` calls ``finetune``): the training steps of agent/fgnn_train.py on that
+problem alone.
+
+1. **Label**: the ILP plan of the problem (``fgnn_data.ilp_label``, cached; at most
+   ``LABEL_SHARE`` of the budget; ``solve_guarded`` under a cap).
+2. **Imitation**: Adam steps of the class-merged cross-entropy on the label.
+3. **DAgger**: after each block of steps the network's raw plan is cut at ``cuts`` fractions of the
+   nodes; the prefix is fixed (``fgnn_data.restrict``) and the rest labelled by an ILP completion
+   (``COMPLETION_S`` each); those conditioned problems join the steps.
+4. **POMO-style REINFORCE** (``reinforce=True``, after the label has been imitated): ``rollouts``
+   plans sampled per step from the network's per-node softmax over the (unforbidden) strategies;
+   reward = −cost / the label's cost (a plan over the cap scores ``OVER_CAP_RATIO``); advantage =
+   reward − the mean of the problem's rollouts (the shared per-problem baseline); loss =
+   −Σ advantage · Σ_nodes log p(strategy).
+
+Costs outside the steps count against the budget and can overrun it: the first raw decode of a
+new shape compiles the forward pass (on held-out fno large, 40 s of a 60 s budget at a load average
+of 10 on 2 cores), and the first step compiles the training step.
+
+Every block ends with the raw decode (one forward pass + the masked decode) of the problem; the
+parameters kept are those of the cheapest feasible raw plan seen, the zero-shot ones included, so
+fine-tuning never makes the raw plan worse. Every conditioned problem is packed into the problem's
+own padded shape: one compile of the step in all.
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agent.fgnn import FGNN, FGInputs
+from agent.fgnn_data import ilp_label, restrict
+from agent.fgnn_pack import pack
+from agent.fgnn_train import Sample, Trainer
+from costmodel.problem import Problem, evaluate
+
+LABEL_SHARE = 0.4        # most of the budget for the problem's own ILP label
+COMPLETION_S = 3.0       # each DAgger completion's ILP limit
+STEPS_PER_BLOCK = 10
+OVER_CAP_RATIO = 3.0     # REINFORCE's cost ratio of a sampled plan over the cap
+
+
+def _cost(problem: Problem, x) -> float:
+    c = evaluate(problem, x)
+    return c.total if c.feasible else float("inf")
+
+
+def _pomo_loss(net: FGNN):
+    def loss_fn(params, A, onehot, adv):
+        """−Σ_k adv_k Σ_i w_i log p_i(x_ik): ``onehot`` (K, S) marks each rollout's strategies."""
+        lg = net.logits(params, A)
+        npad = A["lo"].shape[0]
+        valid = (A["smask"] > 0) & (A["c"] < 1e12)
+        lg = jnp.where(valid, lg, -1e30)
+        m = jax.ops.segment_max(lg, A["node_of"], npad)
+        m = jnp.where(m > -1e29, m, 0.0)
+        lse = jnp.log(jax.ops.segment_sum(jnp.where(valid, jnp.exp(lg - m[A["node_of"]]), 0.0),
+                                          A["node_of"], npad) + 1e-30) + m
+        logp = jnp.where(valid, lg - lse[A["node_of"]], 0.0)
+        per = onehot @ logp                                   # (K,) log-probability of each rollout
+        return -(adv * per).sum() / onehot.shape[0] / jnp.maximum(A["w"].sum(), 1.0)
+    return loss_fn
+
+
+class _Pomo:
+    """Jitted REINFORCE step on one padded problem, sharing the Trainer's optimizer state."""
+
+    def __init__(self, tr: Trainer):
+        self.tr = tr
+        loss = _pomo_loss(tr.net)
+        opt = tr.opt
+
+        def step(params, opt_state, A, onehot, adv):
+            val, grads = jax.value_and_grad(loss)(params, A, onehot, adv)
+            upd, opt_state = opt.update(grads, opt_state, params)
+            return optax.apply_updates(params, upd), opt_state, val
+        self._step = jax.jit(step)
+        self._logits = jax.jit(tr.net.logits)
+
+    def step(self, s: Sample, A: dict, rollouts: int, rng) -> float:
+        """One REINFORCE step with ``rollouts`` sampled plans of ``s``; returns their mean cost ratio."""
+        lg = np.asarray(self._logits(self.tr.net.params, A), np.float64)
+        S = len(s.raw["c"])
+        node_of, c = s.raw["node_of"], s.raw["c"]
+        lg = np.where(c[:S] < 1e12, lg[:S], -np.inf)
+        offs = np.asarray(s.pruned.strategy_offsets, np.int64)
+        g = -np.log(-np.log(rng.uniform(size=(rollouts, S))))        # Gumbel-max: a softmax sample per node
+        xs = np.stack([np.lexsort((-(lg + gk), node_of))[offs[:-1]] - offs[:-1] for gk in g])
+        pruned = s.pruned
+        ratios = np.array([min(_cost(pruned, x) / s.label_cost, OVER_CAP_RATIO) for x in xs])
+        adv = -(ratios - ratios.mean())
+        onehot = np.zeros((rollouts, A["c"].shape[0]), np.float32)
+        for k, x in enumerate(xs):
+            onehot[k, offs[:-1] + x] = 1.0
+        self.tr.net.params, self.tr.opt_state, _ = self._step(self.tr.net.params, self.tr.opt_state, A,
+                                                             jnp.asarray(onehot), jnp.asarray(adv, jnp.float32))
+        return float(ratios.mean())
+
+
+def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr: float = 1e-2,
+             cuts=(0.25, 0.5, 0.75), reinforce: bool = False, rollouts: int = 8,
+             max_blocks: int | None = None) -> tuple[dict, list[dict]]:
+    """(the best parameters by raw-decode cost, per-block stats) after ``time_limit_s`` (or
+    ``max_blocks`` blocks of steps) of fine-tuning ``net`` on ``problem`` (see the module docstring);
+    ``net`` itself is not changed."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit_s)
+    rng = np.random.default_rng(seed)
+    inputs = FGInputs.of(problem, warm=net.config.warm)      # the decode's inputs: built once
+    zero = _cost(problem, net.plan(problem, inputs=inputs))
+    best_params, best = net.params, zero
+    stats = [{"block": 0, "raw_cost": zero, "elapsed_s": time.perf_counter() - t0}]
+    lab = ilp_label(problem, max(1.0, min(LABEL_SHARE * time_limit_s, deadline - time.perf_counter())))
+    if lab is None or not lab["cost"] > 0:
+        return best_params, stats
+    try:
+        main = Sample(problem.name, problem, lab["plan"], lab["cost"], net.config.warm)
+    except ValueError:
+        return best_params, stats
+    stats[0].update(label_cost=lab["cost"], label_s=time.perf_counter() - t0)
+    if best <= lab["cost"] * 1.0005:
+        return best_params, stats           # zero-shot is already the label's cost
+    tr = Trainer(net.config, lr=lr, params=net.params)
+    batches = [main.arrays()]
+    pomo = _Pomo(tr) if reinforce else None
+    A_main = batches[0]
+    block = 0
+    while time.perf_counter() < deadline and (max_blocks is None or block < max_blocks):
+        block += 1
+        losses = [tr.step(batches[j % len(batches)]) for j in range(STEPS_PER_BLOCK)
+                  if time.perf_counter() < deadline]
+        rec = {"block": block, "loss": float(np.mean(losses)) if losses else float("nan"),
+               "samples": len(batches)}
+        if pomo is not None and block > 1 and time.perf_counter() < deadline:
+            rec["pomo_ratio"] = pomo.step(main, A_main, rollouts, rng)
+        x = tr.net.plan(problem, inputs=inputs)
+        cost = _cost(problem, x)
+        rec.update(raw_cost=cost, elapsed_s=time.perf_counter() - t0)
+        stats.append(rec)
+        if cost < best:
+            best, best_params = cost, tr.net.params
+        if cost <= lab["cost"] * 1.0005:
+            break
+        for f in cuts:                      # DAgger: the rest of the network's own plan, ILP-completed
+            if time.perf_counter() + COMPLETION_S > deadline:
+                break
+            p2, _, _ = restrict(problem, np.arange(int(f * problem.num_nodes)), x)
+            lab2 = ilp_label(p2, COMPLETION_S)
+            if lab2 is None:
+                continue
+            try:
+                s2 = Sample(f"{problem.name}|dagger{f:g}@{block}", p2, lab2["plan"], lab2["cost"], net.config.warm)
+                batches.append(pack([s2.raw], main.bucket))
+            except ValueError:              # a label through a pruned strategy, or larger than the shape
+                continue
+    stats[-1]["best_raw_cost"] = best
+    return best_params, stats
