@@ -20,7 +20,7 @@ from agent.fgnn import FGNN, FGConfig
 from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
-from solvers.local import REFINE_TIME_LIMIT_S, improve, least_usage_plan
+from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
 
 
 class FGPlanner:
@@ -57,10 +57,12 @@ class FGPlanner:
         try:
             x = self.net.plan(problem, params=params)
         except ValueError:
-            mm = least_usage_plan(problem)
-            c = evaluate(problem, mm)
-            raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes: "
-                             f"the least possible peak is {c.peak_memory_bytes:.4g} bytes") from None
+            # no decode fits: the least-usage plan, repaired with its copies priced, is the fallback
+            x = fitting_least_usage_plan(problem, time_limit_s=2.0)
+            if x is None:
+                c = evaluate(problem, least_usage_plan(problem))
+                raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} "
+                                 f"bytes: the least-usage plan peaks at {c.peak_memory_bytes:.4g} bytes") from None
         raw = evaluate(problem, x)
         binds = problem.usage_limit is not None and not raw.feasible
         if polish:
