@@ -35,16 +35,10 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     of non-fusible ops and reductions (``MATERIALISING``), the operands of non-fusible ops
     (``NON_FUSIBLE``: dot, conv, fft, gather/scatter, sort, scans, control flow — the fusion feeding
     them writes its result out), and the program outputs. Per node:
-      * a group whose head is in ``MATERIALISING`` keeps every output that is *materialised*;
-        when none is, it keeps the head's own result (XLA's dot / conv / reduce writes it out and
-        the folded chain's values are recomputed from it; for a group with folded ops it is
-        counted as one buffer of output 0's shape and spec, since the head's value is usually not
-        among the exposed outputs). When the head is a dot and the chain writes an output, the
-        head's value is internal to that fusion (XLA CPU fuses a dot's element-wise epilogue,
-        bias + GELU, into the dot's fusion; not a convolution's: convae's conv + relu keep both)
-        and is not counted again: with it counted, fno tiny replicated was 1.52x of XLA
-        and gpt tiny megatron 1.12x; without, 0.97x and 1.04x (vit tiny ilp-time moves 0.81x ->
-        0.75x, an under-count of XLA's dot-layout copies that this rule had partly offset);
+      * a group whose head is in ``MATERIALISING`` keeps the head's own result (XLA's dot / conv /
+        reduce writes it out; the folded chain's values are recomputed from it; for a group with
+        folded ops it is counted as one extra buffer of output 0's shape and spec, since the head's
+        value is usually not among the exposed outputs) plus every output that is *materialised*,
         plus — when the chain holds an ``EXPENSIVE`` op (exp, tanh, div, ...) whose value is read
         more than once — one more exposed output: XLA does not duplicate expensive ops into
         several consumers, it writes them out (GELU's tanh, softmax's exp);
@@ -105,7 +99,7 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
             continue
         head_buffer = (nd.primitive in MATERIALISING or nd.params.get("replicate_only") or not nd.supported)
         ko = [o for o in range(len(nd.outputs)) if (o == 0 and head_buffer and not nd.folded) or feeds_buffer(i, o)]
-        if head_buffer and nd.folded and not (ko and nd.primitive == "dot_general"):
+        if head_buffer and nd.folded:
             ko.append(-1)  # the head's own result, which the folded chain reads (see docstring)
         if (nd.primitive in EXPENSIVE or any(f in EXPENSIVE for f in nd.folded)):
             rest = [o for o in range(len(nd.outputs)) if o not in ko
