@@ -41,8 +41,9 @@ Known outliers and their causes (the terms' docstrings say more):
     ``backend="cpu"`` clusters (Cluster.backend); on GPU/TPU XLA forms reduce-scatter;
   * buffers read by fused element-wise ops live to the fusion's root (costmodel.builder), and a
     combined all-reduce of gradient contributions that one fused sum accumulates holds operand
-    and result (rnn under lax.scan dp / fsdp: 0.41x / 0.18x -> 0.99x); a dot's element-wise
-    epilogue is fused into it (costmodel.memory: fno replicated 1.52x -> 0.97x);
+    and result (rnn under lax.scan dp / fsdp: 0.41x / 0.18x -> 0.99x). Not in the model: XLA CPU
+    fuses a dot's element-wise epilogue into it (counting no separate head result took fno
+    replicated from 1.52x to 0.97x, but the distributed-FFT FNO plan to 0.88x; reverted);
   * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
     v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
     its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);
