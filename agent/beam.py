@@ -41,7 +41,7 @@ import numpy as np
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from costmodel.profile import step_sum
-from solvers.local import decision_order, incidence, repair_memory
+from solvers.local import decision_order, fit_with_copies, incidence
 
 
 def _decided_edges(problem: Problem, rank: np.ndarray) -> list[list[tuple[int, int, bool]]]:
@@ -148,7 +148,7 @@ def beam_search(problem: Problem, width: int = 8, memory_cap_bytes: float | None
             break
     if chosen is None and p.edge_memory is not None:   # the beam's bound sees node usages, not copies
         for b in np.argsort(score, kind="stable"):
-            fit = repair_memory(p, plans[b])
+            fit = fit_with_copies(p, plans[b])
             if fit is not None:
                 chosen, cost = np.asarray(fit), evaluate(p, fit)
                 break

@@ -24,7 +24,7 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
 * **Resharded copies** (``Problem.edge_memory``): the prices are updated from the plan's profile
   with its copies (``LocalCosts.profile``), so λ rises where copies break the limit, but the priced
   costs charge node usages only; a decoded plan whose copies break the limit is repaired with the
-  copies priced (``solvers.local.repair_memory``), and only plans that fit by ``evaluate`` are
+  copies priced (``solvers.local.fit_with_copies``), and only plans that fit by ``evaluate`` are
   kept. The bound stays valid: node usages alone are a relaxation (copies only add memory).
 * **Lower bound**: any messages reparametrise the energy exactly: θ_i = belief_i,
   θ_e(s,t) = M_e(s,t) − m_{u→v}(t) − m_{v→u}(s). Each edge off a maximum-spread spanning forest
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
-from solvers.local import LocalCosts, prune, repair_memory
+from solvers.local import LocalCosts, fit_with_copies, prune
 
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
 #                            only up to this many nodes; otherwise at the start and the end
@@ -351,11 +351,9 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
         x = decode(mp, c, to_u, to_v)
         if x is not None:
             x = x if back is None else back(x)
-            tc = evaluate(orig, x)
-            if not tc.feasible and orig.edge_memory is not None:   # its copies break the limit: repair
-                x = repair_memory(orig, x, time_limit_s=None if deadline is None else max(deadline - time.perf_counter(), 0.1))
-                tc = None if x is None else evaluate(orig, x)
-            if tc is not None and (tc.feasible or orig.edge_memory is None) and tc.total < best_cost:
+            x = fit_with_copies(orig, x, time_limit_s=None if deadline is None else max(deadline - time.perf_counter(), 0.1))
+            tc = None if x is None else evaluate(orig, x)
+            if tc is not None and tc.total < best_cost:
                 best, best_cost = x, tc.total
 
     c = mp.cost

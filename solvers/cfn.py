@@ -28,7 +28,7 @@ feasible plan, its cost, a lower bound, rounds run). ``available()`` says whethe
   dropped (−inf) when the best plan found is not. With resharded copies (``Problem.edge_memory``)
   live_t counts node usages only, a relaxation of the copy-priced limit (copies only add memory),
   so the bound still holds; the prices react to the profile with copies, a round's plan whose
-  copies break the limit is repaired with them priced (``solvers.local.repair_memory``), and only
+  copies break the limit is repaired with them priced (``solvers.local.fit_with_copies``), and only
   plans that fit with their copies are kept.
 
 Time: each round runs in its own forked process (toulbar2 keeps global state), killed
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
-from solvers.local import LocalCosts, best_response, prepare, repair_memory, repair_tied
+from solvers.local import LocalCosts, best_response, fit_with_copies, prepare, repair_tied
 from solvers.search import ICM_SWEEPS
 
 TOP_UNITS = 1e14          # forbidden / clipped cost in toulbar2's integer units
@@ -180,11 +180,9 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
         if s is None or len(s) != g.n:
             return False
         s = np.asarray(s, dtype=np.int64)
-        if g.cap is not None and g.profile(s).max() > g.cap:
-            if problem.edge_memory is None:
-                return False
-            # its copies break the limit (the prices charge node usages only): repair with them priced
-            fit = repair_memory(problem, s, lc=g, time_limit_s=max(min(2.0, deadline - time.perf_counter()), 0.1))
+        if g.cap is not None and (problem.edge_memory is not None or g.profile(s).max() > g.cap):
+            # over the limit, or copies may put it over (the prices charge node usages only)
+            fit = fit_with_copies(problem, s, lc=g, time_limit_s=max(min(2.0, deadline - time.perf_counter()), 0.1))
             if fit is None:
                 return False
             s = np.asarray(fit, dtype=np.int64)

@@ -31,14 +31,14 @@ from solvers.local.greedy import decision_order, greedy_by_cost, least_measure_p
 from solvers.local.moves import best_response, forest_dp, pair_moves
 from solvers.local.polish import polish
 from solvers.local.prune import Contraction, Pruning, prepare, prune, range_max
-from solvers.local.repair import fitting_least_usage_plan, repair_memory, repair_tied
+from solvers.local.repair import fit_with_copies, fitting_least_usage_plan, repair_memory, repair_tied
 
 _LAZY = {"refine": "lns", "improve": "lns", "lns": "lns", "REFINE_TIME_LIMIT_S": "lns", "LNS_MAX_NODES": "lns",
          "heuristic_plan": "heuristic"}
 
 __all__ = ["Contraction", "CopyMoves", "LocalCosts", "Pruning", "best_response", "decision_order", "forest_dp", "greedy_by_cost",
            "incidence", "least_measure_plan", "least_usage_plan", "fitting_least_usage_plan", "pair_moves", "polish", "prepare", "prune", "range_max",
-           "repair_memory", "repair_tied", *_LAZY]
+           "repair_memory", "repair_tied", "fit_with_copies", *_LAZY]
 
 
 def __getattr__(name):

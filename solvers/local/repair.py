@@ -98,14 +98,24 @@ def repair_memory(problem: Problem, plan, lc: LocalCosts | None = None, max_move
     return None if out is None or not evaluate(problem, out).feasible else [int(x) for x in out]
 
 
-def fitting_least_usage_plan(problem: Problem, time_limit_s: float | None = None) -> list[int] | None:
-    """The least-usage plan (``least_usage_plan``), repaired to fit the usage limit when its copies
-    put it over (``repair_memory``); None when it still does not fit. Without copy groups the
-    least-usage plan fits iff any plan does; with them, None proves nothing."""
-    plan = least_usage_plan(problem)
+def fit_with_copies(problem: Problem, plan, lc: LocalCosts | None = None,
+                    time_limit_s: float | None = None) -> list[int] | None:
+    """``plan`` if it fits the usage limit by ``evaluate``; when the problem has copy groups (whose
+    memory node-usage bounds and prices do not see) and it does not fit, the plan repaired with the
+    copies priced (``repair_memory``); None when it still does not fit, or does not fit and the
+    problem has no copies. The one check every solver applies to a plan its own bound called fitting."""
+    plan = np.asarray(plan, dtype=np.int64)
     if problem.usage_limit is None or evaluate(problem, plan).feasible:
-        return plan
-    return repair_memory(problem, plan, time_limit_s=time_limit_s) if problem.edge_memory is not None else None
+        return [int(x) for x in plan]
+    if problem.edge_memory is None:
+        return None
+    return repair_memory(problem, plan, lc=lc, time_limit_s=time_limit_s)
+
+
+def fitting_least_usage_plan(problem: Problem, time_limit_s: float | None = None) -> list[int] | None:
+    """The least-usage plan (``least_usage_plan``) through ``fit_with_copies``. Without copy groups
+    the least-usage plan fits iff any plan does; with them, None proves nothing."""
+    return fit_with_copies(problem, least_usage_plan(problem), time_limit_s=time_limit_s)
 
 
 def repair_tied(C, gc: LocalCosts, sc: np.ndarray, time_limit_s: float, max_rounds: int = 200) -> np.ndarray | None:
