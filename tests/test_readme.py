@@ -20,7 +20,8 @@ MODEL = os.path.join(REPO, "tests", "data", "dropout_model.py")
 SUBSTITUTIONS = [
     ("--model gpt --size 1.3b --cluster h100-2x8", "--model mlp --size tiny --cluster cpu-2x4",
      "GPT-1.3B on 16 devices: mlp tiny on the 8 test devices (then `run plan.json` runs it)"),
-    ("compare --model gpt --size tiny", "compare --model mlp --size tiny", "minutes on 2 cores: mlp tiny"),
+    ("compare --model gpt --size tiny", "compare --model mlp --size tiny --time-limit 5",
+     "minutes on 2 cores: mlp tiny, 5 s solver limits (the memory ILP runs to its limit: 54 s of the test's 100)"),
     ("my_model.py:make_step", f"{MODEL}:make_step", "the README's own-model file: the test's dropout model"),
     ("FILE TIMEOUT_S", f"{EXAMPLE} 1", "placeholders: the shared example instance, 1 s"),
     ('"125m"', '"tiny"', "GPT-125M: tiny"),
