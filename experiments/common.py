@@ -49,7 +49,8 @@ def _jsonable(x):
 
 def write_results(name: str, payload: dict, config=None, seed: int | None = None,
                   results_dir: str | Path | None = None) -> Path:
-    """Write ``results/<name>.json`` with ``payload`` plus config, seed, git revision and environment.
+    """Write ``results/<name>.json`` with ``payload`` plus config, seed, git revision and environment
+    (python, platform, XLA_FLAGS, jax, the CPU count and the load average when written).
 
     ``config`` and ``seed`` may also be given inside ``payload`` (keys ``"config"``, ``"seed"``);
     explicit arguments win. Returns the path written.
@@ -70,7 +71,9 @@ def write_results(name: str, payload: dict, config=None, seed: int | None = None
     record["git_rev"] = git_rev()
     record["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     record["env"] = {"python": sys.version.split()[0], "platform": platform.platform(),
-                     "xla_flags": os.environ.get("XLA_FLAGS", "")}
+                     "xla_flags": os.environ.get("XLA_FLAGS", ""), "cpu_count": os.cpu_count()}
+    if hasattr(os, "getloadavg"):   # the machine is shared: timings mean little without its load
+        record["env"]["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
     try:
         import jax
         record["env"]["jax"] = jax.__version__
