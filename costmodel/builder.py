@@ -52,12 +52,13 @@ from costmodel.cost import (
     reshard_matrix,
 )
 from costmodel.edge_memory import CopyGroups
-from costmodel.graph import OpGraph
+from costmodel.graph import OpGraph, Tensor
 from costmodel.limits import Limits
 from costmodel.memory import (
     EXPENSIVE,
     MATERIALISING,
     NON_FUSIBLE,
+    NOT_DUPLICATED,
     TRANSPARENT,
     copy_group_lists,
     materialised_outputs,
@@ -161,6 +162,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                         mem += lb
                 for o in counted:  # o = -1: the head's own result, of output 0's shape and spec
                     ten = nd.outputs[max(o, 0)]
+                    if o < 0 and nd.primitive in NOT_DUPLICATED and nd.operand_types:  # a pad keeps its operand's dtype
+                        ten = Tensor(ten.shape, nd.operand_types[0].dtype)
                     mem += local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.out_specs[max(o, 0)], mesh)
                 for o in every:
                     red += redundant_bytes(nd.outputs[o].nbytes, st.out_specs[o], mesh)
