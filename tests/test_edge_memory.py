@@ -219,3 +219,29 @@ def test_head_result_is_kept_only_where_a_consumer_recomputes_the_chain():
     assert k["pad"][0].folded == () and k["pad"][1] == [0]
     _, k = _kept_by_primitive(lambda a, c, m: m + (jnp.pad(a, pw) + jnp.pad(c, pw)), (6, 8), (6, 8), (8, 8))
     assert k["pad"][0].folded == () and k["pad"][1] == []
+
+
+def test_a_node_feeding_only_aliased_outputs_holds_its_transients_at_its_step():
+    """A weight-gradient conv whose folded SGD update writes the new (aliased) param: the
+    update itself is not charged (it replaces the donated param), but the conv's own result,
+    which the folded chain reads, is live at the conv's step (builder: [order, order + 1))."""
+    def step(w, x):
+        def loss(w_):
+            return jnp.mean(jax.lax.conv_general_dilated(x, w_, (1, 1), "SAME",
+                                                         dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)
+        return w - 0.1 * jax.grad(loss)(w), x
+    args = (jnp.ones((3, 3, 4, 8)), jnp.ones((2, 8, 8, 4)))
+    g = sg.trace(step, *args)
+    p = sg.build_problem(g, "cpu-2x4")
+    plan = sg.solve(p, method="replicated")
+    out = {src for src, _ in g.outputs}
+    wgrad = [nd for nd in g.nodes if nd.primitive == "conv_general_dilated" and nd.id in out]
+    assert len(wgrad) == 1 and g.output_aliases[0] is not None
+    i = wgrad[0].id
+    assert tuple(p.intervals[i]) == (wgrad[0].order, wgrad[0].order + 1)
+    u = p.node_usages[p.strategy_offsets[i] + plan.strategies[i]]
+    assert u == 3 * 3 * 4 * 8 * 4  # its f32 result, replicated: read by the folded update
+    t = int(wgrad[0].order)
+    live = [p.node_usages[p.strategy_offsets[j] + plan.strategies[j]] for j in range(p.num_nodes)
+            if p.intervals[j, 0] <= t < p.intervals[j, 1]]
+    assert sum(live) >= u
