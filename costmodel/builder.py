@@ -21,12 +21,13 @@ donated buffer), so what it holds there is its transient buffers: the head's own
 chain reads (a weight-gradient conv whose folded update writes the new param), a conv's halo copy,
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
 div). It was [order, order) before, which charged none of them (spatial conv stack min-memory plan
-0.873x -> 0.900x of XLA; the zoo tiny dp / megatron / replicated rows are unchanged). A group's outputs share one interval (their longest); a
-transparent node (an unfolded reshape: a bitcast) extends its producer's interval to its own end,
-and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node fused into
-its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops read
-there (rnn under lax.scan, replicated: the eight weight-gradient dots of the unrolled loop feed one
-fused add chain and all live until it runs; the trace order would free each at its own add).
+0.873x -> 0.900x of XLA; the zoo tiny dp / megatron / replicated rows are unchanged). A group's
+outputs share one interval (their longest); a transparent node (an unfolded reshape: a bitcast)
+extends its producer's interval to its own end, and so does a node that keeps no buffer
+(``materialised_outputs``: an element-wise node fused into its consumers): XLA runs a fusion
+once, at its root, and reads every buffer the fused ops read there (rnn under lax.scan,
+replicated: the eight weight-gradient dots of the unrolled loop feed one fused add chain and all
+live until it runs; the trace order would free each at its own add).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
