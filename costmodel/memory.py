@@ -25,6 +25,45 @@ EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic
                        "digamma"})
 
 
+#: heads XLA CPU does not duplicate into a fused reader that reads each element more than once
+#: (``x * x``): the fusion writes the head's result out instead (seen in XLA's optimised HLO
+#: of ``m * 0.8 + g * g`` with g a pad or a concatenate; a slice, transpose, reverse, broadcast or
+#: dynamic slice is recomputed in place).
+NOT_DUPLICATED = frozenset({"pad", "concatenate"})
+#: element-wise ops that read their operand's element more than once
+REUSING = frozenset({"integer_pow", "square"})
+
+
+def outer_product(nd) -> bool:
+    """A dot_general whose contracting dimensions all have size 1 (an outer product, or a plain
+    batched product with nothing contracted). XLA's algebraic simplifier rewrites it as
+    ``multiply(broadcast(lhs), broadcast(rhs))`` (dot strength reduction), an element-wise op that
+    fuses into its consumers like any other: no result buffer of its own, and its operands are
+    read inside the fusion. Seen in XLA's optimised HLO: FNO's 128 -> 1 projection, whose
+    input gradient dY[8192,1] @ W[1,128] runs as ``broadcast x broadcast`` inside the fused GELU
+    derivative (fno tiny replicated: the model counted that 4 MiB product and its 4 MiB head
+    result at XLA's peak)."""
+    if nd.primitive != "dot_general" or "dimension_numbers" not in nd.params or not nd.operand_types:
+        return False
+    (lc, _rc), _ = nd.params["dimension_numbers"]
+    shape = nd.operand_types[0].shape
+    return all(int(shape[d]) == 1 for d in lc)
+
+
+def non_fusible(nd) -> bool:
+    """Does ``nd`` read its head operands as buffers (``NON_FUSIBLE``, unsupported or replicate-only
+    ops), other than a dot XLA turns into an element-wise product (``outer_product``)?"""
+    return ((nd.primitive in NON_FUSIBLE and not outer_product(nd)) or bool(nd.params.get("replicate_only"))
+            or not nd.supported)
+
+
+def materialising(nd) -> bool:
+    """Is ``nd``'s own result a buffer (``MATERIALISING`` heads, unsupported or replicate-only ops),
+    other than an ``outer_product`` dot?"""
+    return ((nd.primitive in MATERIALISING and not outer_product(nd)) or bool(nd.params.get("replicate_only"))
+            or not nd.supported)
+
+
 def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[list[int]], set[int]]:
     """Which outputs of each node XLA keeps as a buffer (what ``node_usages`` counts), and the
     unfolded nodes that are bitcasts of their operand (``transparent``: no buffer of their own).
@@ -35,13 +74,26 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     of non-fusible ops and reductions (``MATERIALISING``), the operands of non-fusible ops
     (``NON_FUSIBLE``: dot, conv, fft, gather/scatter, sort, scans, control flow — the fusion feeding
     them writes its result out), and the program outputs. Per node:
-      * a group whose head is in ``MATERIALISING`` keeps the head's own result (XLA's dot / conv /
-        reduce writes it out; the folded chain's values are recomputed from it; for a group with
-        folded ops it is counted as one extra buffer of output 0's shape and spec, since the head's
-        value is usually not among the exposed outputs) plus every output that is *materialised*,
-        plus — when the chain holds an ``EXPENSIVE`` op (exp, tanh, div, ...) whose value is read
-        more than once — one more exposed output: XLA does not duplicate expensive ops into
-        several consumers, it writes them out (GELU's tanh, softmax's exp);
+      * a group whose head is in ``MATERIALISING`` (``materialising``: not an ``outer_product``
+        dot, which XLA rewrites as an element-wise broadcast product) keeps every output that is
+        *materialised*, plus — when the chain holds an ``EXPENSIVE`` op (exp, tanh, div, ...)
+        whose value is read more than once — one more exposed output: XLA does not duplicate
+        expensive ops into several consumers, it writes them out (GELU's tanh, softmax's exp);
+        plus the head's own result (XLA's dot / conv / reduce writes it out; for a group with
+        folded ops it is counted as one extra buffer of output 0's shape and spec, since the
+        head's value is usually not among the exposed outputs) when it outlives the group's
+        step: when no output is kept, or when some consumer reads an output that is not kept
+        (that consumer's fusion recomputes the folded chain from the head's result, so XLA keeps
+        it; fno's fc1 + GELU, whose derivative in the backward pass reads the pre-activation).
+        When every read is of a kept output, XLA runs the chain once, in the fusion after the
+        head, and frees the head's result there (a dot + bias add read only as the biased
+        value: gpt tiny megatron 1.12x -> 1.08x of XLA's memory; not counted: an under-count at
+        the group's own step). This holds for any head, dot, conv or reduction, and is decided
+        by the consumers, not by the primitive;
+      * a ``pad`` or ``concatenate`` head (``NOT_DUPLICATED``) read by an element-reusing op
+        (``REUSING``: ``x ** 2``; in its own chain or in a fused consumer's) keeps its result
+        too: XLA CPU writes it out rather than recompute it per use (FNO's spectral-weight
+        gradients, read by Adam's ``g * g``); its dtype is the operand's (complex there);
       * any other node (element-wise, broadcast, slice, pad, concatenate, ...) keeps only its
         materialised outputs — none, when all its consumers fuse it;
       * an unfolded reshape / squeeze / expand_dims / transpose with one operand is ``transparent``:
@@ -50,6 +102,14 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     An output is *materialised* when it is a program output that aliases no input, or when one of
     its consumers takes it as a head operand of a ``NON_FUSIBLE`` op — looking through transparent
     nodes (``reshape(x) @ w`` materialises x's producer's output).
+    Not modelled (measured, fno tiny replicated): XLA writes an element-wise fusion's output over
+    an operand buffer that dies at it (``CanShareOperandBufferWithUser``; the fused GELU
+    derivative over the fc1 dot's result). Charging it (the consumer's buffer from its step + 1)
+    took fno tiny replicated from 1.23x to 1.00x of XLA, but the distributed-FFT FNO plan
+    (tests/test_dist_fft.py) from 0.94x to 0.88x: that plan's XLA peak is at the step's end,
+    where XLA holds copies of the four donated spectral weights (4 x 128 KiB, ``copy(param)``
+    live from the start to the update) that the model lacks, and the model's own peak sits
+    earlier, in the backward pass, where the in-place rule lowers it.
     Residual error (results/fidelity.json): which exposed output holds the expensive value is not
     recorded in the graph (any one of the head's shape is taken); a dot operand that is a transpose of a buffer may be copied
     (layout change) instead of folded into the dot: under-count; transient buffers of a group (the
@@ -83,7 +143,7 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
             cn = nodes[c]
             if c in transparent:
                 res = depth < 64 and feeds_buffer(c, 0, depth + 1)
-            elif head and (cn.primitive in NON_FUSIBLE or cn.params.get("replicate_only") or not cn.supported):
+            elif head and non_fusible(cn):
                 res = True
         memo[key] = res
         return res
@@ -97,14 +157,19 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
         if i in transparent:
             kept.append([o for o in range(len(nd.outputs)) if (i, o) in plain_out])
             continue
-        head_buffer = (nd.primitive in MATERIALISING or nd.params.get("replicate_only") or not nd.supported)
+        head_buffer = materialising(nd)
+        if nd.primitive in NOT_DUPLICATED and (REUSING.intersection(nd.folded) or any(
+                not non_fusible(nodes[c]) and REUSING.intersection((nodes[c].primitive,) + nodes[c].folded)
+                for o in range(len(nd.outputs)) for c, _ in consumers.get((i, o), ()))):
+            head_buffer = True  # its result is written out for a reader that reuses elements
         ko = [o for o in range(len(nd.outputs)) if (o == 0 and head_buffer and not nd.folded) or feeds_buffer(i, o)]
-        if head_buffer and nd.folded:
-            ko.append(-1)  # the head's own result, which the folded chain reads (see docstring)
         if (nd.primitive in EXPENSIVE or any(f in EXPENSIVE for f in nd.folded)):
             rest = [o for o in range(len(nd.outputs)) if o not in ko
                     and len(consumers.get((i, o), ())) + sum(len(consumers.get((i, q), ())) for q in ko) >= 2]
             ko += rest[:1]
+        if head_buffer and nd.folded and (not ko or any(consumers.get((i, o)) for o in range(len(nd.outputs))
+                                                        if o not in ko)):
+            ko.append(-1)  # the head's own result, which a later fused consumer reads (see docstring)
         kept.append(sorted(ko))
     return kept, transparent
 
@@ -139,7 +204,7 @@ def operand_copies(graph: OpGraph, strats, mesh: Mesh) -> list[list[tuple]]:
     out: list[list[tuple]] = []
     for nd in nodes:
         res = []
-        if not nd.is_input and nd.primitive in NON_FUSIBLE and len(strats[nd.id]) > 1:
+        if not nd.is_input and nd.primitive in NON_FUSIBLE and not outer_product(nd) and len(strats[nd.id]) > 1:
             nh = int(nd.params.get("num_head_operands", len(nd.operands)))
             for k, (u, oi) in enumerate(nd.operands[:nh]):
                 if u < 0 or not nodes[u].is_input:
@@ -177,7 +242,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
-        buffer_read = k < nh and (nd.primitive in NON_FUSIBLE or nd.params.get("replicate_only") or not nd.supported)
+        buffer_read = k < nh and non_fusible(nd)
         src = [s.out_specs[oi] for s in strats[u]]
         dst = [s.operand_specs[k] for s in strats[v]]
         ten = nd.operand_types[k]

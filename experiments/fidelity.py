@@ -41,9 +41,16 @@ Known outliers and their causes (the terms' docstrings say more):
     ``backend="cpu"`` clusters (Cluster.backend); on GPU/TPU XLA forms reduce-scatter;
   * buffers read by fused element-wise ops live to the fusion's root (costmodel.builder), and a
     combined all-reduce of gradient contributions that one fused sum accumulates holds operand
-    and result (rnn under lax.scan dp / fsdp: 0.41x / 0.18x -> 0.99x). Not in the model: XLA CPU
-    fuses a dot's element-wise epilogue into it (counting no separate head result took fno
-    replicated from 1.52x to 0.97x, but the distributed-FFT FNO plan to 0.88x; reverted);
+    and result (rnn under lax.scan dp / fsdp: 0.41x / 0.18x -> 0.99x). A head's result (dot,
+    conv, reduce) is held past its step only when a consumer recomputes the folded chain from
+    it, an outer-product dot is element-wise, a pad / concatenate read by ``x ** 2`` is written
+    out (``costmodel.memory``: fno tiny replicated 1.52x -> 1.23x, gpt tiny megatron 1.12x ->
+    1.08x, the distributed-FFT FNO plan 1.00x -> 0.94x);
+  * not in the model, measured from XLA's buffer assignment: an element-wise fusion's output
+    written over a dying operand (fno's over-counts, 1.19-1.38x: charged, fno replicated went
+    to 1.00x and the distributed-FFT plan to 0.88x), and XLA's copies of donated weights read
+    again in the backward pass (gpt replicated 0.89x: 20 ``copy(param)``, 450 KiB; charged as
+    copy groups, replicated went to 0.95x but dp to 1.23x, where XLA copies 12 of the 20);
   * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
     v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
     its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);
@@ -186,6 +193,7 @@ def main(argv=None) -> list[dict]:
         cluster = replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
     rows = []
     kept = []
+    load_start = os.getloadavg()
     if a.update:
         import json
 
@@ -229,6 +237,7 @@ def main(argv=None) -> list[dict]:
         "numerics_ok": sum(1 for r in rows if _numerics_ok(r)),
         "compiled_only": sum(1 for r in rows if r.get("compiled_only")),
         "errors": sum(1 for r in rows if r.get("ok") == "ERROR"),
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),  # the 2-core box is shared
     }
     print(summary)
     path = write_results(a.out, {"summary": summary, "rows": rows}, config=cfg, seed=cfg.seed)

@@ -1,16 +1,21 @@
 """Edge memory: resharded copies shared per (value, layout), priced the same by evaluate, the ILP,
-local search and the environment; checked by hand on a 4-node problem."""
+local search and the environment; checked by hand on a 4-node problem. Also which values XLA keeps
+as buffers (costmodel.memory) on tiny traced steps."""
 from __future__ import annotations
 
 import os
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shardgym as sg
 from costmodel.edge_memory import CopyGroups
+from costmodel.memory import materialised_outputs, materialising, outer_product
 from costmodel.problem import Problem, evaluate
 from solvers.ilp import solve_ilp
 from solvers.local import LocalCosts
@@ -176,3 +181,67 @@ def test_a_shared_collective_is_one_collective_in_comm_bytes():
     assert evaluate(p, [0, 1, 1]).comm_bytes == 8.0
     assert evaluate(p, [0, 1, 0]).comm_bytes == 8.0
     assert evaluate(p, [0, 0, 0]).comm_bytes == 0.0
+
+
+def _kept_by_primitive(fn, *shapes):
+    """(graph, {primitive: kept outputs of its first node}) of fn traced at f32 ``shapes``."""
+    g = sg.trace(fn, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+    plain = {(src, oi) for src, oi in g.outputs if src >= 0}
+    kept, _ = materialised_outputs(g, plain)
+    first: dict = {}
+    for nd in g.nodes:
+        first.setdefault(nd.primitive, (nd, kept[nd.id]))
+    return g, first
+
+
+def test_head_result_is_kept_only_where_a_consumer_recomputes_the_chain():
+    """XLA's fusion boundaries, as read from its optimised HLO (costmodel.memory): a dot + bias
+    read only as the biased value frees the dot's result after the bias fusion; a dot whose
+    pre-activation a later element-wise consumer reads keeps it; an outer product (contracting
+    size 1) is a fused broadcast multiply; a pad read by x ** 2 is written out."""
+    # (x @ w + b) read only by the next dot: the bias add's output is the one buffer
+    _, k = _kept_by_primitive(lambda x, w, b, v: (x @ w + b) @ v, (8, 4), (4, 4), (4,), (4, 2))
+    nd, kept = k["dot_general"]
+    assert nd.folded == ("add",) and kept == [0]
+    # gelu(x @ w): its derivative in the backward pass reads the pre-activation, recomputed
+    # there from the dot's result, which XLA keeps (-1)
+    step = jax.grad(lambda w, x, v: jnp.sum(jax.nn.gelu(x @ w, approximate=True) @ v))
+    _, k = _kept_by_primitive(step, (4, 4), (8, 4), (4, 2))
+    nd, kept = k["dot_general"]
+    assert "tanh" in nd.folded and -1 in kept
+    # an outer product is element-wise: no buffer, its operands fuse into the reader
+    g, k = _kept_by_primitive(lambda a, b, m: m * 0.9 + a @ b, (8, 1), (1, 8), (8, 8))
+    nd, kept = k["dot_general"]
+    assert outer_product(nd) and not materialising(nd) and kept == []
+    # a pad read by x ** 2 is written out; read once, it is fused
+    pw = ((2, 0), (0, 0))
+    _, k = _kept_by_primitive(lambda a, c, m: m + (jnp.pad(a, pw) + jnp.pad(c, pw)) ** 2, (6, 8), (6, 8), (8, 8))
+    assert k["pad"][0].folded == () and k["pad"][1] == [0]
+    _, k = _kept_by_primitive(lambda a, c, m: m + (jnp.pad(a, pw) + jnp.pad(c, pw)), (6, 8), (6, 8), (8, 8))
+    assert k["pad"][0].folded == () and k["pad"][1] == []
+
+
+def test_a_node_feeding_only_aliased_outputs_holds_its_transients_at_its_step():
+    """A weight-gradient conv whose folded SGD update writes the new (aliased) param: the
+    update itself is not charged (it replaces the donated param), but the conv's own result,
+    which the folded chain reads, is live at the conv's step (builder: [order, order + 1))."""
+    def step(w, x):
+        def loss(w_):
+            return jnp.mean(jax.lax.conv_general_dilated(x, w_, (1, 1), "SAME",
+                                                         dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)
+        return w - 0.1 * jax.grad(loss)(w), x
+    args = (jnp.ones((3, 3, 4, 8)), jnp.ones((2, 8, 8, 4)))
+    g = sg.trace(step, *args)
+    p = sg.build_problem(g, "cpu-2x4")
+    plan = sg.solve(p, method="replicated")
+    out = {src for src, _ in g.outputs}
+    wgrad = [nd for nd in g.nodes if nd.primitive == "conv_general_dilated" and nd.id in out]
+    assert len(wgrad) == 1 and g.output_aliases[0] is not None
+    i = wgrad[0].id
+    assert tuple(p.intervals[i]) == (wgrad[0].order, wgrad[0].order + 1)
+    u = p.node_usages[p.strategy_offsets[i] + plan.strategies[i]]
+    assert u == 3 * 3 * 4 * 8 * 4  # its f32 result, replicated: read by the folded update
+    t = int(wgrad[0].order)
+    live = [p.node_usages[p.strategy_offsets[j] + plan.strategies[j]] for j in range(p.num_nodes)
+            if p.intervals[j, 0] <= t < p.intervals[j, 1]]
+    assert sum(live) >= u
