@@ -36,7 +36,7 @@ from agent.fgnn_pack import bucket_sizes, pack
 from costmodel.limits import Limits
 from costmodel.problem import FORBIDDEN_COST, Problem
 from solvers import bp
-from solvers.local import LocalCosts, prune
+from solvers.local import LocalCosts, fit_with_copies, prune
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6
@@ -344,7 +344,9 @@ class FGNN:
     def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None) -> list[int]:
         """One forward pass and bp.py's masked decode with the learned scores and messages; the
         plan of the original problem (strategy indices). Honours ``memory_cap_bytes`` (or the
-        problem's usage limit, whichever is lower) whenever the least-usage plan fits."""
+        problem's usage limit, whichever is lower) whenever the least-usage plan fits; a decode whose
+        resharded copies (``Problem.edge_memory``) break the cap is repaired with them priced
+        (``solvers.local.fit_with_copies``, as ``bp_solve`` does), and returned as decoded if that fails."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
         c, tu, tv = self.forward(inputs, params)
@@ -353,4 +355,6 @@ class FGNN:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")
         if inputs.back is not None:
             x = inputs.back(x)
-        return [int(v) for v in x]
+        # as bp_solve's decode: a plan whose resharded copies break the cap is repaired with them priced
+        fixed = fit_with_copies(problem, x) if problem.edge_memory is not None else None
+        return [int(v) for v in (x if fixed is None else fixed)]

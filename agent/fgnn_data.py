@@ -7,10 +7,10 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   problems (20-300 nodes, up to 8 strategies, half of them capped). Never a held-out model or
   cluster (``heldout_split``).
 * ``heldout_split()``: models, sizes and clusters never in training (fno tiny and large,
-  meshgraphnet tiny, unet 3d-tiny on h100-2x8, tpu-4x4, a100-hetero-2x4), under caps at 10% and
-  30% of the way from the least to the greatest peak and with the builder's device limit only
-  (not for fno tiny, where replicating is then optimal), plus one graph above 4,000 nodes under a
-  binding cap (meshgraphnet large, 4,095 nodes).
+  meshgraphnet tiny, unet 3d-tiny on h100-2x8, tpu-4x4, a100-hetero-2x4), each under caps at 10%
+  and 30% of the way from the least to the greatest peak (24 problems), plus five uncapped ones
+  (three of them where replicating is optimal: about 10% of the split), plus one graph above 4,000
+  nodes under a binding cap (meshgraphnet large, 4,095 nodes).
 * ``ilp_label(problem, time_limit_s)``: the ILP plan, seeded with the least-usage plan and Lagrangian
   BP's (``solvers.bp.bp_plan``; a time-limited incumbent worse than BP is replaced by BP's plan,
   status "bp_seed": at 15-20 s on one loaded core solve_ilp's incumbent on fno large was 4-7x
@@ -49,7 +49,9 @@ FG_CAP_FRACTIONS = (0.05, 0.15, 0.35, 0.7)
 LABEL_VERSION = "bpseed+guarded+copies-2"   # seeded with Lagrangian BP; capped: solve_guarded + copy repair
 FG_HELDOUT = (("fno", "tiny"), ("fno", "large"), ("meshgraphnet", "tiny"), ("unet", "3d-tiny"))
 FG_HELDOUT_CLUSTERS = ("h100-2x8", "tpu-4x4", "a100-hetero-2x4")
-FG_HELDOUT_CAPS = (None, 0.1, 0.3)
+FG_HELDOUT_CAPS = (0.1, 0.3)
+FG_HELDOUT_UNCAPPED = (("fno", "large", "tpu-4x4"), ("fno", "large", "a100-hetero-2x4"), ("fno", "large", "h100-2x8"),
+                       ("meshgraphnet", "tiny", "h100-2x8"), ("unet", "3d-tiny", "h100-2x8"))
 
 
 def _clusters():
@@ -79,15 +81,23 @@ def train_split(seed: int = 0, random: int = 48, models=FG_TRAIN_MODELS, nodes=(
 
 
 def heldout_split(big: bool = True) -> list:
-    """(name, thunk) for the held-out problems; ``big`` adds meshgraphnet large under a binding cap."""
+    """(name, thunk) for the held-out problems; ``big`` adds meshgraphnet large under a binding cap.
+
+    Every held-out model on every held-out cluster under the caps ``FG_HELDOUT_CAPS`` (where
+    replicating everything is over the cap), plus the uncapped problems ``FG_HELDOUT_UNCAPPED``:
+    fno large on tpu-4x4 and a100-hetero-2x4, where replicating is 1.29x and 2.98x Lagrangian BP's
+    plan, and three where it is the optimum (fno large, meshgraphnet tiny and unet 3d-tiny on
+    h100-2x8: tiny models on fast links, latency dominates), so that replicated-optimal stays
+    near 10% of the split (the issue allows 20%; the previous split had 47%)."""
     out = []
     for model, size in FG_HELDOUT:
         for cl in FG_HELDOUT_CLUSTERS:
             for f in FG_HELDOUT_CAPS:
-                if f is None and (model, size) == ("fno", "tiny"):
-                    continue        # replicating everything is its optimum: the split keeps that share <= 20%
                 w = Workload(model, size, cl, None, f)
-                out.append((w.name + ("" if f is None else f" cap{f:g}"), w.build))
+                out.append((f"{w.name} cap{f:g}", w.build))
+    for model, size, cl in FG_HELDOUT_UNCAPPED:
+        w = Workload(model, size, cl, None, None)
+        out.append((w.name, w.build))
     if big:
         w = Workload("meshgraphnet", "large", "h100-2x8", None, 0.3)
         out.append((w.name + " cap0.3", w.build))

@@ -1,7 +1,8 @@
 """Padding and packing of the factor-graph network's inputs (agent/fgnn.py): per-problem raw
 arrays padded to shape buckets (powers of √2, or of 2 with ``coarse``; at least ``MIN_BUCKET``) so
 one compiled forward or training step serves every problem of a similar size, and disjoint unions
-of several problems (``pack``) for batched training. Padded slots and entries point at a spare last
+of several problems (``pack``) for batched training, and the trainer's epoch of packed batches
+(``epoch_batches``: first-fit into one shape; larger problems alone in their own bucket). Padded slots and entries point at a spare last
 slot whose masks are 0.
 """
 from __future__ import annotations
@@ -67,3 +68,38 @@ def bucket_sizes(sz: dict, coarse: bool = False) -> dict:
     out["T"] = _bucket(sz["T"] + 1, MIN_BUCKET["T"], st)
     out["U"] = out["V"] = _bucket(max(sz["U"], sz["V"]), MIN_BUCKET["U"], step=st)
     return out
+
+
+def make_batches(samples: list, sizes: dict, rng) -> list:
+    """Pack ``samples`` (in a random order) first-fit into disjoint unions of at most ``sizes``."""
+    bins: list = []
+    for j in rng.permutation(len(samples)).tolist():
+        sz = samples[j].raw["_sizes"]
+        for b in bins:
+            if all(b["tot"][k] + sz[k] + 1 <= sizes[k] for k in sz):
+                b["idx"].append(j)
+                for k in sz:
+                    b["tot"][k] += sz[k]
+                break
+        else:
+            bins.append({"idx": [j], "tot": dict(sz)})
+    return [pack([samples[j].raw for j in b["idx"]], sizes) for b in bins]
+
+
+def bin_sizes(samples: list) -> dict:
+    """One shape for every packed batch: each dimension the largest sample's power-of-2 bucket."""
+    return {k: max(s.bucket[k] for s in samples) for k in "SUVNnmT"}
+
+
+def epoch_batches(data: list, batch_entries: int, rng) -> list:
+    """The epoch's batches: samples up to ``batch_entries`` edge-cost entries packed into one shape
+    (``make_batches``), larger ones alone in their own bucket (one compile per distinct bucket)."""
+    small = [s for s in data if s.bucket["N"] <= batch_entries]
+    big = [s for s in data if s.bucket["N"] > batch_entries]
+    out = []
+    if small:
+        sizes = bin_sizes(small)
+        grow = 1 << max(0, int(np.floor(np.log2(max(batch_entries, 1) / sizes["N"]))))
+        out = make_batches(small, {k: v * grow for k, v in sizes.items()}, rng)
+    out += [s.arrays() for s in big]
+    return [out[j] for j in rng.permutation(len(out))]

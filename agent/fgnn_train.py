@@ -12,12 +12,23 @@ atomic checkpoints as the GNN policy's trainer in agent/train.py: agent/runs.py)
    training problems is cut at ``--dagger-cuts`` fractions of its nodes; the prefix is fixed
    (``fgnn_data.restrict``) and the rest labelled by an ILP completion (``--dagger-ilp-seconds``);
    the conditioned problems join the data.
+4. **Validation** (agent/fgnn_val.py): about one in ``--val-every`` labelled problems (a hash of
+   the name) is never trained on; after every epoch, and at step 0, the raw plans of those problems
+   are priced against their labels (geometric mean ratio) and the best parameters so far are
+   written to ``best.msgpack``: what ships. Step 0 is the untrained network, which is exactly
+   Lagrangian BP's plan with ``--warm`` (plain BP without), so the shipped checkpoint is never
+   worse on validation than that.
 Multi-rollout REINFORCE is not implemented (see the card's ``phases``).
 
-Run folder: ``state.json`` (config, epoch, seconds used), ``fgnn.msgpack`` (checkpoint after
-every epoch: params, optimizer state, key, epoch), ``card.json``. Resuming (``--resume``) at an
-epoch boundary continues bit-identically: the epoch's order and the DAgger rollouts are functions
-of the seed, the epoch and the checkpointed params.
+Run folder: ``state.json`` (config, epoch, seconds used, the labelled problems' names, the best
+validation score), ``fgnn.msgpack`` (training state after every epoch, or at the step where it
+was stopped: params, optimizer state, epoch, step, that epoch's losses), ``best.msgpack``,
+``card.json``. SIGINT / SIGTERM and the ``--minutes`` budget stop it between two steps with a
+clean save (``fgnn_val.StopFlag``; an ILP label or DAgger completion under way finishes first).
+Resuming (``--resume``) continues bit-identically, from an epoch boundary or mid-epoch: the
+epoch's batches and the DAgger rollouts are functions of the seed, the epoch and the
+checkpointed params, and the resumed run rebuilds exactly the problems its first session
+labelled (from the label cache).
 """
 from __future__ import annotations
 
@@ -25,6 +36,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 import time
 
@@ -38,12 +50,14 @@ from agent.checkpoints import load_checkpoint, save_checkpoint
 from agent.cliutil import OneLineParser
 from agent.fgnn import FGNN, FGConfig, FGInputs
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
-from agent.fgnn_pack import bucket_sizes, pack
-from agent.runs import STATE, BudgetSpent, Run, budget_alarm, git_rev, run_dir, write_json
+from agent.fgnn_pack import bucket_sizes, epoch_batches, pack
+from agent.fgnn_val import OVER_CAP_RATIO, StopFlag, Validator, is_validation
+from agent.runs import STATE, Run, git_rev, run_dir, write_json
 from costmodel.problem import evaluate
 from solvers.local import LocalCosts, Pruning
 
-CKPT = "fgnn.msgpack"
+CKPT = "fgnn.msgpack"      # the training state (resumable)
+BEST = "best.msgpack"      # the parameters with the best validation score: what ships
 
 
 def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.ArgumentParser:
@@ -70,6 +84,9 @@ def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.Argument
     ap.add_argument("--dagger-problems", type=int, default=16)
     ap.add_argument("--dagger-cuts", default="0.25,0.5,0.75")
     ap.add_argument("--dagger-ilp-seconds", type=float, default=5.0)
+    ap.add_argument("--val-every", type=int, default=6,
+                    help="about one in this many labelled problems is held out for validation (0: none)")
+    ap.add_argument("--max-nodes", type=int, default=2000, help="larger problems are left out before labelling")
     ap.add_argument("--out", default=None)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--resume", default=None, metavar="RUN_DIR")
@@ -98,41 +115,6 @@ class Sample:
 
     def arrays(self):
         return pack([self.raw], self.bucket)
-
-
-def make_batches(samples: list, sizes: dict, rng) -> list:
-    """Pack ``samples`` (in a random order) first-fit into disjoint unions of at most ``sizes``."""
-    bins: list = []
-    for j in rng.permutation(len(samples)).tolist():
-        sz = samples[j].raw["_sizes"]
-        for b in bins:
-            if all(b["tot"][k] + sz[k] + 1 <= sizes[k] for k in sz):
-                b["idx"].append(j)
-                for k in sz:
-                    b["tot"][k] += sz[k]
-                break
-        else:
-            bins.append({"idx": [j], "tot": dict(sz)})
-    return [pack([samples[j].raw for j in b["idx"]], sizes) for b in bins]
-
-
-def bin_sizes(samples: list) -> dict:
-    """One shape for every packed batch: each dimension the largest sample's power-of-2 bucket."""
-    return {k: max(s.bucket[k] for s in samples) for k in "SUVNnmT"}
-
-
-def epoch_batches(data: list, batch_entries: int, rng) -> list:
-    """The epoch's batches: samples up to ``batch_entries`` edge-cost entries packed into one shape
-    (``make_batches``), larger ones alone in their own bucket (one compile per distinct bucket)."""
-    small = [s for s in data if s.bucket["N"] <= batch_entries]
-    big = [s for s in data if s.bucket["N"] > batch_entries]
-    out = []
-    if small:
-        sizes = bin_sizes(small)
-        grow = 1 << max(0, int(np.floor(np.log2(max(batch_entries, 1) / sizes["N"]))))
-        out = make_batches(small, {k: v * grow for k, v in sizes.items()}, rng)
-    out += [s.arrays() for s in big]
-    return [out[j] for j in rng.permutation(len(out))]
 
 
 def make_loss(net: FGNN):
@@ -187,17 +169,13 @@ class Trainer:
         save_checkpoint(path, self.net.params, self.net.config.to_dict(), opt_state=self.opt_state,
                         update=epoch, extra=extra)
 
-    def restore(self, path) -> int:
+    def restore(self, path) -> tuple[int, int, list]:
+        """(epoch, next step within it, that epoch's losses so far) of a checkpoint written by ``save``."""
         st = load_checkpoint(path)
         self.net.params = serialization.from_state_dict(self.net.params, st["params"])
         self.opt_state = serialization.from_state_dict(self.opt_state, st["opt_state"])
-        return int(st["update"])
-
-
-def raw_ratio(net: FGNN, problem, label_cost: float) -> float:
-    """cost of the network's raw plan / the label's (inf when it breaks the cap)."""
-    c = evaluate(problem, net.plan(problem))
-    return c.total / label_cost if c.feasible and label_cost > 0 else float("inf")
+        ex = st.get("extra") or {}
+        return int(st["update"]), int(ex.get("step", 0)), [float(v) for v in ex.get("losses", [])]
 
 
 def _conditioned(s: Sample, f: float, x: np.ndarray, ilp_time_limit_s: float) -> list:
@@ -234,20 +212,28 @@ def dagger(net: FGNN, samples: list, rng, cuts, ilp_time_limit_s: float, count: 
     return out, recs
 
 
-def _labelled(a, deadline: float, log) -> tuple[list, list]:
+def _labelled(a, deadline: float, log, only=None) -> tuple[list, list]:
+    """(samples, rows) of the training split, labelled until ``deadline``; ``only``: exactly these
+    names (a resumed run rebuilds the problems its first session labelled, from the label cache)."""
     samples, rows = [], []
     lo, hi = (int(v) for v in str(a.random_nodes).split(","))
     split = train_split(a.seed, random=a.random_problems, models=FG_TRAIN_MODELS if a.workloads else (),
                         nodes=(lo, hi))
     split = [split[j] for j in np.random.default_rng(a.seed).permutation(len(split))]   # diverse when cut short
+    if only is not None:
+        keep = set(only)
+        split = [(n, b) for n, b in split if n in keep]
     for name, build in split:
-        if time.perf_counter() > deadline:
+        if only is None and time.perf_counter() > deadline:
             rows.append({"stopped": f"label budget used after {len(rows)} problems"})
             break
         try:
             p = build()
         except Exception as exc:   # a model that does not trace on a cluster: recorded, skipped
             rows.append({"problem": name, "skipped": f"{type(exc).__name__}: {exc}"[:160]})
+            continue
+        if p.num_nodes > a.max_nodes:
+            rows.append({"problem": name, "nodes": p.num_nodes, "skipped": f"over --max-nodes ({a.max_nodes})"})
             continue
         lab = ilp_label(p, a.ilp_seconds)
         if lab is None:
@@ -263,7 +249,7 @@ def _labelled(a, deadline: float, log) -> tuple[list, list]:
             continue
         samples.append(s)
         rows.append({"problem": name, "nodes": p.num_nodes, "status": lab["status"], "ilp_s": lab["ilp_s"],
-                     "capped": p.usage_limit is not None})
+                     "capped": p.usage_limit is not None, "validation": is_validation(name, a.val_every)})
         log(f"label {len(samples)}: {name} n={p.num_nodes} {lab['status']}")
     return samples, rows
 
@@ -309,14 +295,17 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
             wb = None
     cfg = FGConfig(rounds=a.rounds, hidden=a.hidden, seed=a.seed, warm=bool(getattr(a, "warm", False)))
     tr = Trainer(cfg, lr=a.lr)
-    ck = run.path(CKPT)
-    epoch = tr.restore(ck) if os.path.exists(ck) else 0
+    ck, best_ck = run.path(CKPT), run.path(BEST)
+    epoch, step0, part = tr.restore(ck) if os.path.exists(ck) else (0, 0, [])
     t_lab = time.perf_counter()
-    samples, rows = _labelled(a, run.t0 + a.label_fraction * run.budget_s, log)
+    samples, rows = _labelled(a, run.t0 + a.label_fraction * run.budget_s, log, only=run.state.get("labelled"))
     label_s = time.perf_counter() - t_lab
-    if not samples:
+    run.save(labelled=[s.name for s in samples])
+    vals = [s for s in samples if is_validation(s.name, a.val_every)]
+    base = [s for s in samples if not is_validation(s.name, a.val_every)]
+    if not base:
         raise ValueError("no labelled training problem: raise --minutes or --label-fraction")
-    base = list(samples)
+    validator = Validator([(s.name, s.orig, s.label_cost) for s in vals], cfg.warm)
     extra_samples: list = []
     hist = list(run.state.get("history", []))
     cuts = [float(x) for x in str(a.dagger_cuts).split(",") if x.strip()]
@@ -325,37 +314,54 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
     by_name = {s.name: s for s in base}
     for name, f, x in done_d:
         extra_samples.extend(_conditioned(by_name[name], f, np.asarray(x, np.int64), a.dagger_ilp_seconds))
+    best = run.state.get("best")
+    if best is None:        # step 0: the untrained network (BP-exact start) is the first candidate
+        best = {"epoch": 0, "step": 0, **validator.score(tr.net)}
+        save_checkpoint(best_ck, tr.net.params, cfg.to_dict(), update=0, extra={"validation": best})
+        run.save(best=best, step0_validation=best)
+        log(f"validation at step 0: {json.dumps({k: v for k, v in best.items() if k != 'ratios'})}")
     interrupted = False
-    try:
-        with budget_alarm(run.left() if a.epochs is None else float("inf")):
-            while (a.epochs is None or epoch < a.epochs) and run.left() > 0:
-                if a.dagger_every and epoch > 0 and epoch % a.dagger_every == 0:
-                    t = time.perf_counter()
-                    new, recs = dagger(tr.net, base, np.random.default_rng(a.seed * 1000 + epoch), cuts,
-                                       a.dagger_ilp_seconds, a.dagger_problems, run.t0 + run.budget_s)
-                    extra_samples.extend(new)
-                    done_d.extend(recs)
-                    log(f"dagger at epoch {epoch}: {len(new)} conditioned problems in {time.perf_counter() - t:.0f}s")
-                data = base + extra_samples
+    with StopFlag() as flag:
+        def stopping():
+            return flag.stop or (a.epochs is None and run.left() <= 0)
+        while (a.epochs is None or epoch < a.epochs) and not stopping():
+            if step0 == 0 and a.dagger_every and epoch > 0 and epoch % a.dagger_every == 0:
                 t = time.perf_counter()
-                batches = epoch_batches(data, a.batch_entries, np.random.default_rng(a.seed * 7919 + epoch))
-                losses = [tr.step(b) for b in batches]
-                epoch += 1
-                rec = {"epoch": epoch, "loss": float(np.mean(losses)), "samples": len(data), "batches": len(batches),
-                       "dagger_samples": len(extra_samples), "epoch_s": time.perf_counter() - t,
-                       "elapsed_s": run.elapsed()}
-                if epoch % 2 == 0 or a.epochs == epoch:
-                    probe = base[:: max(1, len(base) // 12)][:12]
-                    r = [raw_ratio(tr.net, s.orig, s.label_cost) for s in probe]
-                    rec["train_raw_median"] = float(np.median(r))
-                hist.append(rec)
-                tr.save(ck, epoch, {"history": hist[-1]})
+                new, recs = dagger(tr.net, base, np.random.default_rng(a.seed * 1000 + epoch), cuts,
+                                   a.dagger_ilp_seconds, a.dagger_problems, run.t0 + run.budget_s)
+                extra_samples.extend(new)
+                done_d.extend(recs)
+                run.save(dagger=done_d)
+                log(f"dagger at epoch {epoch}: {len(new)} conditioned problems in {time.perf_counter() - t:.0f}s")
+            data = base + extra_samples
+            t = time.perf_counter()
+            batches = epoch_batches(data, a.batch_entries, np.random.default_rng(a.seed * 7919 + epoch))
+            losses = list(part)
+            for j in range(step0, len(batches)):
+                if stopping():
+                    break
+                losses.append(tr.step(batches[j]))
+            if len(losses) < len(batches):      # stopped between steps: resume at the next one
+                tr.save(ck, epoch, {"step": len(losses), "losses": losses})
                 run.save(history=hist, epoch=epoch, phase="train", dagger=done_d)
-                if wb is not None:
-                    wb.log(rec, step=epoch)
-                log("  fgnn " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()}))
-    except KeyboardInterrupt as exc:
-        interrupted = not isinstance(exc, BudgetSpent)
+                break
+            step0, part = 0, []
+            epoch += 1
+            rec = {"epoch": epoch, "loss": float(np.mean(losses)), "samples": len(data), "batches": len(batches),
+                   "dagger_samples": len(extra_samples), "epoch_s": time.perf_counter() - t}
+            v = validator.score(tr.net)
+            rec.update(val_score=v["score"], val_median=v["median"], val_max=v["max"], val_over_cap=v["over_cap"],
+                       elapsed_s=run.elapsed())
+            if v["score"] < best["score"] - 1e-9:
+                best = {"epoch": epoch, "step": 0, **v}
+                save_checkpoint(best_ck, tr.net.params, cfg.to_dict(), update=epoch, extra={"validation": best})
+            hist.append(rec)
+            tr.save(ck, epoch, {"history": hist[-1]})
+            run.save(history=hist, epoch=epoch, phase="train", dagger=done_d, best=best)
+            if wb is not None:
+                wb.log(rec, step=epoch)
+            log("  fgnn " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()}))
+        interrupted = flag.stop and flag.signum == signal.SIGINT
     if wb is not None:
         wb.finish()
     if not os.path.exists(ck):
@@ -363,20 +369,28 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
     statuses = [r.get("status") for r in rows if "status" in r]
     card = {"command": f"{prog} " + " ".join(argv), "git_rev": git_rev(), "wall_s": run.elapsed(),
             "label_s": label_s, "config": cfg.to_dict(), "args": run.args, "epochs": epoch,
-            "phases": ["ilp labels", "imitation (class-merged CE)", "dagger"] + ([] if a.dagger_every else []),
+            "phases": ["ilp labels", "imitation (class-merged CE)", "dagger"],
             "reinforce": "not implemented",
-            "data": {"problems": len(base), "dagger_problems": len(extra_samples),
+            "shipped": f"{BEST}: the parameters with the best validation score (epoch {best['epoch']}; "
+                       "epoch 0 = the untrained, BP-exact start)",
+            "validation": {"every": a.val_every, "problems": [s.name for s in vals],
+                           "step0": run.state.get("step0_validation"), "best": best,
+                           "metric": f"geometric mean of raw-plan cost / ILP label; over the cap = {OVER_CAP_RATIO}"},
+            "data": {"problems": len(base), "validation_problems": len(vals), "dagger_problems": len(extra_samples),
                      "capped": sum(1 for r in rows if r.get("capped")),
                      "nodes_total": int(sum(r.get("nodes", 0) for r in rows)), "rows": rows},
             "teacher": {"optimal": statuses.count("optimal"), "time_limit": statuses.count("time_limit"),
-                        "other": len(statuses) - statuses.count("optimal") - statuses.count("time_limit")},
+                        "bp_seed": statuses.count("bp_seed"),
+                        "other": len(statuses) - sum(statuses.count(k) for k in ("optimal", "time_limit", "bp_seed"))},
             "history": hist}
     write_json(run.path("card.json"), card)
-    run.save(phase="interrupted" if interrupted else "done", history=hist, epoch=epoch)
-    if interrupted:
-        print(f"shardgym: interrupted; saved to {run.out}; resume with "
+    run.save(phase="interrupted" if flag.stop else "done", history=hist, epoch=epoch)
+    if flag.stop:
+        print(f"shardgym: stopped (signal {flag.signum}) between steps; saved to {run.out}; resume with "
               f"`shardgym train --model fgnn --resume {run.out}`", file=sys.stderr, flush=True)
-        return 130
+        return 130 if interrupted else 0
     print(f"wrote {ck} after {run.elapsed() / 60:.1f} min ({epoch} epochs, {len(base)} problems, "
-          f"{len(extra_samples)} DAgger problems)", flush=True)
+          f"{len(extra_samples)} DAgger problems); best on validation: {best_ck} (epoch {best['epoch']}, "
+          f"score {best['score']:.4f}, step 0 {run.state.get('step0_validation', {}).get('score', float('nan')):.4f})",
+          flush=True)
     return 0

@@ -82,6 +82,10 @@ def main(argv=None):
     ap.add_argument("--old-policy-max-nodes", type=int, default=2000, help="--split fg: old policy rows up to this size")
     ap.add_argument("--no-big", action="store_true", help="--split fg: leave out the >4,000-node problem")
     ap.add_argument("--no-speed", action="store_true", help="--split fg: skip the planning-speed rows")
+    ap.add_argument("--reuse", default=None, metavar="JSON",
+                    help="--split fg: take the rows that do not depend on the network (BP, replicated, greedy, random, "
+                         "old policy) from this earlier eval_fgnn JSON where the problem and its label match; "
+                         "only the fgnn rows are run again")
     ap.add_argument("--no-copies", action="store_true",
                     help="--split fg: drop the problems' edge memory (resharded copies), the model the BP family "
                          "prices; writes results/eval_fgnn_nocopies.json")

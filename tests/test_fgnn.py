@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.checkpoints import weights_digest
+from agent.checkpoints import load_checkpoint, weights_digest
 from agent.fgnn import FGNN, FGConfig, FGInputs
 from costmodel.problem import evaluate
 from solvers import bp
@@ -80,21 +80,54 @@ def test_loss_falls_on_a_fixed_problem():
 
 
 def test_resume_is_identical_and_checkpoint_round_trips(tmp_path, monkeypatch):
-    """Two epochs in one go and one epoch + ``--resume`` to two end with the same weights; the
-    checkpoint loads as a planner that plans."""
+    """Two epochs in one go, and a run stopped by SIGTERM between the two steps of its second epoch
+    + ``--resume`` (mid-epoch: the harder case than an epoch boundary), end with the same weights; the best-on-validation
+    checkpoint (step 0 counted) is the lowest score seen and loads as a planner that plans."""
+    import json
+    import os
+    import signal
+
+    from agent import fgnn_train
     from agent.fgnn_train import main
+    from agent.fgnn_val import Validator, is_validation
     from agent.planner import Planner
     monkeypatch.setenv("SHARDGYM_CACHE_DIR", str(tmp_path / "cache"))
     common = ["--no-workloads", "--random-problems", "2", "--random-nodes", "8,12", "--lr", "0.01", "--rounds", "3",
               "--hidden", "8", "--dagger-every", "1",
               "--dagger-problems", "2", "--dagger-cuts", "0.5", "--batch-entries", "1024", "--ilp-seconds", "5",
-              "--no-progress", "--seed", "3"]
-    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+              "--no-progress", "--seed", "3", "--val-every", "2"]   # one problem trains, one validates
+    a, c = str(tmp_path / "a"), str(tmp_path / "c")
     assert main(common + ["--epochs", "2", "--out", a]) == 0
-    assert main(common + ["--epochs", "1", "--out", b]) == 0
-    assert main(["--resume", b, "--epochs", "2"]) == 0
-    assert weights_digest(f"{a}/fgnn.msgpack") == weights_digest(f"{b}/fgnn.msgpack")
-    pl = Planner.load(f"{a}/fgnn.msgpack")
+    real = fgnn_train.Trainer.step
+    calls = []
+
+    def step_then_term(self, batch):
+        out = real(self, batch)
+        calls.append(1)
+        if len(calls) == 2:    # epoch 1's first of two steps (its DAgger problem is the second)
+            os.kill(os.getpid(), signal.SIGTERM)    # handled between steps: the step has finished
+        return out
+    monkeypatch.setattr(fgnn_train.Trainer, "step", step_then_term)
+    assert main(common + ["--epochs", "2", "--out", c]) == 0
+    with open(f"{c}/state.json") as f:
+        st = json.load(f)
+    assert st["phase"] == "interrupted" and st["epoch"] == 1 and len(calls) == 2
+    assert load_checkpoint(f"{c}/fgnn.msgpack")["extra"]["step"] == 1
+    monkeypatch.setattr(fgnn_train.Trainer, "step", real)
+    assert main(["--resume", c, "--epochs", "2"]) == 0
+    assert weights_digest(f"{a}/fgnn.msgpack") == weights_digest(f"{c}/fgnn.msgpack")
+    # best.msgpack is the lowest validation score seen, step 0 (the untrained network) counted,
+    # and re-scores to it
+    d = a
+    with open(f"{d}/state.json") as f:
+        st = json.load(f)
+    best = st["best"]
+    assert best["n"] == 1 and best["score"] <= st["step0_validation"]["score"]
+    assert all(h["val_score"] >= best["score"] for h in st["history"])
+    pl = Planner.load(f"{d}/best.msgpack")
+    s0 = next(s for s in fgnn_train._labelled(fgnn_train.build_parser().parse_args(common), 0.0, print,
+                                               only=st["labelled"])[0] if is_validation(s.name, 2))
+    assert Validator([(s0.name, s0.orig, s0.label_cost)], True).score(pl.net)["score"] == pytest.approx(best["score"])
     p = random_problem(np.random.default_rng(9), 6, kmax=3, edge_p=0.5, limit_q=0.5)
     x = pl.plan(p, polish=False)
     assert evaluate(p, x).feasible
