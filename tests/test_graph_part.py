@@ -149,10 +149,13 @@ def test_message_passing_plan_executes(mgn):
                     if kind == "collective-permute")
     assert xla_perm == pred_perm > 0
     assert abs(r.collective_wire_bytes / r.predicted_comm_bytes - 1) < 0.10
-    # memory: NOT within the issue's 10%. Measured predicted / XLA = 0.71 (29772 / 42216 B): XLA's
-    # temp holds all-gathered edge-sized activation copies that the cost model's liveness does not
-    # (resharded copies on edges are not charged to memory, costmodel.builder); see the README
-    assert 0.5 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.10
+    # memory: predicted 36,844 B, XLA 40,808 B (0.903). XLA's buffer assignment at its peak: the
+    # live buffers are 38,956 B (the rest is the temp allocation's packing); what the Problem lacks
+    # is XLA's one f32[64,8] zeros (2,048 B) that CSE merges for the two edge-sharded scatter-adds'
+    # inits and holds from the forward one's scatter (copy-inserted) to the backward one's: generic
+    # (costmodel/memory.py charges each init at its own scatter). The halo scatter-add's own
+    # partials were hoisted to the program start too until dist_gather.zeros_after (was 0.873).
+    assert r.predicted_memory_bytes == pytest.approx(r.xla_memory_bytes, rel=0.10)
 
 
 def test_policy_decodes_and_shapes_only_run_is_refused(mgn):
