@@ -4,6 +4,8 @@ scatter-adds and an edge-sharded (reduce-scatter) aggregation executed on the 8 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 
 import jax
@@ -15,6 +17,9 @@ from costmodel import graph_part
 from costmodel.problem import Plan
 from zoo import meshgraphnet as mg
 from zoo.common import build_step
+
+sys.path.insert(0, os.path.dirname(__file__))
+from plan_helpers import env_episode  # noqa: E402
 
 CFG = mg.MeshGraphNetConfig(n_nodes=64, n_edges=256, latent=8, n_blocks=1, mlp_hidden_layers=1)
 
@@ -163,6 +168,7 @@ def test_policy_decodes_and_shapes_only_run_is_refused(mgn):
     plan = sg.solve(p, method="policy", search=False)
     assert len(plan.strategies) == p.num_nodes and all(0 <= s < k for s, k in zip(plan.strategies, p.num_strategies))
     forced = _forced_plan(g, p)
+    env_episode(p, forced)   # the policy's env offers and prices the halo / edge-sharded strategies
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
     with pytest.raises(ValueError, match="real arrays"):
         sg.execute(fn, abstract, g, forced, problem=p)
