@@ -164,7 +164,7 @@ def _conv_stack():
 
 def test_spatial_plan_executes():
     """A batch-1 conv stack, every conv forced onto a spatial strategy (the ILP picks the rest):
-    numerics match, collective bytes match the prediction; memory is reported against XLA's."""
+    numerics match, collective bytes match the prediction; memory is 0.86 of XLA's (below)."""
     step, args = _conv_stack()
     g = sg.trace(step, *args)
     p = sg.build_problem(g, "cpu-2x4")
@@ -175,11 +175,14 @@ def test_spatial_plan_executes():
     kinds = {c["kind"]: c for c in r.collectives}
     assert kinds["collective-permute"]["count"] >= 5
     assert r.collective_wire_bytes == pytest.approx(r.predicted_comm_bytes, rel=0.10)
-    # memory: XLA 0.92 MiB vs 0.75 predicted (-18%), not the issue's 10%. XLA's buffer assignment
-    # (--xla_dump_to, the 516 KB preallocated temp) holds at its peak the all-gathered copy of the
-    # last conv's output that the loss's reduce_sum reads replicated (f32[1,32,32,32], 128 KiB) and
-    # its row-major layout copy (128 KiB): a resharded copy on an edge, which the Problem does not
-    # charge (costmodel.builder), plus CPU layout copies of the weight-gradient convs' operands
-    # (transpose_copy_fusion, 72 + 40 KiB). The halo's own copy (40 KiB) is counted.
-    assert r.predicted_memory_bytes == pytest.approx(r.xla_memory_bytes, rel=0.25)
+    # memory: NOT the issue's 10%. XLA 964,652 B vs 829,448 predicted (0.86). XLA's buffer assignment
+    # (--xla_dump_to, *live-range.txt) at its peak, in the last weight-gradient conv: live buffers
+    # 870,412 B (the other 94,240 B are the temp allocation's packing). The Problem misses there,
+    # all in the generic model (costmodel/builder.py, memory.py, edge_memory.py): the weight-gradient
+    # convs feed only aliased outputs (new params), so their interval is zero-length and their usage
+    # (with the halo copy, 40,960 B for the last one) counts nowhere; CPU layout copies of the weight
+    # gradients' operands (transpose_copy_fusion 73,728 + 36,864 B, ynn 36,864 B); the all-gathered
+    # copy of the last conv's output that the loss reads replicated (131,072 B) is held into the
+    # backward by XLA, the copy group only over [1, 3).
+    assert 0.80 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.0
     assert np.isfinite(r.loss)
