@@ -21,3 +21,21 @@ def forced_plan(problem, graph, primitive: str, must_contain: str, time_limit_s:
     chosen = [problem.meta.strategy_names[i][s] for i, s in enumerate(plan.strategies)
               if graph.nodes[i].primitive == primitive]
     return plan, chosen
+
+
+def env_episode(problem, plan):
+    """Step the policy's env (env.sharding_env.ShardingEnv) through ``plan``: every action must be
+    unmasked (the policy can pick it) and the episode's cost must be ``evaluate``'s. Returns it."""
+    from costmodel.problem import evaluate
+    from env.sharding_env import ShardingEnv
+    env = ShardingEnv(workloads=problem, skip_trivial=False)
+    env.reset(options={"problem": problem})
+    done, info = False, {}
+    while not done:
+        a = int(plan.strategies[int(env._cur)])
+        assert env.action_masks()[a], (int(env._cur), a)
+        _, _, done, _, info = env.step(a)
+        assert not info["invalid_action"]
+    assert info["plan"] == [int(s) for s in plan.strategies]
+    assert info["cost"].total == evaluate(problem, plan).total
+    return info["cost"]

@@ -23,7 +23,7 @@ from runtime import dist_fft
 from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
-from plan_helpers import forced_plan  # noqa: E402
+from plan_helpers import env_episode  # noqa: E402
 
 CASES = {
     "rfft2": (lambda x: jnp.fft.rfft2(x), (2, 4, 16, 16), jnp.float32),
@@ -87,17 +87,31 @@ def test_every_fft_strategy_matches_and_moves_what_is_predicted(case):
 
 
 def test_fno_plan_with_distributed_ffts_executes():
-    """FNO tiny at batch 1 with every fft node forced onto a transposing strategy (an all-to-all):
-    forward and backward numerics match the unsharded step; collectives and memory vs XLA."""
+    """FNO tiny at batch 1, its fft nodes forced alternately onto a batch-sharded strategy (a sharded
+    channel dim, local FFTs) and a transposing one (an all-to-all): forward and backward numerics
+    match the unsharded step; collectives and memory within 10% of the prediction."""
+    import dataclasses
+
+    from costmodel.problem import Plan
     fn, args = zoo.build("fno", "tiny", batch_size=1)
     g = sg.trace(fn, *args)
     p = sg.build_problem(g, "cpu-2x4")
-    plan, ffts = forced_plan(p, g, "fft", "all-to-all")
-    assert len(ffts) == 8 and all("all-to-all" in n for n in ffts)
+    ffts = [i for i, nd in enumerate(g.nodes) if nd.primitive == "fft"]
+    kinds = [lambda n: "all-to-all" not in n and n.split(" = ")[0].strip("R") != "", lambda n: "all-to-all" in n]
+    pen, o = p.node_costs.copy(), p.strategy_offsets
+    for k, i in enumerate(ffts):
+        pen[o[i]:o[i + 1]] += [0.0 if kinds[k % 2](nm) else 1.0 for nm in p.meta.strategy_names[i]]
+    pl = sg.solve(dataclasses.replace(p, node_costs=pen), method="ilp", time_limit_s=20)
+    plan = Plan.for_problem(p, pl.strategies, method="forced")
+    names = [p.meta.strategy_names[i][plan.strategies[i]] for i in ffts]
+    assert len(ffts) == 8 and all(kinds[k % 2](nm) for k, nm in enumerate(names)), names
+    env_episode(p, plan)   # the policy's env offers and prices these fft strategies too
     r = sg.execute(fn, args, g, plan, problem=p, iters=1)
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
     kinds = {c["kind"]: c for c in r.collectives}
-    assert kinds["all-to-all"]["count"] >= 8
-    # measured: comm 0.534 MiB vs 0.522 predicted, memory 2.484 MiB vs 2.568 predicted
+    assert kinds["all-to-all"]["count"] >= 4
+    # measured: comm 825,136 B both (XLA and predicted), memory 3.811 MB XLA vs 3.673 predicted (0.96).
+    # (All eight on transposing strategies: memory 1.001, comm 1.078 of XLA; a 3-D pencil plan, fno
+    # 3d-tiny: memory 1.28, over-counted by the generic dot rule, costmodel/memory.py, see README.)
     assert r.collective_wire_bytes == pytest.approx(r.predicted_comm_bytes, rel=0.10)
     assert r.predicted_memory_bytes == pytest.approx(r.xla_memory_bytes, rel=0.10)

@@ -4,6 +4,8 @@ scatter-adds and an edge-sharded (reduce-scatter) aggregation executed on the 8 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 
 import jax
@@ -15,6 +17,9 @@ from costmodel import graph_part
 from costmodel.problem import Plan
 from zoo import meshgraphnet as mg
 from zoo.common import build_step
+
+sys.path.insert(0, os.path.dirname(__file__))
+from plan_helpers import env_episode  # noqa: E402
 
 CFG = mg.MeshGraphNetConfig(n_nodes=64, n_edges=256, latent=8, n_blocks=1, mlp_hidden_layers=1)
 
@@ -149,10 +154,13 @@ def test_message_passing_plan_executes(mgn):
                     if kind == "collective-permute")
     assert xla_perm == pred_perm > 0
     assert abs(r.collective_wire_bytes / r.predicted_comm_bytes - 1) < 0.10
-    # memory: NOT within the issue's 10%. Measured predicted / XLA = 0.71 (29772 / 42216 B): XLA's
-    # temp holds all-gathered edge-sized activation copies that the cost model's liveness does not
-    # (resharded copies on edges are not charged to memory, costmodel.builder); see the README
-    assert 0.5 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.10
+    # memory: predicted 36,844 B, XLA 40,808 B (0.903). XLA's buffer assignment at its peak: the
+    # live buffers are 38,956 B (the rest is the temp allocation's packing); what the Problem lacks
+    # is XLA's one f32[64,8] zeros (2,048 B) that CSE merges for the two edge-sharded scatter-adds'
+    # inits and holds from the forward one's scatter (copy-inserted) to the backward one's: generic
+    # (costmodel/memory.py charges each init at its own scatter). The halo scatter-add's own
+    # partials were hoisted to the program start too until dist_gather.zeros_after (was 0.873).
+    assert r.predicted_memory_bytes == pytest.approx(r.xla_memory_bytes, rel=0.10)
 
 
 def test_policy_decodes_and_shapes_only_run_is_refused(mgn):
@@ -160,6 +168,7 @@ def test_policy_decodes_and_shapes_only_run_is_refused(mgn):
     plan = sg.solve(p, method="policy", search=False)
     assert len(plan.strategies) == p.num_nodes and all(0 <= s < k for s, k in zip(plan.strategies, p.num_strategies))
     forced = _forced_plan(g, p)
+    env_episode(p, forced)   # the policy's env offers and prices the halo / edge-sharded strategies
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
     with pytest.raises(ValueError, match="real arrays"):
         sg.execute(fn, abstract, g, forced, problem=p)

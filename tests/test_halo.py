@@ -20,7 +20,7 @@ from costmodel.trace import flatten_program
 from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
-from plan_helpers import forced_plan  # noqa: E402
+from plan_helpers import env_episode, forced_plan  # noqa: E402
 
 
 def test_halo_widths_by_hand():
@@ -116,6 +116,35 @@ def test_alpa_space_has_no_spatial_conv():
         sg.build_problem(g, "cpu-2x4", space="bogus")
 
 
+def test_ilp_and_policy_see_spatial_strategies():
+    """The issue's example: a 3x3 conv stack on one 1024x1024 field at batch 1 over h100-2x8. The
+    unforced ILP splits the field (collective-permute strategies) and beats Alpa's space's; the policy's
+    env offers every spatial strategy unmasked and prices a plan of them as evaluate does."""
+    def step(params, x):
+        def loss(p):
+            h = x
+            for w in p:
+                h = jax.nn.relu(jax.lax.conv_general_dilated(h, w, (1, 1), "SAME",
+                                                             dimension_numbers=("NHWC", "HWIO", "NHWC")))
+            return jnp.mean(h ** 2)
+        val, grad = jax.value_and_grad(loss)(params)
+        return [w - 0.1 * gw for w, gw in zip(params, grad)], val
+    params = [jax.ShapeDtypeStruct((3, 3, 32, 32), jnp.float32)] * 3
+    args = (params, jax.ShapeDtypeStruct((1, 1024, 1024, 32), jnp.float32))
+    g = sg.trace(step, *args)
+    full, alpa = sg.build_problem(g, "h100-2x8"), sg.build_problem(g, "h100-2x8", space="alpa")
+    pf = sg.solve(full, method="ilp", time_limit_s=10)
+    pa = sg.solve(alpa, method="ilp", time_limit_s=10)
+    convs = [i for i, nd in enumerate(g.nodes) if nd.primitive == "conv_general_dilated"]
+    picked = [full.meta.strategy_names[i][pf.strategies[i]] for i in convs]
+    assert sum("collective-permute" in x for x in picked) >= len(convs) // 2, picked
+    # measured 0.385 vs 0.416 ms (Alpa's space splits channels: the field's element-wise work dominates)
+    assert sg.evaluate(full, pf).step_time_s < 0.95 * sg.evaluate(alpa, pa).step_time_s
+    assert env_episode(full, pf).step_time_s == sg.evaluate(full, pf).step_time_s
+    pol = sg.solve(full, method="policy", search=False)
+    assert all(0 <= s < k for s, k in zip(pol.strategies, full.num_strategies))
+
+
 def _conv_stack():
     def conv(x, w, s):
         return jax.lax.conv_general_dilated(x, w, (s, s), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -135,7 +164,7 @@ def _conv_stack():
 
 def test_spatial_plan_executes():
     """A batch-1 conv stack, every conv forced onto a spatial strategy (the ILP picks the rest):
-    numerics match, collective bytes match the prediction; memory is reported against XLA's."""
+    numerics match, collective bytes match the prediction; memory is 0.86 of XLA's (below)."""
     step, args = _conv_stack()
     g = sg.trace(step, *args)
     p = sg.build_problem(g, "cpu-2x4")
@@ -146,11 +175,14 @@ def test_spatial_plan_executes():
     kinds = {c["kind"]: c for c in r.collectives}
     assert kinds["collective-permute"]["count"] >= 5
     assert r.collective_wire_bytes == pytest.approx(r.predicted_comm_bytes, rel=0.10)
-    # memory: XLA 0.92 MiB vs 0.75 predicted (-18%), not the issue's 10%. XLA's buffer assignment
-    # (--xla_dump_to, the 516 KB preallocated temp) holds at its peak the all-gathered copy of the
-    # last conv's output that the loss's reduce_sum reads replicated (f32[1,32,32,32], 128 KiB) and
-    # its row-major layout copy (128 KiB): a resharded copy on an edge, which the Problem does not
-    # charge (costmodel.builder), plus CPU layout copies of the weight-gradient convs' operands
-    # (transpose_copy_fusion, 72 + 40 KiB). The halo's own copy (40 KiB) is counted.
-    assert r.predicted_memory_bytes == pytest.approx(r.xla_memory_bytes, rel=0.25)
+    # memory: NOT the issue's 10%. XLA 964,652 B vs 829,448 predicted (0.86). XLA's buffer assignment
+    # (--xla_dump_to, *live-range.txt) at its peak, in the last weight-gradient conv: live buffers
+    # 870,412 B (the other 94,240 B are the temp allocation's packing). The Problem misses there,
+    # all in the generic model (costmodel/builder.py, memory.py, edge_memory.py): the weight-gradient
+    # convs feed only aliased outputs (new params), so their interval is zero-length and their usage
+    # (with the halo copy, 40,960 B for the last one) counts nowhere; CPU layout copies of the weight
+    # gradients' operands (transpose_copy_fusion 73,728 + 36,864 B, ynn 36,864 B); the all-gathered
+    # copy of the last conv's output that the loss reads replicated (131,072 B) is held into the
+    # backward by XLA, the copy group only over [1, 3).
+    assert 0.80 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.0
     assert np.isfinite(r.loss)
