@@ -179,8 +179,8 @@ def test_spatial_plan_executes():
     # (--xla_dump_to, *live-range.txt) at its peak, in the last weight-gradient conv: live buffers
     # 870,412 B (the other 94,240 B are the temp allocation's packing). The Problem misses there,
     # all in the generic model (costmodel/builder.py, memory.py, edge_memory.py): the weight-gradient
-    # convs feed only aliased outputs (new params), so their interval is zero-length and their usage
-    # (with the halo copy, 40,960 B for the last one) counts nowhere; CPU layout copies of the weight
+    # convs feed only aliased outputs (new params): their usage (with the halo copy, 40,960 B for the
+    # last one) counts only at their own step (15a9114), below the model's forward peak; CPU layout copies of the weight
     # gradients' operands (transpose_copy_fusion 73,728 + 36,864 B, ynn 36,864 B); the all-gathered
     # copy of the last conv's output that the loss reads replicated (131,072 B) is held into the
     # backward by XLA, the copy group only over [1, 3).
