@@ -56,7 +56,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.local import fitting_least_usage_plan, prepare, refine
+from solvers.local import fitting_least_usage_plan, polish, prepare, refine, repair_memory
 from solvers.search import solve_large
 
 
@@ -77,6 +77,9 @@ class CappedConfig:
     guard_margin_s: float = 1.0          # solve_guarded: the child's budget is this much shorter
     uncapped_share: float = 0.0          # of the budget for the uncapped MILP's bound (0: skipped; see solve_capped)
     anchor_max_s: float = 5.0            # with copies: at most this long (and 10% of the budget) to repair the anchor
+    repair_max_s: float = 3.0            # the uncapped plan's repair + polish: at most this (and 5% of the budget)
+    early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
+    early_lns_max_s: float = 6.0
 
 
 DEFAULT = CappedConfig()
@@ -149,9 +152,15 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
                             time.perf_counter() - t0)
-    # 2. starts: BP, the search (with copies and no plan yet, they and the MILP look for one)
+    # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
+    # the MILP look for one)
     small = milp_ok(problem, cf)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
+    if small and cf.uncapped_share > 0 and left() > 6.0:
+        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
+                                          say, repair_s=min(cf.repair_max_s, 0.05 * budget))
+        tighten(ub)
+        relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
     if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True,
                      time_limit_s=min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left()))
@@ -172,10 +181,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
-    if small and cf.uncapped_share > 0 and left() > 6.0 and not _closed(best[1], bound):
-        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider, say)
-        tighten(ub)
-        relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
+    if small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
+        consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
@@ -203,16 +210,27 @@ def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepar
     return r.lower_bound
 
 
-def _uncapped_bound(problem, time_limit_s, threads, consider, say) -> tuple[float, bool]:
+def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: float = 0.0) -> tuple[float, bool]:
     """HiGHS on the problem without its limit: dropping the cap is a relaxation, so its dual bound
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
-    capped optimum when that bound meets it). (bound, proven): -inf when HiGHS gives nothing in time."""
+    capped optimum when that bound meets it); when it does not fit, that plan repaired with the
+    copies priced (``repair_memory``) and polished for ``repair_s`` is one (the policy planner's
+    second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
+    nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
     except (RuntimeError, ValueError) as exc:
         say(f"uncapped milp gave nothing: {exc}")
         return -float("inf"), False
-    consider(plan, "uncapped milp")
+    if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
+        t = time.perf_counter()
+        fit = repair_memory(problem, plan, time_limit_s=repair_s)
+        if fit is not None:
+            consider(fit, "uncapped milp, repaired")
+            consider(polish(problem, fit, time_limit_s=max(repair_s - (time.perf_counter() - t), 0.1)),
+                     "uncapped milp, repaired")
+        else:
+            say("uncapped milp's plan: the repair found no plan that fits")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
     return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal"
 
