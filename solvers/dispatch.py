@@ -31,7 +31,7 @@ from solvers.ilp import solve_ilp
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads"})
 #: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
 #: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
-TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 
