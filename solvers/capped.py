@@ -273,7 +273,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     over the limit is never returned). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
     when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
-    (or "optimal" when that bound meets the plan's cost)."""
+    (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
+    through the pipe and are passed to ``progress`` here."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -285,7 +286,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
 
     def child():
         try:
-            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds, progress=progress,
+            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
+                             progress=None if progress is None else (lambda m: send.send(("log", m))),
                              on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
                              threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
             send.send(("done", r))
@@ -310,6 +312,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         if msg[0] == "done":
             done = msg[1]
             break
+        if msg[0] == "log":     # the child's progress, said here (a caller's list sees it)
+            say(msg[1])
+            continue
         if msg[0] == "bound":
             bound = max(bound, msg[1])
         elif msg[1] < best_cost:
