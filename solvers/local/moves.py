@@ -102,7 +102,7 @@ def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds:
                 best = best2
             new = plan.copy()
             new[safe] = best[safe]
-            if not lc.feasible(new) and lc.feasible(plan):   # copies: freeing node bytes can make a copy live
+            if problem.edge_memory is not None and not lc.feasible(new) and lc.feasible(plan):   # a copy made live
                 idx = np.flatnonzero(safe)
                 idx = idx[np.argsort(-prio[idx], kind="stable")]
                 while len(idx) > 1 and not lc.feasible(new):
