@@ -7,7 +7,7 @@ it is a time-limited MIP, so lo is an upper bound of the least peak), hi = the p
 uncapped time-optimal plan (ILP, ``--uncapped-seconds``), lo >= hi: skipped; per cap at 25 / 50 /
 75 % of the way from lo to hi: the ILP's plan at ``--seconds`` (cost, status, bound, gap, wall)
 and the policy's (cost, wall), ratio = ILP cost / policy cost (<= 1: never worse). Records the
-load average.
+load average, and the capped core's phase log (``log``: which phase found which plan when, the bounds).
 
 The outside-the-zoo steps: ``outside:moe``, ``outside:rnn``, ``outside:convae``
 (tests/data/outside_steps.py), and two written here (plain JAX, no Flax): ``autoencoder`` (four
@@ -18,7 +18,8 @@ The default grid is every zoo tiny model and the three outside steps on cpu-2x4,
 tpu-4x4 (81 cells, hours on 2 shared cores). It is resumable per cell: every finished cell is
 written to ``results/<--out>.json`` at once (with the git revision and the load average of that
 cell), and a rerun skips the cells already there (``--fresh`` starts over). Cells run cluster by
-cluster, so a partial run covers whole clusters first.
+cluster, so a partial run covers whole clusters first. ``previous_rows`` (kept across reruns) holds
+an earlier revision's cells of the same grid; ``--table`` shows them beside the new ones.
 
     nice -n 10 python experiments/bench_capped.py                     # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
@@ -96,6 +97,8 @@ def moe_adam_step():
 
 
 OUTSIDE = {"autoencoder": autoencoder_step, "moe_adam": moe_adam_step}
+#: progress lines left out of a cell's ``log`` (per round / per step noise): the phases' new best plans and bounds stay
+_QUIET = ("cfn round", "tied dp", "given start", "continuing the tied run", "anchor (lowest usage)", "cfn start")
 
 
 def _step(spec: str):
@@ -146,7 +149,7 @@ def main(argv=None):
     graphs = {}
 
     def save():
-        write_results(a.out, {"rows": rows, "setups": setups,
+        write_results(a.out, {"rows": rows, "setups": setups, "previous_rows": old.get("previous_rows", []),
                               "complete": all((q, c, f) in done for c in a.clusters.split(",")
                                               for q in problems for f in fractions)}, config=vars(a))
 
@@ -185,7 +188,10 @@ def main(argv=None):
                        "git_rev": git_rev(), "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
                 t = time.perf_counter()
                 try:
-                    plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=a.seconds)
+                    log = []
+                    plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=a.seconds,
+                                    progress=lambda m, t=time.perf_counter(): log.append(f"{time.perf_counter() - t:.1f}s {m}"))
+                    row["log"] = [m for m in log if not any(k in m for k in _QUIET)][:60]
                     c = sg.evaluate(pc, plan)
                     row.update(ilp_cost=c.total, ilp_feasible=c.feasible, status=plan.info.get("status"),
                                bound=plan.info.get("bound"), gap=plan.info.get("gap"), source=plan.info.get("source"))
@@ -218,14 +224,18 @@ def main(argv=None):
 def markdown(res: dict) -> str:
     """README's table of a results file, with the counts against the targets."""
     fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
+    prev = {(r["problem"], r["cluster"], r["cap_fraction"]): r for r in res.get("previous_rows", [])}
     out = ["| problem | cluster | nodes | cap | ILP cost | status | gap | source | ILP wall | policy cost | "
-           "ILP / policy | policy wall | load |", "|---" * 13 + "|"]
+           "ILP / policy | policy wall | load | before: ILP cost, / policy, load |", "|---" * 14 + "|"]
     rows = res.get("rows", [])
     for r in rows:
+        b = prev.get((r["problem"], r["cluster"], r["cap_fraction"]))
+        before = "—" if b is None else (f"{fmt(b.get('ilp_cost'))}, {fmt(b.get('ilp_over_policy'), '{:.3f}')}, "
+                                        f"{b['load_avg_before'][0]:.1f}")
         out.append(f"| {r['problem']} | {r['cluster']} | {r['nodes']} | {r['cap_fraction']:.0%} | {fmt(r.get('ilp_cost'))} | "
                    f"{r.get('status')} | {fmt(r.get('gap'), '{:.1%}')} | {r.get('source') or '—'} | {r.get('ilp_s')} s | "
                    f"{fmt(r.get('policy_cost'))} | {fmt(r.get('ilp_over_policy'), '{:.3f}')} | {r.get('policy_s')} s | "
-                   f"{r['load_avg_before'][0]:.1f} |")
+                   f"{r['load_avg_before'][0]:.1f} | {before} |")
     fits = [r for r in rows if r.get("ilp_feasible")]
     small = [r for r in fits if r.get("gap") is not None and r["gap"] <= 0.02]
     pol = [r for r in rows if r.get("policy_feasible")]
@@ -234,6 +244,10 @@ def markdown(res: dict) -> str:
     out.append(f"{len(rows)} cells; the ILP's plan fits in {len(fits)}; gap <= 2 % in {len(small)}; the ILP is "
                f"worse than the policy in {len(worse)} of the {len(pol)} cells where the policy's plan fits"
                f"{'' if res.get('complete') else ' (partial run)'}.")
+    if prev:
+        out.append(f"Before ('previous_rows', the revisions named there): {len(prev)} cells; the ILP worse than the "
+                   f"policy in {sum(1 for b in prev.values() if (b.get('ilp_over_policy') or 0) > 1 + 1e-9)}; gap <= 2 % in "
+                   f"{sum(1 for b in prev.values() if b.get('gap') is not None and b['gap'] <= 0.02)}.")
     return "\n".join(out)
 
 

@@ -56,7 +56,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.local import fitting_least_usage_plan, prepare, refine
+from solvers.local import fit_with_copies, fitting_least_usage_plan, improve, polish, prepare, refine, repair_memory
 from solvers.search import solve_large
 
 
@@ -77,6 +77,10 @@ class CappedConfig:
     guard_margin_s: float = 1.0          # solve_guarded: the child's budget is this much shorter
     uncapped_share: float = 0.0          # of the budget for the uncapped MILP's bound (0: skipped; see solve_capped)
     anchor_max_s: float = 5.0            # with copies: at most this long (and 10% of the budget) to repair the anchor
+    repair_max_s: float = 3.0            # the uncapped plan's repair + polish: at most this (and 5% of the budget)
+    early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
+    early_lns_max_s: float = 6.0
+    bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
 
 
 DEFAULT = CappedConfig()
@@ -149,13 +153,25 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
                             time.perf_counter() - t0)
-    # 2. starts: BP, the search (with copies and no plan yet, they and the MILP look for one)
+    # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
+    # the MILP look for one)
     small = milp_ok(problem, cf)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
+    if small and cf.uncapped_share > 0 and left() > 6.0:
+        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
+                                          say, repair_s=min(cf.repair_max_s, 0.05 * budget))
+        tighten(ub)
+        relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
     if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True,
                      time_limit_s=min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left()))
         consider(r.plan, "bp")
+        if cf.bp_improve_s > 0 and r.plan is not None and left() > 2 * cf.bp_improve_s:
+            # the policy planner's post-processing on BP's plan: mlp tiny cpu-2x4 at cap 50 %,
+            # 1.020e-4 -> 7.198e-5 (the optimum) in 1.8 s, where the search from it stayed at 1.020e-4
+            fit = fit_with_copies(problem, r.plan, time_limit_s=cf.bp_improve_s)
+            if fit is not None:
+                consider(improve(problem, fit, 0.25 * cf.bp_improve_s, 0.75 * cf.bp_improve_s), "bp, improved")
         if np.isfinite(r.lower_bound):
             tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
@@ -172,10 +188,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
-    if small and cf.uncapped_share > 0 and left() > 6.0 and not _closed(best[1], bound):
-        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider, say)
-        tighten(ub)
-        relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
+    if small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
+        consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
@@ -203,16 +217,27 @@ def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepar
     return r.lower_bound
 
 
-def _uncapped_bound(problem, time_limit_s, threads, consider, say) -> tuple[float, bool]:
+def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: float = 0.0) -> tuple[float, bool]:
     """HiGHS on the problem without its limit: dropping the cap is a relaxation, so its dual bound
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
-    capped optimum when that bound meets it). (bound, proven): -inf when HiGHS gives nothing in time."""
+    capped optimum when that bound meets it); when it does not fit, that plan repaired with the
+    copies priced (``repair_memory``) and polished for ``repair_s`` is one (the policy planner's
+    second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
+    nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
     except (RuntimeError, ValueError) as exc:
         say(f"uncapped milp gave nothing: {exc}")
         return -float("inf"), False
-    consider(plan, "uncapped milp")
+    if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
+        t = time.perf_counter()
+        fit = repair_memory(problem, plan, time_limit_s=repair_s)
+        if fit is not None:
+            consider(fit, "uncapped milp, repaired")
+            consider(polish(problem, fit, time_limit_s=max(repair_s - (time.perf_counter() - t), 0.1)),
+                     "uncapped milp, repaired")
+        else:
+            say("uncapped milp's plan: the repair found no plan that fits")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
     return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal"
 
@@ -248,7 +273,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     over the limit is never returned). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
     when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
-    (or "optimal" when that bound meets the plan's cost)."""
+    (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
+    through the pipe and are passed to ``progress`` here."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -259,8 +285,10 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
+        _fresh_highs_scheduler()
         try:
-            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds, progress=progress,
+            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
+                             progress=None if progress is None else (lambda m: send.send(("log", m))),
                              on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
                              threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
             send.send(("done", r))
@@ -285,6 +313,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         if msg[0] == "done":
             done = msg[1]
             break
+        if msg[0] == "log":     # the child's progress, said here (a caller's list sees it)
+            say(msg[1])
+            continue
         if msg[0] == "bound":
             bound = max(bound, msg[1])
         elif msg[1] < best_cost:
@@ -305,6 +336,19 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                             time.perf_counter() - t0, done.milp_info)
     r = _result([best, best_cost, "streamed"], bound, None, t0, False)   # killed: the streamed bound
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
+
+
+def _fresh_highs_scheduler() -> None:
+    """In a forked child: drop HiGHS's global task scheduler inherited from the parent. Its worker
+    threads do not exist after fork, so when the parent had run HiGHS (bench_capped: the policy's
+    MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
+    forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
+    3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
+    try:
+        import highspy
+        highspy.Highs.resetGlobalScheduler(False)
+    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
+        pass
 
 
 def _closed(cost: float, bound: float) -> bool:

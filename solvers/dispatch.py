@@ -28,10 +28,10 @@ from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp import solve_ilp
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
-CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads"})
+CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
 #: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
 #: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
-TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 
@@ -79,14 +79,14 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
 
 
 def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,
-                      threads=None) -> tuple[list[int], dict]:
+                      threads=None, progress=None) -> tuple[list[int], dict]:
     """Time objective under a memory cap (``problem.usage_limit``) that can bind:
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). The policy's plan is not a default seed: Planner.plan took 75-95 s on gpt tiny
     under this machine's load (pass it as ``initial_plans`` to have it count). Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
-    path. The seeds' time counts against the limit. Falls back to ``solve_ilp`` (for its
+    path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to ``solve_ilp`` (for its
     infeasibility report) when no plan fits."""
     seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
     seeds = [list(getattr(s, "strategies", s)) for s in seeds]
@@ -96,7 +96,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED)
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress)
     if r.plan is None:
         return solve_ilp(problem, objective="time", time_limit_s=left)[0], {}
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}

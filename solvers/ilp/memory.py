@@ -6,7 +6,8 @@
   M*, seeded with that plan. SolveInfo.bound/gap refer to phase 1 (bound = M*, gap 0); status is
   "time_limit" when phase 2 (the time tie-break) is not proven in time. With copy groups that
   shortcut is void: the min-M model runs between the copy-free lower bound and the best seed,
-  after the copy-aware peak shaver's bisection (``min_peak_model``).
+  after the peak shaver's bisection (``min_peak_model``; ``PeakShaver`` prices the copies through
+  ``solvers.local.repair_memory``).
 - With a bound T: seeds (``initial_plans``; ``shardgym.solve`` passes the baseline plans of a
   traced problem) give UB = the lowest peak of a seed within T. A fast peak-shaving heuristic
   (``solvers.ilp.peak_shaver``) bisects the cap for better plans within T; then exact steps "min
@@ -23,7 +24,6 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel.problem import evaluate
-from solvers.copy_search import CopyShaver
 from solvers.ilp.bounds import best_seed, min_usage, node_min_peak
 from solvers.ilp.infeasible import explain_infeasible, min_time_plan_within, raise_cap
 from solvers.ilp.peak_shaver import PeakShaver
@@ -89,7 +89,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
         return lb_strict and integral and ub <= np.floor(lb) + 1
 
     # heuristic bisection for a low UB fast (seconds), from every seed and the min-usage plan
-    shaver = PeakShaver(problem) if not copies else CopyShaver(problem)
+    shaver = PeakShaver(problem)
     h_until = time.perf_counter() + max(o.config.heuristic_share * o.left(), min(2.0, o.left()))
     h_lo = mstar
     starts = seeds   # the seeds (caller's plans first) and p0
@@ -199,7 +199,7 @@ def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
     best = best_seed(problem, seeds, cap, None, lambda c: (c.peak_memory_bytes, c.total))
     ub = cap if best is None else evaluate(problem, best).peak_memory_bytes
     # heuristic bisection on the cap for a lower start (the exact model is big with copies)
-    shaver, c_lo = CopyShaver(problem), m_lo
+    shaver, c_lo = PeakShaver(problem), m_lo
     h_until = time.perf_counter() + o.config.heuristic_share * o.left()
     while best is not None and time.perf_counter() < h_until and ub - c_lo > 1e-3 * ub:
         c = c_lo + 0.5 * (ub - c_lo)

@@ -1,7 +1,12 @@
-"""The memory objective's fast heuristic without copies: ``PeakShaver(problem).shave(start, cap,
-deadline)`` lowers a plan's peak to ``cap`` and then wins back time under ``cap`` (no proof; the
-exact bisection in ``solvers.ilp.memory`` supplies the bounds). With resharded copies
-``solvers.copy_search.CopyShaver`` takes its place.
+"""The memory objective's fast heuristic: ``PeakShaver(problem).shave(start, cap, deadline)`` lowers
+a plan's peak to ``cap`` and then wins back time under ``cap`` (no proof; the exact bisection in
+``solvers.ilp.memory`` supplies the bounds). With resharded copies (``Problem.edge_memory``) the
+repair prices each move's copy bytes (``solvers.local.CopyMoves``) and best response keeps the
+copies within ``cap``. It replaced the copy-aware single-move shaver (solvers/copy_search.py, gone):
+``min_peak_memory(p, 30 s)`` on cpu-2x4 (load 11-13) mlp tiny 19,316 -> 18,932 B, unet tiny
+3,015,524 -> 1,303,376 B, gpt tiny 1,513,620 -> 1,288,084 B; shaving the uncapped optimum to a
+cap 75 % of the way from the least peak to its own: unet tiny fits in 0.3 s (the old shaver: no
+plan in 20 s), gpt tiny the same cost in 0.08 s (1.7 s).
 
 Both steps are the shared local-search library's (``solvers.local``): ``repair_memory`` (at the
 peak, the live node whose lower-usage strategy adds the least time per byte saved, until the plan

@@ -9,7 +9,10 @@
   next colour class in turn, until a whole pass over the classes moves nothing. With ``memory`` (default) and a usage limit, a batch
   that would break the limit is cut to its moves that do not raise their node's usage, or, when
   none, the round retries among the usage-non-increasing strategies only. Never makes a plan
-  worse (in ``node_cost``) or, with ``memory``, infeasible.
+  worse (in ``node_cost``) or, with ``memory``, infeasible. With copies (``Problem.edge_memory``) a
+  move that does not raise its node's usage can still make a copy live: from a plan that fits, a
+  batch that breaks the limit is then halved (largest gains kept) until it fits, or the loop stops
+  (before this, ``polish`` returned a plan over the cap on unet tiny cpu-2x4 at cap 75 %).
 * ``pair_moves(problem, plan, lc)``: for every edge (u, v) the joint best (s, t) given all other
   nodes, J[s, t] = L_u(s) − E[s, t_now] + L_v(t) − E[s_now, t] + E[s, t], for all edges at once;
   moves with positive gain are applied greedily, best first, skipping any that touches a node
@@ -99,6 +102,15 @@ def best_response(problem: Problem, plan, time_limit_s: float = 1.0, max_rounds:
                 best = best2
             new = plan.copy()
             new[safe] = best[safe]
+            if problem.edge_memory is not None and not lc.feasible(new) and lc.feasible(plan):   # a copy made live
+                idx = np.flatnonzero(safe)
+                idx = idx[np.argsort(-prio[idx], kind="stable")]
+                while len(idx) > 1 and not lc.feasible(new):
+                    idx = idx[:len(idx) // 2]
+                    new = plan.copy()
+                    new[idx] = best[idx]
+                if not lc.feasible(new):
+                    break
         plan = new
     return [int(x) for x in plan]
 
