@@ -33,7 +33,7 @@ Known outliers and their causes (the terms' docstrings say more):
     not modelled (under-count);
   * memory, min-memory plans with copies: the memory objective's phase 1 is now a MIP that the
     ILP does not close at this script's 20 s limit; the plan is the best of the baselines and
-    the copy-aware peak shaver's (solvers/copy_search.py);
+    the copy-aware peak shaver's (solvers/ilp/peak_shaver.py);
   * memory, fno: XLA all-gathers every sharded FFT operand (the model runs fft replicated,
     space.SearchSpace.xla_fft_replicated); the runtime's identity matmuls around sharded FFTs add small
     buffers the model lacks;
