@@ -41,8 +41,9 @@ def strat(p, i, name):
 def test_liveness_and_peak_by_hand(cpu):
     p = build_problem(hand_graph(), cpu)
     # inputs [0,5); h until its consumer (order 3) + 1; loss is a program output -> T;
-    # new_w aliases w -> zero length
-    assert p.intervals.tolist() == [[0, 5], [0, 5], [2, 4], [3, 5], [4, 4]]
+    # new_w aliases w: it lives its own step only, [4, 5), where it charges its transient buffers
+    # (none here: the aliased output itself is not charged, below)
+    assert p.intervals.tolist() == [[0, 5], [0, 5], [2, 4], [3, 5], [4, 5]]
     rep = [0] * 5
     c = evaluate(p, rep)
     # x 512 + w 2048 + h 1024 + loss 4 at t = 3; the new w adds nothing; every operand is read
