@@ -102,17 +102,27 @@ def run_one(name: str, path: str, timeout_s: float) -> dict:
             if first[0] is None and COST_RE.search(line) and "loaded" not in line and "pruned" not in line:
                 first[0] = time.perf_counter() - t0
 
-    th = threading.Thread(target=read_err, daemon=True)
-    th.start()
+    chunks: list[str] = []
+
+    def read_out():
+        chunks.append(proc.stdout.read())
+
+    # each pipe has its own reader thread and nothing else reads it (communicate() beside a thread
+    # reading stderr raced it: the solver blocked writing a full pipe until killed by hand)
+    threads = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
+    for th in threads:
+        th.start()
     killed = False
     try:
-        out, _ = proc.communicate(timeout=timeout_s + 5)
+        proc.wait(timeout=timeout_s + 5)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
+        proc.wait()
         killed = True
     wall = time.perf_counter() - t0
-    th.join(timeout=2)
+    for th in threads:
+        th.join(timeout=5)
+    out = "".join(chunks)
     lines = out.strip().splitlines()
     try:
         plan = json.loads(lines[-1]) if lines and not killed else []
