@@ -25,7 +25,8 @@ instances and for every problem built without it, which then price exactly as be
   CPU scheduler issues a collective as soon as its operand exists and keeps the one result for
   every reader (gpt tiny, a min-memory plan, XLA's live ranges: every parameter all-gather at the
   program's start, an activation's all-gather right after its producer, each live to its last
-  reader in the backward pass);
+  reader in the backward pass). A member whose step precedes ``group_time`` (never so in a traced
+  program; possible in a hand-written or random instance) extends nothing;
 * under any other producer strategy (a slice or a local permutation written out for a dot) the
   copy is held at each active member's step only (one copy per step): such fusions are short-lived in XLA's
   schedule (the same plan: every ``*slice_fusion`` lives under 45 of 1,194 schedule positions).
@@ -177,9 +178,11 @@ class CopyGroups:
         act = self.active(s)
         g_of = self.member_group
         early = self._early_all(s)
-        mo = self.member_offsets[:-1].clip(max=len(act) - 1)
-        last = np.maximum.reduceat(np.where(act & early[g_of], self.member_time, -1), mo)
-        on = (np.diff(self.member_offsets) > 0) & early & (last >= 0)
+        # last active member's step per group (np.maximum.at: reduceat misreads empty groups)
+        last = np.full(self.num_groups, -1, dtype=np.int64)
+        np.maximum.at(last, g_of, np.where(act & early[g_of], self.member_time, -1))
+        # a member before the producer's step extends nothing (as the ILP's rows and local search)
+        on = early & (last >= self.group_time)
         pt = np.nonzero(act & ~early[g_of])[0]
         # one short-lived copy per (group, step): readers at the same step share it
         _, first = np.unique(np.stack([g_of[pt], self.member_time[pt]]), axis=1, return_index=True)
@@ -319,7 +322,9 @@ class CopyTracker:
                     self.short.add((g, a))
                     out.append((a, b, float(em.group_bytes[g])))
                 continue
-            a = min(a, self.glo[g])   # made by a collective: live from the producer's step
+            if em.member_time[m] < em.group_time[g]:
+                continue              # read before the producer's step: extends nothing (as intervals)
+            a = self.glo[g]           # made by a collective: live from the producer's step
             if lo is None:
                 out.append((a, b, float(em.group_bytes[g])))
                 self.lo[g], self.hi[g] = a, b

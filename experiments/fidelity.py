@@ -193,7 +193,6 @@ def main(argv=None) -> list[dict]:
         cluster = replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
     rows = []
     kept = []
-    load_start = os.getloadavg()
     if a.update:
         import json
 
@@ -237,8 +236,7 @@ def main(argv=None) -> list[dict]:
         "numerics_ok": sum(1 for r in rows if _numerics_ok(r)),
         "compiled_only": sum(1 for r in rows if r.get("compiled_only")),
         "errors": sum(1 for r in rows if r.get("ok") == "ERROR"),
-        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),  # the 2-core box is shared
-    }
+    }   # cpu count and load: write_results records them (env.loadavg_1_5_15)
     print(summary)
     path = write_results(a.out, {"summary": summary, "rows": rows}, config=cfg, seed=cfg.seed)
     print(f"wrote {path}")

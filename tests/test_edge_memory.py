@@ -245,3 +245,37 @@ def test_a_node_feeding_only_aliased_outputs_holds_its_transients_at_its_step():
     live = [p.node_usages[p.strategy_offsets[j] + plan.strategies[j]] for j in range(p.num_nodes)
             if p.intervals[j, 0] <= t < p.intervals[j, 1]]
     assert sum(live) >= u
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 6))
+def test_copy_intervals_are_never_negative_and_the_env_tracker_adds_up_to_them(seed, n):
+    """Random copy groups (members may precede the producer's step, groups may be empty): every
+    interval has start < end, and the environment's CopyTracker, deciding nodes in a random
+    order, covers the same bytes at every grid point as ``intervals``."""
+    from costmodel.edge_memory import CopyTracker
+    from costmodel.profile import live_on
+    rng = np.random.default_rng(seed)
+    p = _with_random_copies(rng, random_problem(rng, n, kmax=3, limit_q=None))
+    em = p.edge_memory
+    if rng.random() < 0.5:   # a trailing group without members
+        em = CopyGroups.from_lists([*((int(u), float(b), [(int(em.member_node[m]), int(em.member_time[m]),
+                                     em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]],
+                                     em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]])
+                                     for m in range(em.member_offsets[g], em.member_offsets[g + 1])], int(em.group_time[g]),
+                                     em.group_early[em.early_offsets[g]:em.early_offsets[g + 1]])
+                                     for g, (u, b) in enumerate(zip(em.group_node, em.group_bytes))),
+                                    (0, 7.0, [], 0, np.ones(int(p.num_strategies[0]), dtype=bool))])
+    s = np.array([int(rng.integers(k)) for k in p.num_strategies])
+    lo, hi, b = em.intervals(s)
+    assert np.all(lo < hi)
+    grid = np.unique(np.concatenate([em.time_points(), [0]]))
+    tracker = CopyTracker(em, grid, p.num_nodes)
+    dec = np.full(p.num_nodes, -1)
+    got = np.zeros(len(grid))
+    for i in rng.permutation(p.num_nodes):
+        dec[i] = s[i]
+        for a, c, by in tracker.decide(int(i), int(s[i]), dec):
+            assert a < c
+            got[a:c] += by
+    np.testing.assert_allclose(got, live_on(grid, lo, hi, b))
