@@ -18,6 +18,7 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
     ... --models fno --update      # re-run some rows, keep the others of results/fidelity.json
     ... --size real --models gpt --plans megatron,ilp-memory-1.05 --out fidelity_real
     ... --outside --out fidelity_outside   # the train steps of tests/data/outside_steps.py (moe, rnn, convae)
+    ... --reprice [--outside --out fidelity_outside]   # stored plans, current model, stored XLA figures
 
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
 
@@ -158,6 +159,40 @@ def _size(name: str, size: str, outside: dict) -> str:
     return zoo.sizes(name)[0] if size == "small" else REAL_SIZES[name]
 
 
+def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
+    """The stored plans of results/<out>.json priced by the current cost model against the XLA
+    figures stored beside them (nothing compiled: a memory rule is measured on the whole table in
+    the time a trace and a build take). Valid while the runtime's program for a plan is unchanged."""
+    import json
+
+    import shardgym as sg
+    import zoo
+    from experiments.common import RESULTS_DIR
+
+    old = json.loads((Path(RESULTS_DIR) / f"{out}.json").read_text())["rows"]
+    cluster = sg.Cluster.preset(cfg.cluster)
+    rows, built = [], {}
+    for r in old:
+        if r.get("strategies") is None or r["model"] not in cfg.models:
+            continue
+        name, size = r["model"], r.get("size") or _size(r["model"], "small", outside)
+        if name not in built:
+            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed)
+            built[name] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}"), cluster)
+        c = sg.evaluate(built[name], list(r["strategies"]))
+        xla = r["xla_mem_MiB"] * 2.0 ** 20
+        rows.append({"model": name, "plan": r["plan"], "old_mem_ratio": r["mem_ratio"],
+                     "mem_ratio": ratio(float(c.peak_memory_bytes), xla),
+                     "comm_ratio": ratio(float(c.comm_bytes), r["xla_comm_MiB"] * 2.0 ** 20)})
+        print(f"{name:13s} {r['plan']:16s} mem {r['mem_ratio']:.3f} -> {rows[-1]['mem_ratio']:.3f}   "
+              f"comm {r['comm_ratio']:.3f} -> {rows[-1]['comm_ratio']:.3f}", flush=True)
+    within = sum(1 for r in rows if abs(r["mem_ratio"] - 1) <= cfg.mem_tol)
+    print(f"memory within {cfg.mem_tol:.0%}: {sum(1 for r in rows if abs(r['old_mem_ratio'] - 1) <= cfg.mem_tol)}"
+          f" -> {within} / {len(rows)}; collectives within {cfg.comm_tol:.0%}: "
+          f"{sum(1 for r in rows if abs(r['comm_ratio'] - 1) <= cfg.comm_tol)} / {len(rows)}")
+    return rows
+
+
 def main(argv=None) -> list[dict]:
     import jax  # noqa: F401  (after XLA_FLAGS)
 
@@ -180,11 +215,16 @@ def main(argv=None) -> list[dict]:
                     help="the train steps written outside the zoo (tests/data/outside_steps.py), executed")
     ap.add_argument("--update", action="store_true",
                     help="keep the rows of results/<out>.json for other (model, plan) pairs; replace these")
+    ap.add_argument("--reprice", action="store_true",
+                    help="price the plans stored in results/<out>.json with the current model against "
+                         "their stored XLA figures; compiles nothing, writes nothing")
     a = ap.parse_args(argv)
     outside = _outside_steps() if a.outside else {}
     cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(outside or zoo.names()),
                  plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
                  ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters)
+    if a.reprice:
+        return reprice(a.out, outside, cfg)
     for p in cfg.plans:
         if p not in PLANS:
             raise ValueError(f"unknown plan {p!r}; choose from {', '.join(PLANS)}")
