@@ -46,6 +46,7 @@ import warnings
 import numpy as np
 
 from costmodel.cluster import Cluster
+from costmodel.copy_lists import copy_group_lists, donated_copy_lists, layout_copied_reads, layout_copy_lists
 from costmodel.cost import (
     Mesh,
     compute_time,
@@ -66,7 +67,6 @@ from costmodel.memory import (
     NON_FUSIBLE,
     NOT_DUPLICATED,
     TRANSPARENT,
-    copy_group_lists,
     materialised_outputs,
     operand_copies,
 )
@@ -182,9 +182,11 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     # ---- liveness ----
     T = 1 + max(int(nd.order) for nd in nodes)
     last_use = np.full(n, -1, dtype=np.int64)
+    copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
+    via_copy = {r for rs in copied.values() for r in rs}   # read from a layout copy, not the buffer
     for nd in nodes:
-        for src, _ in nd.operands:
-            if src >= 0:
+        for k, (src, _) in enumerate(nd.operands):
+            if src >= 0 and (nd.id, k) not in via_copy:
                 last_use[src] = max(last_use[src], int(nd.order))
     intervals = np.zeros((n, 2), dtype=np.int64)
     to_end = {src for src, _ in plain_out}
@@ -307,7 +309,9 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0])) if edge_memory else None,
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0]) + (
+            layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent)) if edge_memory else None,
     )
 
 

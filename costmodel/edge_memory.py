@@ -32,9 +32,11 @@ instances and for every problem built without it, which then price exactly as be
   schedule (the same plan: every ``*slice_fusion`` lives under 45 of 1,194 schedule positions).
 
 ``evaluate``, the ILP, local search and the environment all price copies
-through this module (the ILP's columns: ``solvers.copy_rows``). Approximate: XLA's CPU
-layout copies (``copy_*fusion``: a transposed operand of a dot, kept from the forward to the
-backward pass) are not copy groups; the schedule is the trace order, while XLA's differs.
+through this module (the ILP's columns: ``solvers.copy_rows``). The builder also records as
+copy groups XLA CPU's layout copies of conv operands and the copies of donated weights read
+after their update could run (``costmodel.copy_lists``). Approximate: XLA CPU's layout copies of
+dot operands (``copy_bitcast_fusion``: a transposed operand of a weight-gradient dot) are not
+copy groups; the schedule is the trace order, while XLA's differs.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Memory terms of a Problem: which values XLA keeps as buffers, and which resharded operand copies
 a strategy holds (``materialised_outputs``, ``operand_copies``; the builder charges them to
-``node_usages``), plus the CPU backend's reduce-scatter (``cpu_reduce_scatter_bytes``).
+``node_usages``). The copies priced per plan as copy groups are in ``costmodel.copy_lists``.
 """
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     (tests/test_dist_fft.py) from 0.94x to 0.88x: that plan's XLA peak is at the step's end,
     where XLA holds copies of the four donated spectral weights (4 x 128 KiB, ``copy(param)``
     live from the start to the update) that the model lacks, and the model's own peak sits
-    earlier, in the backward pass, where the in-place rule lowers it.
+    earlier, in the backward pass, where the in-place rule lowers it. (Those weight copies are
+    charged now: ``costmodel.copy_lists.donated_copy_lists``.)
     Residual error (results/fidelity.json): which exposed output holds the expensive value is not
     recorded in the graph (any one of the head's shape is taken); a dot operand that is a transpose of a buffer may be copied
     (layout change) instead of folded into the dot: under-count; transient buffers of a group (the
@@ -220,45 +221,3 @@ def operand_copies(graph: OpGraph, strats, mesh: Mesh) -> list[list[tuple]]:
         out.append(res)
     return out
 
-
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
-    """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
-
-    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
-    the comm matrix being the bytes each device sends for (producer strategy, consumer strategy).
-    Per (u, oi, destination layout L) one group: the copy of u's output in layout L, of L's
-    per-device bytes; its members are the reads (v, k) that some strategy of v takes in layout L,
-    wanting it under exactly those strategies. A member needs no copy when u's strategy already
-    stores L, and — for an element-wise (fusible) consumer, which fuses a slice of its operand
-    into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
-    fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
-    copy). The member's step is the consumer's ``order``. Transitions into an output that
-    aliases an input (the updated parameter) are not copies: the output buffer is the copy.
-    A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
-    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input).
-    """
-    nodes = graph.nodes
-    groups: dict = {}
-    for v, k, u, oi, comm in reads:
-        nd = nodes[v]
-        nh = int(nd.params.get("num_head_operands", len(nd.operands)))
-        buffer_read = k < nh and non_fusible(nd)
-        src = [s.out_specs[oi] for s in strats[u]]
-        dst = [s.operand_specs[k] for s in strats[v]]
-        ten = nd.operand_types[k]
-        itemsize = np.dtype(ten.dtype).itemsize
-        seen: dict = {}
-        for j, d in enumerate(dst):
-            seen.setdefault(d, j)
-        for L, j in seen.items():
-            want = np.array([d == L for d in dst])
-            free = np.array([s == L or (not buffer_read and comm[a, j] == 0) for a, s in enumerate(src)])
-            if free.all():
-                continue
-            key = (u, oi, L)
-            g = groups.get(key)
-            if g is None:
-                sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
-                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), sent > 0, sent)
-            g[2].append((v, int(nd.order), want, free))
-    return list(groups.values())

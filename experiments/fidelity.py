@@ -55,8 +55,13 @@ Known outliers and their causes (the terms' docstrings say more):
   * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
     v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
     its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);
-  * still not modelled: XLA CPU's layout copies of dot operands (``copy_*fusion`` /
-    ``transpose_copy_fusion``: moe's batched-expert einsums, vit), and the temp allocation's
+  * XLA CPU's layout copies of conv operands (``transpose_copy_fusion``: JAX's gradient convs
+    permute dimension numbers, XLA CPU writes the operand out in canonical order) and copies of
+    donated weights whose gradient dot runs without an all-reduce (``costmodel.copy_lists``;
+    re-priced with ``--reprice``: zoo memory within 10% 21 -> 25 of 48, outside 8 -> 11 of 24;
+    unet replicated 0.87 -> 1.01, convae replicated 0.72 -> 1.08, gpt replicated 0.89 -> 0.95);
+  * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
+    moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).
 """
 from __future__ import annotations

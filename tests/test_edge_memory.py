@@ -279,3 +279,68 @@ def test_copy_intervals_are_never_negative_and_the_env_tracker_adds_up_to_them(s
             assert a < c
             got[a:c] += by
     np.testing.assert_allclose(got, live_on(grid, lo, hi, b))
+
+
+def test_cpu_layout_copies_of_gradient_conv_operands():
+    """A Flax-layout conv (NHWC, HWIO) reads its operands as they are; its weight-gradient conv
+    reads the input as (feature, spatial, batch), which XLA CPU copies in that order: one extra
+    early copy of the program input, live from step 0 to the gradient conv, on cpu clusters only."""
+    from costmodel.copy_lists import conv_operand_order, layout_copied_reads
+
+    def step(w, x):
+        def loss(w):
+            y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            return jnp.sum(jnp.tanh(y))
+        return w - 0.1 * jax.grad(loss)(w)
+
+    w, x = jnp.ones((3, 3, 4, 8)), jnp.ones((8, 16, 16, 4))
+    g = sg.trace(step, w, x)
+    convs = [nd for nd in g.nodes if nd.primitive == "conv_general_dilated"]
+    fwd, wgrad = convs[0], convs[-1]
+    assert conv_operand_order(fwd, 0) is None and conv_operand_order(fwd, 1) is None
+    assert conv_operand_order(wgrad, 0) is not None
+    copied = layout_copied_reads(g)
+    x_node = next(nd.id for nd in g.nodes if nd.is_input and nd.outputs[0].shape == (8, 16, 16, 4))
+    assert any(u == x_node and (wgrad.id, 0) in rs for (u, _, _), rs in copied.items())
+    from dataclasses import replace
+    cpu = sg.build_problem(g, "cpu-2x4")
+    gpu = sg.build_problem(g, replace(sg.Cluster.preset("cpu-2x4"), backend="gpu"))
+    groups = (lambda p: sorted(zip(p.edge_memory.group_node.tolist(), p.edge_memory.group_bytes.tolist())))
+    extra = list(groups(cpu))
+    for grp in groups(gpu):
+        extra.remove(grp)
+    assert (x_node, float(x.nbytes)) in extra   # replicated strategy: the whole input copied
+    s = [0] * cpu.num_nodes       # everything replicated: the copy is live at the gradient conv
+    assert evaluate(cpu, s).peak_memory_bytes >= evaluate(gpu, s).peak_memory_bytes + x.nbytes
+
+
+def test_donated_weight_copies_where_the_gradient_dot_has_no_all_reduce():
+    """mlp tiny on cpu-2x4: XLA's buffer assignment copies Dense_1's and Dense_2's kernels under
+    the replicated plan (their backward dX dots read them after the update could run; Dense_0's
+    input gradient is never formed) and none under dp, where each weight gradient leaves its dot
+    through an all-reduce that XLA combines with later layers' gradients."""
+    import zoo
+    fn, args = zoo.build("mlp", "tiny", seed=0)
+    g = sg.trace(fn, *args)
+    p = sg.build_problem(g, "cpu-2x4")
+    em = p.edge_memory
+    g_of = em.member_group
+
+    def copied(plan):
+        s = np.asarray(sg.solve(p, method=plan).strategies)
+        act = em.active(s)
+        out = set()
+        for gi in np.unique(g_of[act]):
+            ms = np.nonzero(g_of == gi)[0]
+            w = int(em.group_node[gi])
+            if g.nodes[w].role == "param" and all(g.nodes[int(em.member_node[m])].role == "gradient" and
+                                                  g.nodes[int(em.member_node[m])].primitive == "dot_general"
+                                                  and em.member_time[m] > g.nodes[int(em.member_node[m])].order
+                                                  for m in ms):
+                out.add(g.nodes[w].input_path)
+        return out
+
+    rep = copied("replicated")
+    assert len(rep) == 2 and all("Dense_1" in str(k) or "Dense_2" in str(k) for k in rep), rep
+    assert all("kernel" in str(k) for k in rep)
+    assert copied("dp") == set()

@@ -1,0 +1,207 @@
+"""The copies XLA makes of values, as copy-group lists (``costmodel.edge_memory.CopyGroups.from_lists``):
+resharded copies per (value, layout) (``copy_group_lists``), XLA CPU's layout copies of conv
+operands (``layout_copy_lists``), and copies of donated parameters read after their update could
+run (``donated_copy_lists``). The builder concatenates them into ``Problem.edge_memory``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.cost import Mesh, local_bytes
+from costmodel.graph import OpGraph
+from costmodel.memory import materialising, non_fusible
+
+
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
+    """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
+
+    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
+    the comm matrix being the bytes each device sends for (producer strategy, consumer strategy).
+    Per (u, oi, destination layout L) one group: the copy of u's output in layout L, of L's
+    per-device bytes; its members are the reads (v, k) that some strategy of v takes in layout L,
+    wanting it under exactly those strategies. A member needs no copy when u's strategy already
+    stores L, and — for an element-wise (fusible) consumer, which fuses a slice of its operand
+    into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
+    fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
+    copy). The member's step is the consumer's ``order``. Transitions into an output that
+    aliases an input (the updated parameter) are not copies: the output buffer is the copy.
+    A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
+    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input).
+    """
+    nodes = graph.nodes
+    groups: dict = {}
+    for v, k, u, oi, comm in reads:
+        nd = nodes[v]
+        nh = int(nd.params.get("num_head_operands", len(nd.operands)))
+        buffer_read = k < nh and non_fusible(nd)
+        src = [s.out_specs[oi] for s in strats[u]]
+        dst = [s.operand_specs[k] for s in strats[v]]
+        ten = nd.operand_types[k]
+        itemsize = np.dtype(ten.dtype).itemsize
+        seen: dict = {}
+        for j, d in enumerate(dst):
+            seen.setdefault(d, j)
+        for L, j in seen.items():
+            want = np.array([d == L for d in dst])
+            free = np.array([s == L or (not buffer_read and comm[a, j] == 0) for a, s in enumerate(src)])
+            if free.all():
+                continue
+            key = (u, oi, L)
+            g = groups.get(key)
+            if g is None:
+                sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
+                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), sent > 0, sent)
+            g[2].append((v, int(nd.order), want, free))
+    return list(groups.values())
+
+
+def conv_operand_order(nd, k: int) -> tuple | None:
+    """The dimension order XLA CPU's canonical convolution wants for conv operand ``k`` (0: lhs,
+    1: rhs), as a permutation of the operand's dims; None when it is already canonical. Canonical
+    (xla/service/cpu ConvCanonicalization, Eigen's layout): lhs (batch, spatial..., feature), rhs
+    (spatial..., in feature, out feature) — what a Flax NHWC / HWIO forward conv traces to. JAX's
+    gradient convs permute the dimension numbers instead of the data (the weight gradient reads
+    the activation as (feature, spatial..., batch)), and XLA writes the permuted operand out."""
+    if nd.primitive != "conv_general_dilated" or k > 1 or "dimension_numbers" not in nd.params:
+        return None
+    spec = list(nd.params["dimension_numbers"]["lhs_spec" if k == 0 else "rhs_spec"])
+    order = (spec[0], *spec[2:], spec[1]) if k == 0 else (*spec[2:], spec[1], spec[0])
+    return None if order == tuple(range(len(spec))) else tuple(int(x) for x in order)
+
+
+def layout_copied_reads(graph: OpGraph) -> dict:
+    """(producer u, output oi, order) -> the conv reads (v, k) that XLA CPU serves from one extra
+    layout copy of u's output in that order (see ``layout_copy_lists``). The builder drops these
+    reads from the producer's own liveness: the canonical buffer lives to its other readers."""
+    nodes = graph.nodes
+    readers: dict = {}
+    for nd in nodes:
+        nh = int(nd.params.get("num_head_operands", len(nd.operands)))
+        for k, (u, oi) in enumerate(nd.operands[:nh]):
+            if u >= 0 and non_fusible(nd):
+                readers.setdefault((u, oi), []).append((nd.id, k, conv_operand_order(nd, k)))
+    out: dict = {}
+    for (u, oi), rs in readers.items():
+        pu = nodes[u]
+        for order in {o for _, _, o in rs if o is not None}:
+            if pu.is_input or (materialising(pu) and not pu.folded) or any(o != order for _, _, o in rs):
+                out[(u, oi, order)] = [(v, k) for v, k, o in rs if o == order]
+    return out
+
+
+def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None) -> list:
+    """XLA CPU's layout copies of convolution operands, as copy groups (``CopyGroups.from_lists``;
+    the builder adds them on ``backend="cpu"`` clusters only: GPU / TPU convolutions take any
+    dimension order through their layout assignment, which is not modelled).
+
+    A conv operand not in the canonical order (``conv_operand_order``) is copied in that order
+    (a ``transpose_copy_fusion``). When the operand's buffer exists anyway — a program input, the
+    unfolded result of a dot / conv / reduction, or a value some other non-fusible op reads as it
+    is (``layout_copied_reads``) — the copy is an extra buffer: an early group from the
+    producer's step to the last conv reading that (value, order), shared by them (one group per
+    (value, order, per-device layout)), while the canonical buffer lives to its other readers
+    only. XLA's live ranges, convae tiny replicated: the input's copy for the first conv's weight
+    gradient lives 5-25 of 28 steps, a forward conv result's 9-22 beside its canonical buffer;
+    unet tiny replicated: a norm output's canonical buffer lives into the backward pass and its
+    copy from there to the weight-gradient conv, one of the two at any time. Otherwise the
+    fused chain feeding the conv writes its result out in that order and the copy is that
+    buffer (no extra bytes). Approximate: the copy is made at its producer's step here, later in
+    XLA's schedule (unet: at the backward pass's start) while the canonical buffer lives on (the
+    same bytes either way, once the forward readers have run); a copy made from a resharded
+    operand counts the resharded copy and the layout copy both."""
+    nodes = graph.nodes
+    groups: dict = {}
+    for (u, oi, order), rs in (layout_copied_reads(graph) if copied is None else copied).items():
+        for v, k in rs:
+            ten = nodes[v].operand_types[k]
+            itemsize = np.dtype(ten.dtype).itemsize
+            dst = [local_bytes(ten.shape, itemsize, s.operand_specs[k], mesh) for s in strats[v]]
+            for b in set(dst):
+                key = (u, oi, order, b)
+                g = groups.get(key)
+                if g is None:
+                    ku = len(strats[u])
+                    g = groups[key] = (u, b, [], int(start_of[u]), np.ones(ku, dtype=bool), np.zeros(ku))
+                g[2].append((v, int(nodes[v].order), np.array([d == b for d in dst]),
+                             np.zeros(len(strats[u]), dtype=bool)))
+    return list(groups.values())
+
+
+def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, transparent) -> list:
+    """XLA's copies of donated parameters read again after their update could run, as copy
+    groups (``CopyGroups.from_lists``), one per (parameter, storage layout).
+
+    The update of a donated input w writes w's buffer in place, so every reader of the old value
+    must run first. XLA's copy insertion copies w (``copy.N = copy(param.K)``, read by the forward
+    and backward users and by the update) unless every reader of w's buffer is an ancestor of
+    the update in the data flow. Forward reads are (the update needs the loss); a backward read of
+    the weight itself (dX = dY @ W^T, LayerNorm's scale in its backward) is not, while the weight
+    gradient dW is computed alone. When dW comes out of an all-reduce (data-parallel, FSDP,
+    Megatron's data axis), XLA's all-reduce combiner merges it with other layers' gradients,
+    which depend on dX, and the copy is mostly not needed: gpt tiny, XLA's buffer assignment,
+    copies 20 weights under the replicated plan (450 KiB of 6.4 MiB) and 12 under dp (the
+    attention kernels and LayerNorm parameters, combined apart from their backward reads). So
+    the copy is charged while the gradient dot that feeds w's update runs without an all-reduce
+    (its members are those dots, at the update's step; the group lives from the program's start),
+    and never under one (an under-count of up to 12 x 16 KiB on gpt tiny dp). Readers look
+    through nodes that keep no buffer (fused into their consumers) and through bitcasts."""
+    nodes = graph.nodes
+    cons: dict = {}
+    for nd in nodes:
+        for u, _ in nd.operands:
+            if u >= 0:
+                cons.setdefault(u, []).append(nd.id)
+    anc = [0] * len(nodes)
+    for nd in nodes:  # operands have lower ids
+        a = 0
+        for u, _ in nd.operands:
+            if u >= 0:
+                a |= anc[u] | (1 << u)
+        anc[nd.id] = a
+
+    def passes(c):
+        nd = nodes[c]
+        return c in transparent or (not kept[c] and not non_fusible(nd) and nd.primitive != "concatenate"
+                                    and not nd.params.get("synthetic"))
+
+    def readers(w):
+        out, todo, seen = set(), list(cons.get(w, ())), set()
+        while todo:
+            c = todo.pop()
+            if c not in seen:
+                seen.add(c)
+                (todo.extend(cons.get(c, ())) if passes(c) else out.add(c))
+        return out
+
+    def gradient_dots(u):
+        out, todo, seen = set(), [s for s, _ in nodes[u].operands if s >= 0], set()
+        while todo:
+            c = todo.pop()
+            if c in seen or nodes[c].is_input:
+                continue
+            seen.add(c)
+            if nodes[c].role == "gradient" and non_fusible(nodes[c]):
+                out.add(c)
+            else:
+                todo.extend(s for s, _ in nodes[c].operands if s >= 0)
+        return out
+
+    groups = []
+    for w, u, _ in alias_edges:
+        if not nodes[w].is_input or nodes[w].role != "param":
+            continue
+        rd = readers(w)
+        dots = sorted(gradient_dots(u))
+        if not dots or all((anc[u] >> r) & 1 or r == u for r in rd):
+            continue
+        t = nodes[w].outputs[0]
+        itemsize = np.dtype(t.dtype).itemsize
+        specs = [s.out_specs[0] for s in strats[w]]
+        members = [(v, int(nodes[u].order), np.array([not any(k == "all-reduce" or k == "reduce-scatter"
+                                                              for k, _, _ in s.collectives) for s in strats[v]]))
+                   for v in dots]
+        for L in dict.fromkeys(specs):
+            on = np.array([sp == L for sp in specs])
+            groups.append((w, local_bytes(t.shape, itemsize, L, mesh), [(v, tm, want, ~on) for v, tm, want in members],
+                           0, on, np.zeros(len(specs))))
+    return groups
