@@ -48,10 +48,9 @@ Known outliers and their causes (the terms' docstrings say more):
     out (``costmodel.memory``: fno tiny replicated 1.52x -> 1.23x, gpt tiny megatron 1.12x ->
     1.08x, the distributed-FFT FNO plan 1.00x -> 0.94x);
   * not in the model, measured from XLA's buffer assignment: an element-wise fusion's output
-    written over a dying operand (fno's over-counts, 1.19-1.38x: charged, fno replicated went
-    to 1.00x and the distributed-FFT plan to 0.88x), and XLA's copies of donated weights read
-    again in the backward pass (gpt replicated 0.89x: 20 ``copy(param)``, 450 KiB; charged as
-    copy groups, replicated went to 0.95x but dp to 1.23x, where XLA copies 12 of the 20);
+    written over a dying operand (fno's over-counts, 1.16-1.38x; docs/unmerged/R3: re-priced,
+    the zoo goes to 30 of 48 within 10% but the distributed-FFT plan to 0.82x, whose XLA peak
+    holds copies of all-reduced donated weights the donated-copy rule does not charge);
   * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
     v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
     its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);
