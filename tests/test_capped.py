@@ -69,3 +69,32 @@ def test_watchdog_keeps_the_streamed_bound(monkeypatch):
     assert time.perf_counter() - t0 < 3.5
     assert r.plan == [1, 0] and r.cost == 6.0
     assert r.bound == 5.0 and r.gap == pytest.approx(1 / 6) and r.status == "time_limit"
+
+
+def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
+    """Regression (21f630d): after the parent has run a parallel HiGHS solve, ``solve_guarded``'s
+    forked child inherited HiGHS's task scheduler without its worker threads, and its next capped
+    MILP waited on them forever (``_fresh_highs_scheduler`` resets it). Without the reset this child
+    sits until the deadline (mlp tiny cpu-2x4, cap at 0.8 of the time optimum's peak) and the
+    result has no plan from it; with it, the 1 s MILP returns."""
+    import shardgym as sg
+    import zoo
+    from solvers.ilp import solve_ilp
+
+    fn, args = zoo.build("mlp", "tiny")
+    p = sg.build_problem(sg.trace(fn, *args), sg.Cluster.preset("cpu-2x4"))
+    free, _ = solve_ilp(p, time_limit_s=10, threads=2)          # the parent's HiGHS scheduler
+    capped_p = p.with_usage_limit(0.8 * evaluate(p, free).peak_memory_bytes)
+
+    def milp_only(problem, time_limit_s, on_plan=None, **kw):
+        plan, _ = solve_ilp(problem, time_limit_s=1.0, threads=2)
+        cost = evaluate(problem, plan).total
+        on_plan(plan, cost)
+        return capped.CappedResult(plan, cost, -float("inf"), None, "time_limit", "child milp", 0.0)
+
+    monkeypatch.setattr(capped, "solve_capped", milp_only)     # inherited by the forked child
+    t0 = time.perf_counter()
+    r = capped.solve_guarded(capped_p, 10.0)
+    assert r.source == "child milp", "the forked child's HiGHS call did not return (scheduler hang)"
+    assert time.perf_counter() - t0 < 8.0
+    assert evaluate(capped_p, r.plan).feasible
