@@ -98,3 +98,17 @@ def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
     assert r.source == "child milp", "the forked child's HiGHS call did not return (scheduler hang)"
     assert time.perf_counter() - t0 < 8.0
     assert evaluate(capped_p, r.plan).feasible
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_binding_cap_iff_some_plan_breaks_it(seed):
+    """``solvers.dispatch.binding_cap`` (its lexsort picks each node's largest usage): without copy
+    groups the cap binds iff some plan's peak is over it (brute force over every plan)."""
+    from solvers.dispatch import binding_cap
+    from tests.ilp_helpers import all_plans
+    rng = np.random.default_rng(500 + seed)
+    p = random_problem(rng, 6, kmax=3, edge_p=0.4, limit_q=None)
+    peaks = sorted(evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p))
+    for cap in (peaks[0], peaks[len(peaks) // 2], peaks[-1] - 0.5, peaks[-1], peaks[-1] + 1.0):
+        q = p.with_usage_limit(float(cap))
+        assert (binding_cap(q) is not None) == (peaks[-1] > cap), (cap, peaks[-1])
