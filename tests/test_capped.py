@@ -86,18 +86,22 @@ def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
     free, _ = solve_ilp(p, time_limit_s=10, threads=2)          # the parent's HiGHS scheduler
     capped_p = p.with_usage_limit(0.8 * evaluate(p, free).peak_memory_bytes)
 
-    def milp_only(problem, time_limit_s, on_plan=None, **kw):
-        plan, _ = solve_ilp(problem, time_limit_s=1.0, threads=2)
-        cost = evaluate(problem, plan).total
-        on_plan(plan, cost)
-        return capped.CappedResult(plan, cost, -float("inf"), None, "time_limit", "child milp", 0.0)
+    def milp_only(problem, time_limit_s, progress=None, **kw):
+        # HiGHS's MIP from no start (the LP is fractional here): it hung in the child without the
+        # reset; with it, it returns by its 1 s limit, with a plan or (under load) without one
+        try:
+            solve_ilp(problem, time_limit_s=1.0, threads=2)
+        except RuntimeError:
+            pass
+        progress("child highs returned")
+        return capped.CappedResult(None, float("inf"), -float("inf"), None, "time_limit", "none", 0.0)
 
     monkeypatch.setattr(capped, "solve_capped", milp_only)     # inherited by the forked child
+    log = []
     t0 = time.perf_counter()
-    r = capped.solve_guarded(capped_p, 10.0)
-    assert r.source == "child milp", "the forked child's HiGHS call did not return (scheduler hang)"
-    assert time.perf_counter() - t0 < 8.0
-    assert evaluate(capped_p, r.plan).feasible
+    capped.solve_guarded(capped_p, 30.0, progress=log.append)   # generous: the machine is shared
+    assert "child highs returned" in log, "the forked child's HiGHS call did not return (scheduler hang)"
+    assert time.perf_counter() - t0 < 28.0
 
 
 @pytest.mark.parametrize("seed", range(6))
