@@ -55,7 +55,8 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     problem = limits.apply(problem)
     t0 = time.perf_counter()
     if method == "ilp":
-        strategies, info = solve_exact(problem, objective, limits.max_step_time_s, time_limit_s, **kw)
+        strategies, info = solve_exact(problem, objective, limits.max_step_time_s, time_limit_s,
+                                       policy_seed=_policy_plan, **kw)
     elif method == "policy":
         strategies, info = _solve_policy(problem, time_limit_s, **kw)
     else:
@@ -79,6 +80,11 @@ def _solve_policy(problem: Problem, time_limit_s: float, checkpoint: str = "pret
     strategies = planner.plan(problem, **kw)
     info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     return strategies, dict(info, status="heuristic", gap=None)
+
+
+def _policy_plan(problem: Problem) -> list[int]:
+    """The pretrained planner's plan: the ILP's seed under a binding cap (``solvers.dispatch``)."""
+    return Planner.load("pretrained").plan(problem)
 
 
 def _check_bounds(problem: Problem, plan: Plan, method: str, max_step_time_s) -> None:

@@ -56,7 +56,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.local import fit_with_copies, fitting_least_usage_plan, improve, polish, prepare, refine, repair_memory
+from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
 
 
@@ -169,9 +169,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         if cf.bp_improve_s > 0 and r.plan is not None and left() > 2 * cf.bp_improve_s:
             # the policy planner's post-processing on BP's plan: mlp tiny cpu-2x4 at cap 50 %,
             # 1.020e-4 -> 7.198e-5 (the optimum) in 1.8 s, where the search from it stayed at 1.020e-4
-            fit = fit_with_copies(problem, r.plan, time_limit_s=cf.bp_improve_s)
-            if fit is not None:
-                consider(improve(problem, fit, 0.25 * cf.bp_improve_s, 0.75 * cf.bp_improve_s), "bp, improved")
+            consider(improve(problem, r.plan, 0.25 * cf.bp_improve_s, 0.75 * cf.bp_improve_s,
+                             repair_time_limit_s=cf.bp_improve_s), "bp, improved")
         if np.isfinite(r.lower_bound):
             tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
@@ -221,8 +220,8 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
     """HiGHS on the problem without its limit: dropping the cap is a relaxation, so its dual bound
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
     capped optimum when that bound meets it); when it does not fit, that plan repaired with the
-    copies priced (``repair_memory``) and polished for ``repair_s`` is one (the policy planner's
-    second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
+    copies priced and polished, both within ``repair_s`` (``solvers.local.improve``), is one (the
+    policy planner's second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
     nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
@@ -230,12 +229,9 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
         say(f"uncapped milp gave nothing: {exc}")
         return -float("inf"), False
     if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
-        t = time.perf_counter()
-        fit = repair_memory(problem, plan, time_limit_s=repair_s)
+        fit = improve(problem, plan, polish_time_limit_s=None, repair_time_limit_s=repair_s)
         if fit is not None:
             consider(fit, "uncapped milp, repaired")
-            consider(polish(problem, fit, time_limit_s=max(repair_s - (time.perf_counter() - t), 0.1)),
-                     "uncapped milp, repaired")
         else:
             say("uncapped milp's plan: the repair found no plan that fits")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")

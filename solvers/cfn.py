@@ -24,8 +24,12 @@ feasible plan, its cost, a lower bound, rounds run). ``available()`` says whethe
   plan so far, so toulbar2 only looks for plans that beat it at these prices.
 * **Lower bound** (weak duality): for any plan x that fits, c(x) ≥ c(x) + Σ_t λ_t (live_t(x) − cap)
   ≥ min_y priced(y) − cap·Σλ ≥ dual/scale + constants − cap·Σλ, whatever λ; the best over the rounds
-  is kept. It assumes the optimum is free of forbidden entries (the pruning's premise) and is
-  dropped (−inf) when the best plan found is not. With resharded copies (``Problem.edge_memory``)
+  is kept, and never below the unpriced floor (every table at its minimum, λ = 0). A round's own
+  bound can be far below zero: toulbar2 stopped at its limit returns a dual bound near its
+  preprocessing's, while cap·Σλ grows with λ (×2.5 a round at the overloaded points): unet tiny
+  h100-2x8 gave −2.6e5 against plans of ~1e-3 s before the floor was kept. It assumes the optimum
+  is free of forbidden entries (the pruning's premise) and is dropped (−inf) when the best plan
+  found is not. With resharded copies (``Problem.edge_memory``)
   live_t counts node usages only, a relaxation of the copy-priced limit (copies only add memory),
   so the bound still holds; the prices react to the profile with copies, a round's plan whose
   copies break the limit is repaired with them priced (``solvers.local.fit_with_copies``), and only
@@ -116,6 +120,11 @@ class _Model:
 
     def _units(self, x: np.ndarray) -> np.ndarray:
         return np.minimum(np.floor(x * self.scale), TOP_UNITS)
+
+    def floor_bound(self, unary: np.ndarray) -> float:
+        """Every table at its minimum: a lower bound of the model at these unary costs (real units)."""
+        c = np.minimum(unary + self.fold, FORBIDDEN_COST)
+        return self.const + float(np.minimum.reduceat(c, self.gc.offs[:-1]).sum())
 
     def solve(self, unary: np.ndarray, wall_s: float, ub: float | None):
         """toulbar2 at these unary costs for about ``wall_s`` seconds of wall time: (component plan
@@ -208,7 +217,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
     if g2.cap is not None:      # warm prices: ICM on the priced costs until its plan fits
         prices.warm(C, gc, min(deadline, time.perf_counter() + WARM_SHARE * time_limit_s),
                     lambda sc: consider(pr.to_orig(C.expand(sc)), "cfn warm-up icm"))
-    bound, rounds = -np.inf, 0
+    bound, rounds = model.floor_bound(gc.cost), 0     # unpriced: dropping the cap is a relaxation
     slice_s = round_time_limit_s or max(1.0, time_limit_s / 4.0)
     while True:
         t = min(slice_s, deadline - time.perf_counter() - ROUND_MARGIN_S)

@@ -34,6 +34,10 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
+#: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
+#: time limit on: the planner has no time limit of its own (2-19 s on the zoo tiny models under
+#: load 2-12, bench_capped s6), and its time counts against the core's
+POLICY_SEED_MIN_S = 30.0
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -50,13 +54,16 @@ def binding_cap(problem: Problem) -> float | None:
 
 
 def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None, time_limit_s: float = 60,
-                **kw) -> tuple[list[int], dict]:
-    """Method "ilp" on ``problem`` (its usage_limit is the cap): (strategies, info dict)."""
+                policy_seed=None, **kw) -> tuple[list[int], dict]:
+    """Method "ilp" on ``problem`` (its usage_limit is the cap): (strategies, info dict).
+    ``policy_seed(problem) -> plan`` (``shardgym.solve`` passes the pretrained planner; solvers do
+    not import agent): under a binding cap with the time objective, its plan seeds the capped core
+    (``solve_capped_time``)."""
     t0 = time.perf_counter()
     cap = binding_cap(problem)
     if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
             and set(kw) <= CAPPED_OPTIONS):
-        return solve_capped_time(problem, float(time_limit_s), t0, **kw)
+        return solve_capped_time(problem, float(time_limit_s), t0, policy_seed=policy_seed, **kw)
     # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
     if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
                                 or problem.edge_memory is not None):
@@ -79,16 +86,31 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
 
 
 def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,
-                      threads=None, progress=None) -> tuple[list[int], dict]:
+                      threads=None, progress=None, policy_seed=None) -> tuple[list[int], dict]:
     """Time objective under a memory cap (``problem.usage_limit``) that can bind:
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
-    search inside). The policy's plan is not a default seed: Planner.plan took 75-95 s on gpt tiny
-    under this machine's load (pass it as ``initial_plans`` to have it count). Only on graphs the
+    search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
+    is the first seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny
+    lost to the policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled
+    on copies that a move makes live). Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
     path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to ``solve_ilp`` (for its
     infeasibility report) when no plan fits."""
     seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
+    if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
+        t = time.perf_counter()
+        try:
+            pol = policy_seed(problem)
+        except ValueError as exc:          # the planner found no plan that fits: the core's own starts
+            pol = None
+            if progress:
+                progress(f"policy seed: none ({exc})")
+        if pol is not None:
+            seeds.insert(0, pol)
+            if progress:
+                progress(f"policy seed: {evaluate(problem, list(getattr(pol, 'strategies', pol))).total:.10g} "
+                         f"({time.perf_counter() - t:.1f}s)")
     seeds = [list(getattr(s, "strategies", s)) for s in seeds]
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes

@@ -69,3 +69,50 @@ def test_watchdog_keeps_the_streamed_bound(monkeypatch):
     assert time.perf_counter() - t0 < 3.5
     assert r.plan == [1, 0] and r.cost == 6.0
     assert r.bound == 5.0 and r.gap == pytest.approx(1 / 6) and r.status == "time_limit"
+
+
+def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
+    """Regression (21f630d): after the parent has run a parallel HiGHS solve, ``solve_guarded``'s
+    forked child inherited HiGHS's task scheduler without its worker threads, and its next capped
+    MILP waited on them forever (``_fresh_highs_scheduler`` resets it). Without the reset this child
+    sits until the deadline (mlp tiny cpu-2x4, cap at 0.8 of the time optimum's peak) and the
+    result has no plan from it; with it, the 1 s MILP returns."""
+    import shardgym as sg
+    import zoo
+    from solvers.ilp import solve_ilp
+
+    fn, args = zoo.build("mlp", "tiny")
+    p = sg.build_problem(sg.trace(fn, *args), sg.Cluster.preset("cpu-2x4"))
+    free, _ = solve_ilp(p, time_limit_s=10, threads=2)          # the parent's HiGHS scheduler
+    capped_p = p.with_usage_limit(0.8 * evaluate(p, free).peak_memory_bytes)
+
+    def milp_only(problem, time_limit_s, progress=None, **kw):
+        # HiGHS's MIP from no start (the LP is fractional here): it hung in the child without the
+        # reset; with it, it returns by its 1 s limit, with a plan or (under load) without one
+        try:
+            solve_ilp(problem, time_limit_s=1.0, threads=2)
+        except RuntimeError:
+            pass
+        progress("child highs returned")
+        return capped.CappedResult(None, float("inf"), -float("inf"), None, "time_limit", "none", 0.0)
+
+    monkeypatch.setattr(capped, "solve_capped", milp_only)     # inherited by the forked child
+    log = []
+    t0 = time.perf_counter()
+    capped.solve_guarded(capped_p, 30.0, progress=log.append)   # generous: the machine is shared
+    assert "child highs returned" in log, "the forked child's HiGHS call did not return (scheduler hang)"
+    assert time.perf_counter() - t0 < 28.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_binding_cap_iff_some_plan_breaks_it(seed):
+    """``solvers.dispatch.binding_cap`` (its lexsort picks each node's largest usage): without copy
+    groups the cap binds iff some plan's peak is over it (brute force over every plan)."""
+    from solvers.dispatch import binding_cap
+    from tests.ilp_helpers import all_plans
+    rng = np.random.default_rng(500 + seed)
+    p = random_problem(rng, 6, kmax=3, edge_p=0.4, limit_q=None)
+    peaks = sorted(evaluate(p, list(s)).peak_memory_bytes for s in all_plans(p))
+    for cap in (peaks[0], peaks[len(peaks) // 2], peaks[-1] - 0.5, peaks[-1], peaks[-1] + 1.0):
+        q = p.with_usage_limit(float(cap))
+        assert (binding_cap(q) is not None) == (peaks[-1] > cap), (cap, peaks[-1])

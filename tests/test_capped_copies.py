@@ -141,3 +141,31 @@ def test_binding_cap_with_copies_gives_a_plan_that_fits(gpt_capped, kw):
     assert cost.feasible, (cost.peak_memory_bytes, cap)
     if kw["method"] == "ilp" and plan.info.get("bound") is not None:   # a bound that holds for the copies
         assert plan.info["bound"] <= cost.total * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_memory_objective_with_copies_reports_a_bound_at_its_time_limit(monkeypatch, seed):
+    """The min-peak model with copies, stopped before HiGHS has a dual bound (as gpt tiny cpu-2x4 at
+    15 s: bound -inf, gap NaN before): the answer's bound is the copy-free least peak, a valid
+    lower bound (copies only add bytes), and the gap is measured from it."""
+    import solvers.ilp.memory as mem
+    from solvers.ilp import solve_ilp
+
+    real = mem.core
+
+    def timed_out(problem, o, req):
+        out = real(problem, o, req)
+        if out is None or req.objective != "memory":
+            return out
+        plan, info = out
+        return plan, info.but(status="time_limit", bound=float("nan"), gap=float("nan"))
+
+    monkeypatch.setattr(mem, "core", timed_out)
+    rng = np.random.default_rng(300 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
+    best, bc = brute_force(p, "memory")
+    plan, info = solve_ilp(p, objective="memory", time_limit_s=5)
+    peak = evaluate(p, plan).peak_memory_bytes
+    assert info.status == "time_limit" and np.isfinite(info.bound) and np.isfinite(info.gap)
+    assert info.bound <= bc.peak_memory_bytes + 1e-9 <= peak + 1e-9
+    assert info.gap == pytest.approx((peak - info.bound) / peak)

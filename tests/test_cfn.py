@@ -44,3 +44,7 @@ def test_cfn_plan_fits_and_bound_is_valid_under_a_binding_limit(seed):
     assert c.total <= evaluate(p, least).total + 1e-9
     assert r.cost >= bc.total - 1e-9
     assert r.lower_bound <= bc.total + 1e-6 * max(1.0, abs(bc.total))
+    if bc.total < 1e17 and r.cost < 1e17:   # never below the unpriced floor (each node and edge at its minimum)
+        floor = sum(float(p.node_costs[p.node_slice(i)].min()) for i in range(p.num_nodes)) + \
+            sum(float(p.edge_matrix(e).min()) for e in range(p.num_edges))
+        assert r.lower_bound >= floor - 1e-6 * max(1.0, abs(floor))

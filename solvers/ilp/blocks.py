@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
+from solvers.local.costs import starts
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,14 +166,6 @@ def y_terms(p: Problem, eb: EdgeBlocks, S: int):
         yc = eb.ycol[np.unique(eb.boff[e] + r[si] * eb.gv[e] + c[ti])]
         return (S + yc[yc >= 0]).tolist()
     return terms
-
-
-def starts(counts):
-    """Exclusive prefix sum: where each run of ``counts`` starts."""
-    out = np.zeros(len(counts), dtype=np.int64)
-    if len(counts) > 1:
-        np.cumsum(counts[:-1], out=out[1:])
-    return out
 
 
 def memory_rows(p: Problem):

@@ -92,8 +92,11 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
     ``lp_first``: try the LP relaxation first (``try_lp``, up to ``lp_share`` of the time limit)
     and return its vertex when that is integral. ``rounder(x)``: a start vector made from a
     fractional LP solution (or None); it seeds the MIP when it is cheaper than ``start``.
-    ``lp_only``: stop after the LP; -> ("lp_not_integral", None, nan, nan) unless it proved the optimum."""
+    ``lp_only``: stop after the LP; -> ("lp_not_integral", None, nan, nan) unless it proved the optimum.
+    The bound is the higher of HiGHS's MIP dual bound and a fractional LP optimum found first: the
+    MIP solves its root LP again and, stopped at its limit before that ends, has none (-inf)."""
     t_run = time.perf_counter()
+    lp_bound = -np.inf
     h = model.highs
     h.setOptionValue("mip_abs_gap", float(abs_gap))
     n = len(cost)
@@ -119,6 +122,7 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
             end_callback()
             return "lp_not_integral", None, float("nan"), float("nan")
         if done is not None and done[0] == "fractional":
+            lp_bound = done[3]      # the relaxation's optimum: a dual bound the MIP may not reach in time
             rounded = rounder(done[1]) if rounder is not None else None
             if rounded is not None and (start is None or float(cost @ rounded) < float(cost @ start)):
                 start = rounded
@@ -145,5 +149,8 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
         highspy.HighsModelStatus.kInterrupt: "interrupted",
     }.get(st, h.modelStatusToString(st))
     end_callback()
-    return name, x, float(info.objective_function_value), float(info.mip_dual_bound)
+    bound = float(info.mip_dual_bound)
+    if name != "infeasible" and np.isfinite(lp_bound) and not bound >= lp_bound:   # also when NaN / -inf
+        bound = float(lp_bound)
+    return name, x, float(info.objective_function_value), bound
 

@@ -195,7 +195,8 @@ def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
     """Min peak, then min time at it, for a problem with copy groups (``edge_memory``): the min-M
     model between ``m_lo`` (a proven lower bound) and the best seed's peak, seeded with it. When
     no seed fits ``cap`` (the least-usage plan's copies can break it), the model runs under ``cap``
-    from no start; InfeasibleError when it has no plan."""
+    from no start; InfeasibleError when it has no plan. At the time limit the bound is the higher of
+    HiGHS's dual bound and ``m_lo``; the gap is (peak - bound) / peak."""
     best = best_seed(problem, seeds, cap, None, lambda c: (c.peak_memory_bytes, c.total))
     ub = cap if best is None else evaluate(problem, best).peak_memory_bytes
     # heuristic bisection on the cap for a lower start (the exact model is big with copies)
@@ -223,7 +224,12 @@ def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
             (pc.peak_memory_bytes, pc.total) > (ub, evaluate(problem, best).total):
         plan = list(best)   # HiGHS's incumbent at the time limit is worse than its start
         pc = evaluate(problem, plan)
+    bound, gap = info.bound, info.gap
+    if info.status != "optimal":   # at the time limit: HiGHS's dual bound (-inf or NaN before its root
+        # LP ends: gpt tiny cpu-2x4 at 15 s) or the copy-free least peak ``m_lo``, whichever is higher
+        bound = max(float(bound) if np.isfinite(bound) else -np.inf, float(m_lo))
+        gap = max(pc.peak_memory_bytes - bound, 0.0) / max(pc.peak_memory_bytes, 1e-300)
     return plan, info.but(objective_name="memory", reduction=red, objective=pc.peak_memory_bytes,
                           step_time_s=pc.total, peak_memory_bytes=pc.peak_memory_bytes,
-                          redundant_memory_bytes=pc.redundant_memory_bytes)
+                          redundant_memory_bytes=pc.redundant_memory_bytes, bound=float(bound), gap=float(gap))
 

@@ -30,10 +30,11 @@ import highspy
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
-from solvers.ilp.blocks import EdgeBlocks, MemAux, starts, y_terms
+from solvers.ilp.blocks import EdgeBlocks, MemAux, y_terms
 from solvers.ilp.copy_rows import CopyColumns, copy_columns, edge_signatures
 from solvers.ilp.highs import configure, new_highs
 from solvers.ilp.types import Request, RunOptions
+from solvers.local.costs import starts
 
 
 @dataclass(frozen=True, eq=False)

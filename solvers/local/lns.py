@@ -162,16 +162,24 @@ def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
     return sub, pos
 
 
-def improve(problem: Problem, plan, polish_time_limit_s: float = 0.5, refine_time_limit_s: float = 0.0,
-            lc: LocalCosts | None = None, seed: int = 0) -> list[int] | None:
-    """Memory repair if ``plan`` is over the limit (None if that fails), ``polish``, then ``refine``
-    for ``refine_time_limit_s``. Gives the comparison rows of experiments/eval_policy.py the same
-    post-processing as the policy."""
+def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
+            lc: LocalCosts | None = None, seed: int = 0, repair_time_limit_s: float | None = None) -> list[int] | None:
+    """Memory repair if ``plan`` is over the limit (within ``repair_time_limit_s``, None: no limit;
+    returns None if the repair fails), ``polish`` for ``polish_time_limit_s``, then ``refine`` for
+    ``refine_time_limit_s``. ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
+    polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
+    comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
+    core (``solvers.capped``) runs it on the uncapped optimum and on BP's plan."""
+    t0 = time.perf_counter()
     lc = lc or LocalCosts(problem)
     if not evaluate(problem, plan).feasible:
-        plan = repair_memory(problem, plan, lc=lc)
+        plan = repair_memory(problem, plan, lc=lc, time_limit_s=repair_time_limit_s)
         if plan is None:
             return None
+    if polish_time_limit_s is None:
+        if repair_time_limit_s is None:
+            raise ValueError("improve: polish_time_limit_s=None needs a repair_time_limit_s to share")
+        polish_time_limit_s = max(repair_time_limit_s - (time.perf_counter() - t0), 0.1)
     plan = polish(problem, plan, time_limit_s=polish_time_limit_s, lc=lc, seed=seed)
     if refine_time_limit_s > 0:
         plan = refine(problem, plan, refine_time_limit_s, seed=seed)
