@@ -112,8 +112,10 @@ def uncapped_time_plan(problem, time_limit_s: float):
     its cap (None otherwise, or when the solve finds nothing). Its info (status, bound) holds for
     ``problem`` too: dropping the cap can only lower the optimum, so a plan that fits and is
     optimal without it is optimal with it. Measured: on meshgraphnet mesh-131k over tpu-4x4 the
-    capped Alpa-space ILP stops at 60 s with 50.5 ms; uncapped it proves 36.8 ms in 22 s (the cap,
-    32 GiB, does not bind)."""
+    capped Alpa-space ILP stops at 60 s with 50.5 ms; uncapped it proves 36.8 ms in 22 s, but with
+    a plan of 61.1 GiB per device, over the 32 GiB cap: not kept (its bound still holds, see
+    ``block_lower_bound``). Where the cap does not bind, it is the capped optimum even when the
+    capped search stops short of it."""
     import dataclasses
 
     import shardgym as sg
