@@ -333,6 +333,8 @@ def plot(rows: list[dict], path) -> None:
     fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(rows)), 4.5))
     ax.bar(x - 0.2, [r["speedup"] for r in rows], 0.4, label="step-time speedup (min-time plans)")
     ax.bar(x + 0.2, [r["memory_ratio"] for r in rows], 0.4, label="peak-memory reduction (min-memory plans)")
+    ax.scatter(x - 0.2, [r.get("speedup_bounded", np.nan) for r in rows], marker="_", s=150, color="k", zorder=3,
+               label="speedup bounded against every Alpa plan")
     ax.axhline(2.0, color="gray", ls="--", lw=1, label="2x goal")
     ax.axhline(FLOWAWARE_MAX_SPEEDUP, color="tab:red", ls=":", lw=1, label="FlowAware's 7.8x")
     ax.set_yscale("log")
