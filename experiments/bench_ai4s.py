@@ -14,14 +14,17 @@ Figures: step time (cost model), peak memory per device, bytes sent per device. 
 (a) min-time / (b) min-time; ``memory_ratio`` = (a) min-memory peak / (b) min-memory peak;
 ``memory_ratio_proven`` = a lower bound on every Alpa-space plan's peak (``usage_lower_bound``) /
 (b)'s: the ratio that holds whatever the Alpa-space ILP would find given longer; likewise
-``speedup_proven`` from ``time_lower_bound``.
+``speedup_proven`` from ``time_lower_bound``; ``speedup_bounded`` = the best of three lower bounds on
+every Alpa-space plan's step time / (b)'s step: ``time_lower_bound``, ``block_lower_bound`` (by
+default the Alpa-space min-time ILP without the memory cap, solved to its bound) and the capped
+min-time ILP's own dual bound (``alpa_time_bound``; ``--alpa-time-limit-s`` gives it longer).
 FlowAware (the source paper) reports up to 7.8x Alpa's throughput on AI-for-Science tasks.
 
 On the 8-device CPU mesh (cpu-2x4) the small sizes execute: each plan's numerics against the
 unsharded step, XLA's per-device memory and collective bytes next to the prediction.
 
     python -m experiments.bench_ai4s [--workloads fno:hires-512,unet:hires-1024] [--presets h100-2x8]
-        [--time-limit-s 30] [--no-execute] [--merge]
+        [--time-limit-s 30] [--alpa-time-limit-s 300] [--no-execute] [--merge]
 
 Writes results/bench_ai4s.json and results/bench_ai4s.png (``--merge``: rows of this run replace
 the same (workload, preset) / (workload, plan) rows of the existing JSON, the others are kept).
@@ -33,6 +36,15 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field
+
+from experiments.ai4s_bounds import (
+    alpa_time_bound,
+    block_lower_bound,
+    fill_bounded,
+    time_lower_bound,
+    uncapped_time_plan,
+    usage_lower_bound,
+)
 
 WORKLOADS = ["fno:hires-512", "fno:hires-1024", "fno:3d-128", "unet:hires-1024", "unet:hires-1024-c32", "unet:3d-128",
              "unet:3d-128-c32", "unet:3d-256", "meshgraphnet:mesh-131k"]
@@ -48,6 +60,8 @@ class Config:
     presets: list[str] = field(default_factory=lambda: list(PRESETS))
     small: list[str] = field(default_factory=lambda: list(SMALL))
     time_limit_s: float = 30.0
+    alpa_time_limit_s: float | None = None   # the Alpa-space min-time ILP's limit (None: time_limit_s)
+    bound_block: int = 100_000   # block_lower_bound's block size (the default: one block, the uncapped ILP)
     execute: bool = True
     merge: bool = False
     seed: int = 0
@@ -84,24 +98,10 @@ def _trace(name, size, batch=None, abstract=True, seed=0):
 def _figures(problem, plan) -> dict:
     import shardgym as sg
     c = sg.evaluate(problem, plan)
+    info = plan.info or {}
     return {"step_time_s": c.step_time_s, "peak_memory_bytes": c.peak_memory_bytes, "comm_bytes": c.comm_bytes,
-            "feasible": bool(c.feasible), "status": (plan.info or {}).get("status")}
-
-
-def usage_lower_bound(problem) -> float:
-    """A lower bound on any plan's peak memory in ``problem``: the live-usage profile of every node
-    at its least-usage strategy (resharded copies only add to it), maximised over time."""
-    import numpy as np
-
-    from costmodel.problem import usage_profile
-    mins = np.array([problem.node_usages[problem.node_slice(i)].min() for i in range(problem.num_nodes)])
-    return float(usage_profile(problem, mins)[1].max())
-
-
-def time_lower_bound(problem) -> float:
-    """A lower bound on any plan's step time in ``problem``: every node at its cheapest strategy,
-    no resharding (edge costs are >= 0)."""
-    return float(sum(problem.node_costs[problem.node_slice(i)].min() for i in range(problem.num_nodes)))
+            "feasible": bool(c.feasible), "status": info.get("status"), "bound": info.get("bound"),
+            "gap": info.get("gap"), "objective_name": info.get("objective_name")}
 
 
 def in_full_space(alpa_problem, full_problem, plan):
@@ -173,12 +173,15 @@ def _baseline(problem, method: str):
         return exc.plan
 
 
-def plans_for(graph, cluster, time_limit_s: float, space="full") -> dict:
+def plans_for(graph, cluster, time_limit_s: float, space="full", alpa_time_limit_s=None) -> dict:
     """{label: (problem, plan)} for alpa-time, alpa-memory, full-time, full-memory and dp. The full
-    space's plan is the best of three searches in it: its ILP plan, Alpa's plan (which the full space
-    contains) and the ILP's plan with conv / fft nodes held to the full space's own strategies
+    space's plan is the best of four searches in it: its ILP plan, Alpa's plan (which the full space
+    contains), the uncapped ILP's plan where it fits (``uncapped_time_plan``, min-time only; Alpa's
+    min-time plan gets it too) and the ILP's plan with conv / fft nodes held to the full space's own strategies
     (``preferring_beyond``): on the larger space the ILP stops at its time limit with a worse
-    incumbent (unet 3d-256 on h100-2x8: 48.7 ms within 10 s, 26.2 ms held to spatial convs)."""
+    incumbent (unet 3d-256 on h100-2x8: 48.7 ms within 10 s, 26.2 ms held to spatial convs).
+    ``alpa_time_limit_s``: a longer limit for the Alpa-space min-time ILP (its dual bound proves
+    the speedup, ``alpa_time_bound``)."""
     import shardgym as sg
     out = {}
     pa = sg.build_problem(graph, cluster, space="alpa")
@@ -186,16 +189,24 @@ def plans_for(graph, cluster, time_limit_s: float, space="full") -> dict:
     key = {"time": lambda c: c.step_time_s, "memory": lambda c: c.peak_memory_bytes}
     for obj in ("time", "memory"):
         try:
-            a = sg.solve(pa, method="ilp", objective=obj, time_limit_s=time_limit_s)
+            lim = alpa_time_limit_s if obj == "time" and alpa_time_limit_s else time_limit_s
+            a = sg.solve(pa, method="ilp", objective=obj, time_limit_s=lim)
         except RuntimeError:  # no incumbent within the limit: the best baseline stands in
             a = min((_baseline(pa, m) for m in ("dp", "replicated")),
                     key=lambda c: key[obj](sg.evaluate(pa, c)))
+        if obj == "time":   # the uncapped optimum, where it fits, is the capped one
+            u = uncapped_time_plan(pa, time_limit_s)
+            if u is not None and sg.evaluate(pa, u).step_time_s <= sg.evaluate(pa, a).step_time_s:
+                a = u
         out[f"alpa-{obj}"] = (pa, a)
         try:
             f = sg.solve(pf, method="ilp", objective=obj, time_limit_s=time_limit_s)
         except RuntimeError:
             f = None
         cands = [c for c in (f, in_full_space(pa, pf, a)) if c is not None]
+        if obj == "time":
+            cands.append(uncapped_time_plan(pf, time_limit_s))
+            cands = [c for c in cands if c is not None]
         try:
             cands.append(preferring_beyond(pf, graph, obj, time_limit_s))
         except RuntimeError:
@@ -215,9 +226,10 @@ def cost_model_rows(cfg: Config) -> list[dict]:
         _, args, g, space = _trace(name, size, seed=cfg.seed)
         for preset in cfg.presets:
             t0 = time.perf_counter()
-            got = plans_for(g, preset, cfg.time_limit_s, space)
+            got = plans_for(g, preset, cfg.time_limit_s, space, cfg.alpa_time_limit_s)
             lb, tlb = got.pop("alpa_memory_lower_bound"), got.pop("alpa_time_lower_bound")
             res = {k: _figures(p, pl) for k, (p, pl) in got.items()}
+            blb = block_lower_bound(got["alpa-time"][0], cfg.bound_block, cfg.time_limit_s)
             a_t, b_t = res["alpa-time"], res["full-time"]
             a_m, b_m = res["alpa-memory"], res["full-memory"]
             row = {"workload": wl, "preset": preset, "nodes": len(g.nodes),
@@ -225,6 +237,9 @@ def cost_model_rows(cfg: Config) -> list[dict]:
                    "dp_step_ms": res["dp"]["step_time_s"] * 1e3,
                    "speedup": a_t["step_time_s"] / b_t["step_time_s"],
                    "alpa_step_lower_bound_ms": tlb * 1e3, "speedup_proven": tlb / b_t["step_time_s"],
+                   "alpa_block_bound_ms": blb * 1e3,
+                   "alpa_step_bound_ms": alpa_time_bound(res, max(tlb, blb)) * 1e3,
+                   "speedup_bounded": alpa_time_bound(res, max(tlb, blb)) / b_t["step_time_s"],
                    "alpa_min_mem_gib": a_m["peak_memory_bytes"] / 2**30,
                    "full_min_mem_gib": b_m["peak_memory_bytes"] / 2**30,
                    "dp_mem_gib": res["dp"]["peak_memory_bytes"] / 2**30,
@@ -238,7 +253,7 @@ def cost_model_rows(cfg: Config) -> list[dict]:
             print(f"{wl:24s} {preset:16s} speedup {row['speedup']:5.2f}x  memory {row['memory_ratio']:5.2f}x  "
                   f"({row['alpa_step_ms']:.3f} -> {row['full_step_ms']:.3f} ms; "
                   f"{row['alpa_min_mem_gib']:.3f} -> {row['full_min_mem_gib']:.3f} GiB; proven speedup "
-                  f"{row['speedup_proven']:.2f}x, memory {row['memory_ratio_proven']:.2f}x)", flush=True)
+                  f"{row['speedup_proven']:.2f}x, bounded {row['speedup_bounded']:.2f}x, memory {row['memory_ratio_proven']:.2f}x)", flush=True)
     return rows
 
 
@@ -292,6 +307,7 @@ def fill_bounds(rows: list[dict], seed: int = 0) -> None:
     """Add the Alpa-space lower bounds (and the proven ratios) to rows of an earlier run that lack
     them: traces each workload and builds its Alpa-space Problem per preset, no solve."""
     import shardgym as sg
+    fill_bounded(rows)
     todo = [r for r in rows if "speedup_proven" not in r]
     for wl in dict.fromkeys(r["workload"] for r in todo):
         name, size = wl.split(":")
@@ -317,6 +333,8 @@ def plot(rows: list[dict], path) -> None:
     fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(rows)), 4.5))
     ax.bar(x - 0.2, [r["speedup"] for r in rows], 0.4, label="step-time speedup (min-time plans)")
     ax.bar(x + 0.2, [r["memory_ratio"] for r in rows], 0.4, label="peak-memory reduction (min-memory plans)")
+    ax.scatter(x - 0.2, [r.get("speedup_bounded", np.nan) for r in rows], marker="_", s=150, color="k", zorder=3,
+               label="speedup bounded against every Alpa plan")
     ax.axhline(2.0, color="gray", ls="--", lw=1, label="2x goal")
     ax.axhline(FLOWAWARE_MAX_SPEEDUP, color="tab:red", ls=":", lw=1, label="FlowAware's 7.8x")
     ax.set_yscale("log")
@@ -336,13 +354,16 @@ def main(argv=None) -> None:
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--small", default=",".join(SMALL))
     ap.add_argument("--time-limit-s", type=float, default=30.0)
+    ap.add_argument("--alpa-time-limit-s", type=float, default=None,
+                    help="limit of the Alpa-space min-time ILP (default: --time-limit-s); its bound proves the speedup")
     ap.add_argument("--no-execute", action="store_true")
     ap.add_argument("--merge", action="store_true")
     ap.add_argument("--fill-bounds", action="store_true",
                     help="only add the Alpa-space lower bounds to the existing JSON's rows that lack them")
     a = ap.parse_args(argv)
     cfg = Config(workloads=[w for w in a.workloads.split(",") if w], presets=[p for p in a.presets.split(",") if p],
-                 small=[s for s in a.small.split(",") if s], time_limit_s=a.time_limit_s, execute=not a.no_execute,
+                 small=[s for s in a.small.split(",") if s], time_limit_s=a.time_limit_s,
+                 alpa_time_limit_s=a.alpa_time_limit_s, execute=not a.no_execute,
                  merge=a.merge)
     if a.fill_bounds:
         import json
@@ -354,8 +375,9 @@ def main(argv=None) -> None:
         ex = execute_rows(cfg) if cfg.execute else []
         if cfg.merge:
             rows, ex = merged(RESULTS_DIR / "bench_ai4s.json", rows, ex)
+            fill_bounded(rows)
     print_table(rows, ["workload", "preset", "alpa_step_ms", "full_step_ms", "dp_step_ms", "speedup", "speedup_proven",
-                       "alpa_min_mem_gib", "full_min_mem_gib", "dp_mem_gib", "memory_ratio", "memory_ratio_proven",
+                       "speedup_bounded", "alpa_min_mem_gib", "full_min_mem_gib", "dp_mem_gib", "memory_ratio", "memory_ratio_proven",
                        "alpa_comm_mib", "full_comm_mib"], title="cost model: Alpa's space vs full space")
     wins = [r for r in rows if r["speedup"] >= 2.0 or r["memory_ratio"] >= 2.0]
     print(f"{len({r['workload'] for r in wins})} workloads reach >= 2x on some cluster "

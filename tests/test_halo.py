@@ -175,14 +175,17 @@ def test_spatial_plan_executes():
     kinds = {c["kind"]: c for c in r.collectives}
     assert kinds["collective-permute"]["count"] >= 5
     assert r.collective_wire_bytes == pytest.approx(r.predicted_comm_bytes, rel=0.10)
-    # memory: NOT the issue's 10%. XLA 964,652 B vs 829,448 predicted (0.86). XLA's buffer assignment
-    # (--xla_dump_to, *live-range.txt) at its peak, in the last weight-gradient conv: live buffers
-    # 870,412 B (the other 94,240 B are the temp allocation's packing). The Problem misses there,
-    # all in the generic model (costmodel/builder.py, memory.py, edge_memory.py): the weight-gradient
-    # convs feed only aliased outputs (new params): their usage (with the halo copy, 40,960 B for the
-    # last one) counts only at their own step (15a9114), below the model's forward peak; CPU layout copies of the weight
-    # gradients' operands (transpose_copy_fusion 73,728 + 36,864 B, ynn 36,864 B); the all-gathered
-    # copy of the last conv's output that the loss reads replicated (131,072 B) is held into the
-    # backward by XLA, the copy group only over [1, 3).
+    # memory: NOT the issue's 10%. XLA 964,652 B vs 829,444 predicted (0.86). XLA's live-range dump
+    # (--xla_dump_to, *live-range.txt) peaks in the second conv's weight-gradient conv at 870,412 B of
+    # live buffers; the other 94,240 B (9.8%) are the temp allocation's packing, so even exact
+    # liveness would read 0.90. The Problem peaks in the forward (829,444 B); at that weight-gradient
+    # conv it has 747,524 B. What it misses there lies in the generic model (costmodel/builder.py,
+    # memory.py, edge_memory.py): the loss (a program output nothing in the backward reads) is
+    # scheduled by XLA late, into the backward, with its all-gathered operand (131,072 B), where the
+    # Problem's copy group sits at the loss's trace position [1, 3); CPU layout copies of the
+    # gradient convs' operands: the kernel transposed for the data-gradient conv, made at step 9 and
+    # held to 35 (36,864 B), the weight-gradient conv's transposed output gradient (16,384 B) and its
+    # result in transposed layout (36,864 B). The halo terms hold: the haloed, transposed lhs copies
+    # are the Problem's halo copies (40,960 and 73,728 B).
     assert 0.80 < r.predicted_memory_bytes / r.xla_memory_bytes < 1.0
     assert np.isfinite(r.loss)
