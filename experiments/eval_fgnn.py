@@ -156,7 +156,7 @@ def main(args):
     except (FileNotFoundError, ValueError):
         old = None
     rows = []
-    out_name = "eval_fgnn_nocopies" if getattr(args, "no_copies", False) else "eval_fgnn"
+    out_name = getattr(args, "out_name", "") or ("eval_fgnn_nocopies" if getattr(args, "no_copies", False) else "eval_fgnn")
     prev = {}
     if getattr(args, "reuse", None):
         import json

@@ -200,6 +200,7 @@ class _Domains:
         self.alive = g.cost < FORBIDDEN_COST
         self.alive[np.repeat(~np.logical_or.reduceat(self.alive, g.offs[:-1]), g.k)] = True
         self.ok_e = g.ec < FORBIDDEN_COST
+        self.free = bool(self.ok_e.all())      # no forbidden entry: propagation can never shrink a domain
         self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
         self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
 
@@ -244,7 +245,7 @@ class _Domains:
         self.alive[g.offs[i] + s] = True
         if not self._set_min(i, float(g.usage[g.offs[i] + s]), log) and strict:
             return False
-        queue, visits = deque([i]), 0
+        queue, visits = deque([] if self.free else [i]), 0
         while queue and visits < max_visits:
             j = queue.popleft()
             visits += 1
@@ -291,8 +292,7 @@ def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
             return None
     x = d.x
     for i in range(g.n):
-        lo, hi = int(g.offs[i]), int(g.offs[i + 1])
-        ki = hi - lo
+        lo, hi, ki = int(g.offs[i]), int(g.offs[i + 1]), int(g.k[i])
         sc = b[lo:hi].copy()
         for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
             j = int(g.adj[q])
