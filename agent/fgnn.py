@@ -265,7 +265,7 @@ class FGNN:
         a = jax.nn.sigmoid(damp)
         new = (a * to_u + (1 - a) * (new_u + gate * cu * umask), a * to_v + (1 - a) * (new_v + gate * cv * vmask), lam2)
         on = r < T
-        return tuple(jnp.where(on, x, y) for x, y in zip(new, carry))
+        return tuple(jnp.where(on, x, y).astype(y.dtype) for x, y in zip(new, carry))
 
     def _block(self, params, A, carry, blk):
         """Rounds blk·PRICE_EVERY ... (blk+1)·PRICE_EVERY − 1."""
@@ -322,15 +322,23 @@ class FGNN:
 
     def _run(self, inputs: FGInputs, params):
         """(final, snapshots): (c', to_u, to_v) as float64 numpy in the problem's cost units, after
-        the last round and at each Lagrangian price update (bp_solve's decode points)."""
+        the last round and at each Lagrangian price update (bp_solve's decode points); computed in
+        float64 (the training forward is float32)."""
         import jax
         import jax.numpy as jnp
-        params = self.params if params is None else params
-        A, mp, s = inputs.arrays, inputs.mp, inputs.scale
+        with jax.enable_x64(True):     # float64, as bp.py: costs spanning 1e6 scales make float32 break ties
+            params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), self.params if params is None else params)
+            A = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.arrays.items()}
+            return self._run64(inputs, params, A)
+
+    def _run64(self, inputs, params, A):
+        import jax
+        import jax.numpy as jnp
+        mp, s = inputs.mp, inputs.scale
         g = mp.g
         S, U, V, Tg = inputs.sizes[0], inputs.sizes[1], inputs.sizes[2], inputs.sizes[6]
         T, P = self.config.rounds, bp.PRICE_EVERY
-        carry = (jnp.zeros(A["u_flat"].shape[0]), jnp.zeros(A["v_flat"].shape[0]), jnp.zeros(A["pmin"].shape[0]))
+        carry = tuple(jnp.zeros(A[k].shape[0], jnp.float64) for k in ("u_flat", "v_flat", "pmin"))
 
         def unpad(cp, tu, tv):
             cp, tu, tv = jax.device_get((cp, tu, tv))
@@ -350,7 +358,7 @@ class FGNN:
                 if not (ratio > 1.0).any() and not lam.any():
                     binding = False
                 lam = np.concatenate([bp.price_step(lam, ratio, base), np.zeros(A["pmin"].shape[0] - Tg)])
-                carry = (carry[0], carry[1], jnp.asarray(lam, jnp.float32))
+                carry = (carry[0], carry[1], jnp.asarray(lam, jnp.float64))
         return unpad(self._fns["readout"](params, A, carry), carry[0], carry[1]), snaps
 
     def forward(self, inputs: FGInputs, params=None):
