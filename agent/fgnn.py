@@ -34,8 +34,7 @@ usages alone, so on problems with copy groups its prices can differ from the pla
 add memory: they raise λ sooner); it also never switches the rule off once the plan fits and λ is
 0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
 
-Shapes are padded to buckets (agent/fgnn_pack.py) so one compiled forward serves every problem of
-a similar size; padded slots and entries point at a spare slot whose values are masked.
+Shapes are padded to buckets (agent/fgnn_pack.py): one compiled forward serves similar sizes.
 """
 from __future__ import annotations
 
@@ -277,8 +276,7 @@ class FGNN:
         return carry
 
     def _block_out(self, params, A, carry, blk):
-        carry = self._block(params, A, carry, blk)
-        return carry, _priced(A, carry[2])
+        return (carry := self._block(params, A, carry, blk)), _priced(A, carry[2])
 
     def _readout(self, params, A, carry):
         """The unary score c' per flat strategy (the decode's belief is c' + the incoming messages)."""
@@ -378,8 +376,8 @@ class FGNN:
     def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None) -> list[int]:
         """One forward pass and bp.py's masked decode of its beliefs after the last round and at each
         price update (as ``bp_solve``); each decode that breaks the cap by its resharded copies is
-        repaired with them priced (``fit_with_copies``); the cheapest that fits is returned, or, if
-        none fits, the last decode as it is. Honours ``memory_cap_bytes`` (or the problem's usage
+        repaired with them priced (``fit_with_copies``); the cheapest that fits is returned; if none
+        fits, the same on the unpruned problem (as ``bp_solve``), then the last decode as it is. Honours ``memory_cap_bytes`` (or the problem's usage
         limit, whichever is lower) whenever the least-usage plan fits; ValueError when no decode
         exists (the least-usage plan breaks the cap). No polish, no refine."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
@@ -395,6 +393,8 @@ class FGNN:
             fit = fit_with_copies(problem, x)
             if fit is not None and evaluate(problem, fit).total < best_cost:
                 best, best_cost = fit, evaluate(problem, fit).total
+        if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
+            return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")
         return [int(v) for v in (last if best is None else best)]
