@@ -1,29 +1,40 @@
 """The factor-graph network: learned min-sum message passing over a Problem's strategy graph.
 
-It owns the network (``FGNN``: parameters, ``forward``), its padded per-problem inputs
-(``FGInputs.of``) and the raw plan (``FGNN.plan``: one forward pass, then ``solvers.bp``'s masked
-one-node-at-a-time decode with the learned messages in place of BP's).
+It owns the network (``FGNN``: parameters, the rounds, the readout) and the raw plan
+(``FGNN.plan``: one forward pass, then ``solvers.bp``'s masked one-node-at-a-time decode with the
+learned messages in place of BP's). Its padded per-problem inputs are agent/fgnn_inputs.py's.
 
 One message per (edge direction, strategy), as in ``solvers.bp``. Costs are divided by one scale
 per problem (the median positive node cost), so the network sees the same numbers whatever the
 units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming messages:
 
+* **learned price correction**: λ ← λ + p_r · tanh(MLP(min, max, argmin and expected usage
+  profiles over the cap, λ)) · (λ + λ0), only where the cap binds (the least-usage peak fits and the
+  greatest-usage peak does not); node i pays u_i(s)/cap · Σ_{t∈live(i)} λ_t;
 * **hard min**: m_{u→v}(t) = min_s [b_u(s) − m_{v→u}(s) + M_uv(s, t)] (bp.py's update, all edges at
   once as segment minima over the flat edge-cost entries);
 * **soft min**: the same with −τ·log Σ exp(−x/τ), mixed in with a learned weight w_r (0: hard);
-* **residual**: + g_r · spread_e · MLP(message features), g_r a learned gate per round;
-* normalised to min 0 per edge and damped with a learned α_r = sigmoid(d_r) (d_r = 0: bp.py's 0.5).
-* **memory prices** λ_t over the compressed time grid (only where the cap binds: the least-usage
-  peak fits and the greatest-usage peak does not): λ ← λ + p_r · tanh(MLP(min, max, argmin and
-  expected usage profiles over the cap, λ)) · (λ + λ0); node i pays u_i(s)/cap · Σ_{t∈live(i)} λ_t.
-* **readout**: score_i(s) = b_i(s) + g_out · spread_i · MLP(node-strategy features).
+* **residual**: + g_r · tanh(MLP(message features)): bounded by |g_r| cost scales whatever the
+  problem (``base="plain"`` checkpoints: g_r · spread_e · MLP, unbounded: edge spreads reach 1e6 scales);
+* normalised to min 0 per edge and damped with a learned α_r = sigmoid(d_r) (d_r = 0: bp.py's 0.5);
+* **Lagrangian prices** (``base="lagrangian"``, the default): every ``bp.PRICE_EVERY`` rounds
+  (r < rounds), exactly ``bp_solve``'s rule (``bp.price_step``) from the beliefs' argmin plan's
+  profile over the cap; the plan (``plan``) decodes the beliefs at each of those rounds, as
+  ``bp_solve`` does, and keeps the cheapest that fits after ``fit_with_copies``.
+* **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i).
 
-With every gate, mixing weight, price gate and damping parameter at zero (``zero_corrections``)
-the network is plain BP: its messages equal ``bp.Messages.update``'s (tests/test_fgnn.py, to
-float32 rounding) and its plan equals ``bp_solve(memory_prices=False, pruned=True)``'s.
+**Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping
+parameter at zero; an untrained network is there too, as every MLP's output layer starts at zero)
+is Lagrangian BP: its messages are bp.py's to float32 rounding and its plan equals
+``bp_plan(rounds=config.rounds, memory_prices=True)``'s (tests/test_fgnn.py; plain BP's for
+``base="plain"`` or an uncapped problem). In ``plan`` the price rule reads the argmin plan's
+profile with its resharded copies (``LocalCosts.profile``), as bp.py does, between jitted blocks of
+rounds; the differentiable training forward (``logits``) runs the same rule inside one jit on node
+usages alone, so on problems with copy groups its prices can differ from the plan's (copies only
+add memory: they raise λ sooner); it also never switches the rule off once the plan fits and λ is
+0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
 
-Shapes are padded to buckets (agent/fgnn_pack.py) so one compiled forward serves every problem of
-a similar size; padded slots and entries point at a spare slot whose values are masked.
+Shapes are padded to buckets (agent/fgnn_pack.py): one compiled forward serves similar sizes.
 """
 from __future__ import annotations
 
@@ -32,115 +43,54 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.fgnn_pack import bucket_sizes, pack
+from agent.fgnn_inputs import FGInputs, raw_arrays, warm_hint
 from costmodel.limits import Limits
-from costmodel.problem import FORBIDDEN_COST, Problem
+from costmodel.problem import Problem, evaluate
 from solvers import bp
-from solvers.local import LocalCosts, fit_with_copies, prune
+from solvers.local import fit_with_copies
+
+__all__ = ["FGConfig", "FGInputs", "FGNN", "raw_arrays", "warm_hint"]
 
 SOFT_TAU = 0.1          # soft-min temperature, in units of the problem's cost scale
 NOFEAT_MSG = 6
 NOFEAT_PRICE = 6
 NOFEAT_READ = 5
 NOFEAT_WARM = 6
-WARM_ROUNDS = 60        # Lagrangian BP's rounds for the warm hint (the bp_lagrangian baseline's)
 WARM_GATE0 = 4.0        # initial weight of the hint, in units of the node's belief spread
+BASES = ("lagrangian", "plain")
 
 
 @dataclass(frozen=True)
 class FGConfig:
-    """Architecture: ``rounds`` of message passing, MLP ``hidden`` width; ``warm``: the inputs carry
-    Lagrangian BP's plan (``solvers.bp.bp_plan`` with memory prices, ``WARM_ROUNDS`` rounds) as a
-    per-strategy hint the readout may follow (checkpoints before it have ``warm`` False)."""
-    rounds: int = 24
+    """Architecture: ``rounds`` of message passing (60: the bp_lagrangian baseline's), MLP ``hidden``
+    width; ``base``: what zero corrections are, "lagrangian" (BP with bp.py's memory prices and
+    decodes, bounded corrections) or "plain" (plain BP, spread-scaled corrections: every checkpoint
+    written before session 7); ``warm`` (plain only): the inputs carry Lagrangian BP's plan as a
+    per-strategy hint the readout may follow."""
+    rounds: int = 60
     hidden: int = 32
     seed: int = 0
     warm: bool = False
+    base: str = "lagrangian"
+
+    def __post_init__(self):
+        if self.base not in BASES:
+            raise ValueError(f"FGConfig.base must be one of {BASES}, got {self.base!r}")
+        if self.warm and self.base != "plain":
+            raise ValueError("FGConfig.warm needs base='plain' (base='lagrangian' is Lagrangian BP already)")
+        if self.rounds < 1:
+            raise ValueError(f"FGConfig.rounds must be >= 1, got {self.rounds}")
 
     def to_dict(self) -> dict:
-        return {"rounds": self.rounds, "hidden": self.hidden, "seed": self.seed, "warm": self.warm, "kind": "fgnn"}
+        return {"rounds": self.rounds, "hidden": self.hidden, "seed": self.seed, "warm": self.warm,
+                "base": self.base, "kind": "fgnn"}
 
     @classmethod
     def from_dict(cls, d: dict) -> FGConfig:
-        return cls(**{k: d[k] for k in ("rounds", "hidden", "seed", "warm") if k in d})
-
-
-def warm_hint(problem: Problem) -> np.ndarray:
-    """Per flat strategy of ``problem``: 1 at Lagrangian BP's plan (all 0 when it finds none)."""
-    offs = np.asarray(problem.strategy_offsets, np.int64)
-    out = np.zeros(int(offs[-1]))
-    x = bp.bp_plan(problem, rounds=WARM_ROUNDS, memory_prices=True, pruned=False)
-    if x is not None:
-        out[offs[:-1] + np.asarray(x, np.int64)] = 1.0
-    return out
-
-
-def raw_arrays(mp, scale: float, hint: np.ndarray | None = None) -> dict:
-    """One problem's unpadded network inputs from its ``bp.Messages`` (costs divided by ``scale``;
-    ``hint``: ``warm_hint``'s array, zeros when None)."""
-    g = mp.g
-    S, n, m = len(g.cost), g.n, len(g.eu)
-    U, V, N = int(mp.su[-1]), int(mp.sv[-1]), len(mp.ec)
-    ec = mp.ec / scale
-    # memory: profiles at the least / greatest usage of each node, over the cap
-    us = g.usage
-    umin = np.minimum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
-    umax = np.maximum.reduceat(us, g.offs[:-1]) if n else np.zeros(0)
-    live = g.live_mask
-    pmin = g.profile_of(np.where(live, umin, 0.0)) if n else np.zeros(0)
-    pmax = g.profile_of(np.where(live, umax, 0.0)) if n else np.zeros(0)
-    Tg = len(g.times)
-    cap = g.cap
-    binds = float(cap is not None and Tg and pmin.max() <= cap < pmax.max())
-    ref = float(cap) if cap is not None else float(pmax.max() if Tg and pmax.max() > 0 else 1.0)
-    ref = ref if ref > 0 else 1.0
-    if N:   # per-edge spread of the finite entries (a scale for the residual correction)
-        emin = np.minimum.reduceat(ec, g.eoff[:-1])
-        emax = np.maximum.reduceat(np.where(g.ec < FORBIDDEN_COST, ec, -np.inf), g.eoff[:-1])
-        espr = np.maximum(np.where(np.isfinite(emax), emax - emin, 0.0), 0.0)
-    else:
-        espr = np.zeros(m)
-    return {
-        "c": mp.cost / scale, "un": us / ref, "node_of": g.node_of, "smask": np.ones(S), "sbinds": np.full(S, binds),
-        "u_flat": mp.u_flat, "v_flat": mp.v_flat,
-        "eu_slot": np.repeat(np.arange(m), g.k[g.eu]) if m else np.zeros(0, np.int64),
-        "ev_slot": np.repeat(np.arange(m), g.k[g.ev]) if m else np.zeros(0, np.int64),
-        "umask": np.ones(U), "vmask": np.ones(V), "row_slot": mp.row_slot, "col_slot": mp.col_slot, "ec": ec,
-        "espr": espr, "lo": g.lo, "hi": g.hi, "live": live.astype(np.float64), "pmin": pmin / ref,
-        "pmax": pmax / ref, "tmask": np.ones(Tg), "tbinds": np.full(Tg, binds), "tlam0": np.full(Tg, float(max(n, 1))),
-        "hint": np.zeros(S) if hint is None else np.asarray(hint, np.float64),
-        "_sizes": {"S": S, "U": U, "V": V, "N": N, "n": n, "m": m, "T": Tg},
-    }
-
-
-@dataclass(frozen=True)
-class FGInputs:
-    """One problem's padded arrays (``arrays``: a dict for the jitted forward), the BP index
-    structure they came from (``mp``), the pruned problem and the map of its plans back (``back``),
-    the cost ``scale``, the unpadded ``raw`` arrays (for ``pack``) and the real sizes."""
-    problem: Problem            # the (pruned) problem the network runs on
-    back: object                # pruned plan -> original plan (None: not pruned)
-    mp: object                  # bp.Messages of ``problem``
-    scale: float
-    arrays: dict
-    raw: dict
-    sizes: tuple                # (S, U, V, N, n, m, T) real sizes
-
-    @classmethod
-    def of(cls, problem: Problem, pruned: bool = True, coarse: bool = False, warm: bool = False) -> FGInputs:
-        """``coarse``: power-of-2 buckets instead of √2; ``warm``: with ``warm_hint`` (on the pruned problem)."""
-        back = None
-        if pruned:
-            problem, back = prune(problem)
-        mp = bp.Messages(LocalCosts(problem))
-        pos = np.abs(mp.cost[mp.cost != 0])
-        scale = float(np.median(pos)) if len(pos) else 1.0
-        if not scale > 0 or not np.isfinite(scale):
-            scale = 1.0
-        raw = raw_arrays(mp, scale, warm_hint(problem) if warm else None)
-        sz = raw["_sizes"]
-        arrays = pack([raw], bucket_sizes(sz, coarse))
-        return cls(problem, back, mp, scale, arrays, raw, tuple(sz[k] for k in "SUVNnmT"))
+        """A checkpoint's config; one without ``base`` predates it: "plain"."""
+        kw = {k: d[k] for k in ("rounds", "hidden", "seed", "warm", "base") if k in d}
+        kw.setdefault("base", "plain")
+        return cls(**kw)
 
 
 def _mlp_def(hidden: int):
@@ -157,11 +107,12 @@ def _mlp_def(hidden: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_forward(hidden: int):
+def _jit_fns(hidden: int, base: str) -> dict:
+    """The jitted block of rounds, readout and training forward of a width and base (compiled once a shape)."""
     import jax
     shell = FGNN.__new__(FGNN)
-    shell.mlp = _mlp_def(hidden)
-    return jax.jit(shell._forward)
+    shell.mlp, shell.base = _mlp_def(hidden), base
+    return {"block": jax.jit(shell._block_out), "readout": jax.jit(shell._readout), "forward": jax.jit(shell._forward)}
 
 
 def _symlog(x):
@@ -169,13 +120,63 @@ def _symlog(x):
     return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
+# ---- helpers over the padded arrays A (jnp) ----
+def _belief(A, cp, to_u, to_v):
+    import jax
+    Sp = A["c"].shape[0]
+    return cp + jax.ops.segment_sum(to_u * A["umask"], A["u_flat"], Sp) \
+        + jax.ops.segment_sum(to_v * A["vmask"], A["v_flat"], Sp)
+
+
+def _priced(A, lam):
+    """Node costs plus usage × Σ_{t∈live(i)} λ_t (usage over the cap)."""
+    import jax.numpy as jnp
+    cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(lam * A["tmask"])])
+    return A["c"] + A["un"] * (A["live"] * (cum[A["hi"]] - cum[A["lo"]]))[A["node_of"]]
+
+
+def _profile(A, usage_node):
+    import jax.numpy as jnp
+    Tp = A["pmin"].shape[0]
+    acc = jnp.zeros(Tp + 1).at[A["lo"]].add(usage_node * A["live"]).at[A["hi"]].add(-usage_node * A["live"])
+    return jnp.cumsum(acc)[:-1]
+
+
+def _node_min(A, b):
+    import jax
+    import jax.numpy as jnp
+    return jax.ops.segment_min(jnp.where(A["smask"] > 0, b, 3e38), A["node_of"], A["lo"].shape[0])
+
+
+def _argmin_usage(A, b):
+    """Per node, the usage of its first cheapest strategy (``LocalCosts.seg_argmin``'s)."""
+    import jax
+    import jax.numpy as jnp
+    Sp, npad = A["c"].shape[0], A["lo"].shape[0]
+    m = _node_min(A, b)
+    first = jax.ops.segment_min(jnp.where((b <= m[A["node_of"]]) & (A["smask"] > 0), jnp.arange(Sp), Sp),
+                                A["node_of"], npad)
+    return jax.ops.segment_sum(jnp.where(jnp.arange(Sp) == first[A["node_of"]], A["un"], 0.0), A["node_of"], npad)
+
+
+def _expected_usage(A, b):
+    import jax
+    import jax.numpy as jnp
+    smask, npad = A["smask"], A["lo"].shape[0]
+    d = jnp.where(smask > 0, b - _node_min(A, b)[A["node_of"]], 50.0)     # no inf on padded slots
+    w = jnp.where(smask > 0, jnp.exp(-jnp.clip(d, 0.0, 50.0)), 0.0)
+    z = jax.ops.segment_sum(w, A["node_of"], npad)
+    return jax.ops.segment_sum(w * A["un"], A["node_of"], npad) / jnp.maximum(z, 1e-30)
+
+
 class FGNN:
-    """The network's definition and parameters; ``forward`` is jitted per padded shape."""
+    """The network's definition and parameters; its jitted pieces are shared per (width, base)."""
 
     def __init__(self, config: FGConfig | None = None, params=None):
         import jax
         import jax.numpy as jnp
         self.config = config or FGConfig()
+        self.base = self.config.base
         self.mlp = _mlp_def(self.config.hidden)
         if params is None:
             k1, k2, k3 = jax.random.split(jax.random.PRNGKey(self.config.seed), 3)
@@ -190,24 +191,23 @@ class FGNN:
                 "pgate": jnp.full(T, 0.1), "gout": jnp.array(0.1), "logit_scale": jnp.array(1.0),
             }
         self.params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)   # strong float32: no retrace
-        self._fwd = _jit_forward(self.config.hidden)   # shared by every FGNN of this width (compiled once a shape)
+        self._fns = _jit_fns(self.config.hidden, self.base)
 
     @staticmethod
     def zero_corrections(params):
-        """The same parameters with every learned correction switched off: plain BP."""
+        """The same parameters with every learned correction switched off: Lagrangian BP (plain BP
+        for ``base="plain"``)."""
         import jax.numpy as jnp
         out = dict(params)
-        for k in ("damp", "soft", "gate", "pgate"):
+        for k in ("damp", "soft", "gate", "pgate", "gout", "wgate"):
             out[k] = jnp.zeros_like(params[k])
-        out["gout"] = jnp.zeros_like(params["gout"])
-        out["wgate"] = jnp.zeros_like(params["wgate"])
         return out
 
     @staticmethod
     def complete(config: FGConfig, params: dict) -> dict:
         """``params`` (e.g. a checkpoint's) with the entries added since it was written taken from a
         fresh network without the warm hint (``wgate`` 0): an older checkpoint plans as before."""
-        fresh = FGNN(FGConfig(config.rounds, config.hidden, config.seed, warm=False)).params
+        fresh = FGNN(FGConfig(config.rounds, config.hidden, config.seed, warm=False, base=config.base)).params
         return {**fresh, **params}
 
     @staticmethod
@@ -219,142 +219,182 @@ class FGNN:
             out[k] = jnp.zeros_like(params[k])
         return out
 
-    # ---- the forward pass ----
-    def _forward(self, params, A):
-        """(score per flat strategy, to_u, to_v), all in units of the cost scale, padded."""
+    # ---- the rounds ----
+    def _round(self, params, A, carry, r):
+        """Round r (traced; rounds past ``rounds`` leave the state as it is)."""
         import jax
         import jax.numpy as jnp
-        seg_min = jax.ops.segment_min
-        seg_max = jax.ops.segment_max
-        seg_sum = jax.ops.segment_sum
-        Sp, Up, Vp = A["c"].shape[0], A["u_flat"].shape[0], A["v_flat"].shape[0]
-        npad, mpad, Tp = A["lo"].shape[0], A["espr"].shape[0], A["pmin"].shape[0]
+        seg_min, seg_max = jax.ops.segment_min, jax.ops.segment_max
+        Up, Vp, Tp, mpad = A["u_flat"].shape[0], A["v_flat"].shape[0], A["pmin"].shape[0], A["espr"].shape[0]
         T = params["damp"].shape[0]
-        mlp = self.mlp
-        c, un, smask = A["c"], A["un"], A["smask"]
-        umask, vmask = A["umask"], A["vmask"]
-        tbinds = A["tbinds"]
-        node_of = A["node_of"]
-        big = jnp.float32(3e38)
+        i = jnp.minimum(r, T - 1)
+        damp, soft_w, gate, pgate = params["damp"][i], params["soft"][i], params["gate"][i], params["pgate"][i]
+        mlp, umask, vmask, big = self.mlp, A["umask"], A["vmask"], jnp.float32(3e38)
+        to_u, to_v, lam = carry
+        rf = r.astype(jnp.float32) / T
+        # learned price correction from the profiles
+        b = _belief(A, _priced(A, lam), to_u, to_v)
+        pa = jax.lax.stop_gradient(_profile(A, _argmin_usage(A, b)))
+        pe = _profile(A, _expected_usage(A, b))
+        pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, _symlog(lam / A["tlam0"]), jnp.broadcast_to(rf, (Tp,))], 1)
+        lam2 = lam + A["tbinds"] * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) * (lam + A["tlam0"]) \
+            * A["tmask"]
+        cp = _priced(A, lam2)
+        b = _belief(A, cp, to_u, to_v)
+        hu, hv = b[A["u_flat"]] - to_u, b[A["v_flat"]] - to_v
 
-        def belief(cp, to_u, to_v):
-            return cp + seg_sum(to_u * umask, A["u_flat"], Sp) + seg_sum(to_v * vmask, A["v_flat"], Sp)
-
-        def node_price(lam):
-            cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(lam * A["tmask"])])
-            return A["live"] * (cum[A["hi"]] - cum[A["lo"]])
-
-        def priced(lam):
-            return c + un * node_price(lam)[node_of]
-
-        def profile(usage_node):
-            acc = jnp.zeros(Tp + 1).at[A["lo"]].add(usage_node * A["live"]).at[A["hi"]].add(-usage_node * A["live"])
-            return jnp.cumsum(acc)[:-1]
-
-        def seg_argmin_usage(b):
-            m = seg_min(jnp.where(smask > 0, b, big), node_of, npad)
-            first = seg_min(jnp.where((b <= m[node_of]) & (smask > 0), jnp.arange(Sp), Sp), node_of, npad)
-            return seg_sum(jnp.where(jnp.arange(Sp) == first[node_of], un, 0.0), node_of, npad)
-
-        def expected_usage(b):
-            m = seg_min(jnp.where(smask > 0, b, big), node_of, npad)
-            d = jnp.where(smask > 0, b - m[node_of], 50.0)     # no inf on padded slots (NaN-free gradients)
-            w = jnp.where(smask > 0, jnp.exp(-jnp.clip(d, 0.0, 50.0)), 0.0)
-            z = seg_sum(w, node_of, npad)
-            return seg_sum(w * un, node_of, npad) / jnp.maximum(z, 1e-30)
-
-        def msg(x, seg, nseg, seg_edge, mask, round_feats, r):
-            gate, soft_w = round_feats
+        def msg(x, seg, nseg, seg_edge, mask):
             hard = seg_min(x, seg, nseg)
             hard = jnp.where(jnp.isfinite(hard) & (hard < big), hard, 0.0)
-            z = seg_sum(jnp.exp(-jnp.minimum((x - hard[seg]) / SOFT_TAU, 80.0)), seg, nseg)
-            soft = hard - SOFT_TAU * jnp.log(jnp.maximum(z, 1.0))
-            new = hard + soft_w * (soft - hard)
+            z = jax.ops.segment_sum(jnp.exp(-jnp.minimum((x - hard[seg]) / SOFT_TAU, 80.0)), seg, nseg)
+            new = hard + soft_w * (-SOFT_TAU * jnp.log(jnp.maximum(z, 1.0)))
             new = (new - seg_min(jnp.where(mask > 0, new, big), seg_edge, mpad)[seg_edge]) * mask
-            spread = seg_max(new, seg_edge, mpad)[seg_edge]
-            return new, spread
+            return new, seg_max(new, seg_edge, mpad)[seg_edge]
 
-        def rnd(carry, xs):
-            to_u, to_v, lam = carry
-            damp, soft_w, gate, pgate, r = xs
-            # memory prices from the profiles
-            cp = priced(lam)
-            b = belief(cp, to_u, to_v)
-            pa = jax.lax.stop_gradient(profile(seg_argmin_usage(b)))
-            pe = profile(expected_usage(b))
-            pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, _symlog(lam / A["tlam0"]),
-                            jnp.broadcast_to(r / T, (Tp,))], 1)
-            lam = lam + tbinds * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) * (lam + A["tlam0"]) \
-                * A["tmask"]
-            cp = priced(lam)
-            b = belief(cp, to_u, to_v)
-            hu = b[A["u_flat"]] - to_u
-            hv = b[A["v_flat"]] - to_v
-            new_u, spr_u = msg(hv[A["col_slot"]] + A["ec"], A["row_slot"], Up, A["eu_slot"], umask, (gate, soft_w), r)
-            new_v, spr_v = msg(hu[A["row_slot"]] + A["ec"], A["col_slot"], Vp, A["ev_slot"], vmask, (gate, soft_w), r)
-            fu = jnp.stack([_symlog(new_u), _symlog(to_u), _symlog(cp[A["u_flat"]]), un[A["u_flat"]],
-                            _symlog(A["espr"][A["eu_slot"]]), jnp.broadcast_to(r / T, (Up,))], 1)
-            fv = jnp.stack([_symlog(new_v), _symlog(to_v), _symlog(cp[A["v_flat"]]), un[A["v_flat"]],
-                            _symlog(A["espr"][A["ev_slot"]]), jnp.broadcast_to(r / T, (Vp,))], 1)
-            new_u = new_u + gate * spr_u * mlp.apply({"params": params["msg"]}, fu) * umask
-            new_v = new_v + gate * spr_v * mlp.apply({"params": params["msg"]}, fv) * vmask
-            a = jax.nn.sigmoid(damp)
-            return (a * to_u + (1 - a) * new_u, a * to_v + (1 - a) * new_v, lam), None
+        new_u, spr_u = msg(hv[A["col_slot"]] + A["ec"], A["row_slot"], Up, A["eu_slot"], umask)
+        new_v, spr_v = msg(hu[A["row_slot"]] + A["ec"], A["col_slot"], Vp, A["ev_slot"], vmask)
+        fu = jnp.stack([_symlog(new_u), _symlog(to_u), _symlog(cp[A["u_flat"]]), A["un"][A["u_flat"]],
+                        _symlog(A["espr"][A["eu_slot"]]), jnp.broadcast_to(rf, (Up,))], 1)
+        fv = jnp.stack([_symlog(new_v), _symlog(to_v), _symlog(cp[A["v_flat"]]), A["un"][A["v_flat"]],
+                        _symlog(A["espr"][A["ev_slot"]]), jnp.broadcast_to(rf, (Vp,))], 1)
+        if self.base == "plain":
+            cu, cv = spr_u * mlp.apply({"params": params["msg"]}, fu), spr_v * mlp.apply({"params": params["msg"]}, fv)
+        else:
+            cu, cv = jnp.tanh(mlp.apply({"params": params["msg"]}, fu)), jnp.tanh(mlp.apply({"params": params["msg"]}, fv))
+        a = jax.nn.sigmoid(damp)
+        new = (a * to_u + (1 - a) * (new_u + gate * cu * umask), a * to_v + (1 - a) * (new_v + gate * cv * vmask), lam2)
+        on = r < T
+        return tuple(jnp.where(on, x, y).astype(y.dtype) for x, y in zip(new, carry))
 
-        xs = (params["damp"], params["soft"], params["gate"], params["pgate"], jnp.arange(T, dtype=jnp.float32))
-        init = (jnp.zeros(Up), jnp.zeros(Vp), jnp.zeros(Tp))
-        (to_u, to_v, lam), _ = jax.lax.scan(rnd, init, xs)
-        cp = priced(lam)
-        b = belief(cp, to_u, to_v)
-        m = seg_min(jnp.where(smask > 0, b, big), node_of, npad)
-        d = jnp.maximum(b - m[node_of], 0.0)
-        spread = seg_max(jnp.where(smask > 0, jnp.minimum(d, 1e6), 0.0), node_of, npad)[node_of]
-        fr = jnp.stack([_symlog(d), _symlog(c), un, _symlog(spread), A["sbinds"]], 1)
-        c_out = cp + params["gout"] * spread * mlp.apply({"params": params["read"]}, fr)
-        # the warm hint: Lagrangian BP's choice gets a learned bonus wgate * spread * (1 + MLP)
-        fw = jnp.concatenate([fr, A["hint"][:, None]], 1)
+    def _block(self, params, A, carry, blk):
+        """Rounds blk·PRICE_EVERY ... (blk+1)·PRICE_EVERY − 1."""
+        import jax
+        import jax.numpy as jnp
+        P = bp.PRICE_EVERY
+        carry, _ = jax.lax.scan(lambda c, j: (self._round(params, A, c, blk * P + j), None), carry,
+                                jnp.arange(P, dtype=jnp.int32))
+        return carry
+
+    def _block_out(self, params, A, carry, blk):
+        return (carry := self._block(params, A, carry, blk)), _priced(A, carry[2])
+
+    def _readout(self, params, A, carry):
+        """The unary score c' per flat strategy (the decode's belief is c' + the incoming messages)."""
+        import jax
+        import jax.numpy as jnp
+        to_u, to_v, lam = carry
+        mlp, smask = self.mlp, A["smask"]
+        cp = _priced(A, lam)
+        b = _belief(A, cp, to_u, to_v)
+        d = jnp.maximum(b - _node_min(A, b)[A["node_of"]], 0.0)
+        spread = jax.ops.segment_max(jnp.where(smask > 0, jnp.minimum(d, 1e6), 0.0), A["node_of"],
+                                     A["lo"].shape[0])[A["node_of"]]
+        fr = jnp.stack([_symlog(d), _symlog(A["c"]), A["un"], _symlog(spread), A["sbinds"]], 1)
+        out = mlp.apply({"params": params["read"]}, fr)
+        if self.base != "plain":
+            return cp + params["gout"] * jnp.tanh(out)
+        c_out = cp + params["gout"] * spread * out
+        fw = jnp.concatenate([fr, A["hint"][:, None]], 1)   # the warm hint: a learned bonus at Lagrangian BP's choice
         bonus = params["wgate"] * (spread + 1.0) * (1.0 + mlp.apply({"params": params["warm"]}, fw))
-        c_out = c_out - A["hint"] * smask * bonus
-        return c_out, to_u, to_v
+        return c_out - A["hint"] * smask * bonus
+
+    def _forward(self, params, A):
+        """The differentiable forward, one jit: (c', to_u, to_v), padded, in cost-scale units; the
+        Lagrangian rule on node usages alone (see the module docstring)."""
+        import jax
+        import jax.numpy as jnp
+        T, P = params["damp"].shape[0], bp.PRICE_EVERY
+
+        def outer(carry, blk):
+            carry = self._block(params, A, carry, blk)
+            if self.base != "lagrangian":
+                return carry, None
+            to_u, to_v, lam = carry
+            ratio = jax.lax.stop_gradient(_profile(A, _argmin_usage(A, _belief(A, _priced(A, lam), to_u, to_v))))
+            on = (A["tcap"] > 0) & ((blk + 1) * P < T)
+            lam = jnp.where(on, bp.price_step(lam, ratio, A["tbase"], jnp), lam) * A["tmask"]
+            return (to_u, to_v, lam), None
+        init = (jnp.zeros(A["u_flat"].shape[0]), jnp.zeros(A["v_flat"].shape[0]), jnp.zeros(A["pmin"].shape[0]))
+        carry, _ = jax.lax.scan(outer, init, jnp.arange(-(-T // P), dtype=jnp.int32))
+        return self._readout(params, A, carry), carry[0], carry[1]
+
+    def _run(self, inputs: FGInputs, params):
+        """(final, snapshots): (c', to_u, to_v) as float64 numpy in the problem's cost units, after
+        the last round and at each Lagrangian price update (bp_solve's decode points); computed in
+        float64 (the training forward is float32)."""
+        import jax
+        import jax.numpy as jnp
+        with jax.enable_x64(True):     # float64, as bp.py: costs spanning 1e6 scales make float32 break ties
+            params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), self.params if params is None else params)
+            A = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.arrays.items()}
+            return self._run64(inputs, params, A)
+
+    def _run64(self, inputs, params, A):
+        import jax
+        import jax.numpy as jnp
+        mp, s = inputs.mp, inputs.scale
+        g = mp.g
+        S, U, V, Tg = inputs.sizes[0], inputs.sizes[1], inputs.sizes[2], inputs.sizes[6]
+        T, P = self.config.rounds, bp.PRICE_EVERY
+        carry = tuple(jnp.zeros(A[k].shape[0], jnp.float64) for k in ("u_flat", "v_flat", "pmin"))
+
+        def unpad(cp, tu, tv):
+            cp, tu, tv = jax.device_get((cp, tu, tv))
+            return (np.asarray(cp[:S], np.float64) * s, np.asarray(tu[:U], np.float64) * s,
+                    np.asarray(tv[:V], np.float64) * s)
+        snaps = []
+        binding = self.base == "lagrangian" and g.cap is not None
+        base = float(inputs.raw["tbase"][0]) if Tg else 0.0
+        for blk in range(-(-T // P)):
+            carry, cp = self._fns["block"](params, A, carry, np.int32(blk))
+            r = min((blk + 1) * P, T)
+            if binding and r % P == 0 and r < T:
+                snap = unpad(cp, carry[0], carry[1])
+                snaps.append(snap)
+                ratio = g.profile(g.seg_argmin(mp.belief(*snap))) / g.cap
+                lam = np.asarray(jax.device_get(carry[2]), np.float64)[:Tg]
+                if not (ratio > 1.0).any() and not lam.any():
+                    binding = False
+                lam = np.concatenate([bp.price_step(lam, ratio, base), np.zeros(A["pmin"].shape[0] - Tg)])
+                carry = (carry[0], carry[1], jnp.asarray(lam, jnp.float64))
+        return unpad(self._fns["readout"](params, A, carry), carry[0], carry[1]), snaps
 
     def forward(self, inputs: FGInputs, params=None):
-        """(unary score c', to_u, to_v) as float64 numpy, unpadded, in the problem's cost units: the
-        decode's belief is c' + the incoming messages."""
-        import jax
-        S, U, V = inputs.sizes[:3]
-        c_out, tu, tv = jax.device_get(self._fwd(self.params if params is None else params, inputs.arrays))
-        s = inputs.scale
-        return (np.asarray(c_out[:S], np.float64) * s, np.asarray(tu[:U], np.float64) * s,
-                np.asarray(tv[:V], np.float64) * s)
+        """(unary score c', to_u, to_v) after the last round, float64 numpy, unpadded, in the
+        problem's cost units: the decode's belief is c' + the incoming messages."""
+        return self._run(inputs, params)[0]
 
     def logits(self, params, arrays):
         """Per flat strategy, the imitation logits −scale·log1p(belief − node min) (padded, jnp)."""
-        import jax
         import jax.numpy as jnp
         c_out, tu, tv = self._forward(params, arrays)
-        Sp = arrays["c"].shape[0]
-        b = c_out + jax.ops.segment_sum(tu * arrays["umask"], arrays["u_flat"], Sp) \
-            + jax.ops.segment_sum(tv * arrays["vmask"], arrays["v_flat"], Sp)
-        npad = arrays["lo"].shape[0]
-        m = jax.ops.segment_min(jnp.where(arrays["smask"] > 0, b, 3e38), arrays["node_of"], npad)
-        d = jnp.maximum(b - m[arrays["node_of"]], 0.0)
+        b = _belief(arrays, c_out, tu, tv)
+        d = jnp.maximum(b - _node_min(arrays, b)[arrays["node_of"]], 0.0)
         return -jnp.exp(params["logit_scale"]) * jnp.log1p(d / 0.01)
 
     # ---- planning ----
     def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None) -> list[int]:
-        """One forward pass and bp.py's masked decode with the learned scores and messages; the
-        plan of the original problem (strategy indices). Honours ``memory_cap_bytes`` (or the
-        problem's usage limit, whichever is lower) whenever the least-usage plan fits; a decode whose
-        resharded copies (``Problem.edge_memory``) break the cap is repaired with them priced
-        (``solvers.local.fit_with_copies``, as ``bp_solve`` does), and returned as decoded if that fails."""
+        """One forward pass and bp.py's masked decode of its beliefs after the last round and at each
+        price update (as ``bp_solve``); each decode that breaks the cap by its resharded copies is
+        repaired with them priced (``fit_with_copies``); the cheapest that fits is returned; if none
+        fits, the same on the unpruned problem (as ``bp_solve``), then the last decode as it is. Honours ``memory_cap_bytes`` (or the problem's usage
+        limit, whichever is lower) whenever the least-usage plan fits; ValueError when no decode
+        exists (the least-usage plan breaks the cap). No polish, no refine."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
-        c, tu, tv = self.forward(inputs, params)
-        x = bp.decode(inputs.mp, c, tu, tv)
-        if x is None:
+        final, snaps = self._run(inputs, params)
+        best, best_cost, last = None, float("inf"), None
+        for cand in snaps + [final]:
+            x = bp.decode(inputs.mp, *cand)
+            if x is None:
+                continue
+            x = x if inputs.back is None else inputs.back(x)
+            last = x
+            fit = fit_with_copies(problem, x)
+            if fit is not None and evaluate(problem, fit).total < best_cost:
+                best, best_cost = fit, evaluate(problem, fit).total
+        if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
+            return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
+        if best is None and last is None:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")
-        if inputs.back is not None:
-            x = inputs.back(x)
-        # as bp_solve's decode: a plan whose resharded copies break the cap is repaired with them priced
-        fixed = fit_with_copies(problem, x) if problem.edge_memory is not None else None
-        return [int(v) for v in (x if fixed is None else fixed)]
+        return [int(v) for v in (last if best is None else best)]

@@ -33,7 +33,7 @@ _INDEX = {"node_of": "n", "u_flat": "S", "v_flat": "S", "eu_slot": "m", "ev_slot
 _LEN = {"c": "S", "un": "S", "node_of": "S", "smask": "S", "sbinds": "S", "u_flat": "U", "eu_slot": "U",
         "umask": "U", "v_flat": "V", "ev_slot": "V", "vmask": "V", "row_slot": "N", "col_slot": "N", "ec": "N",
         "espr": "m", "lo": "n", "hi": "n", "live": "n", "pmin": "T", "pmax": "T", "tmask": "T", "tbinds": "T",
-        "tlam0": "T", "hint": "S", "cls": "S", "w": "n"}   # cls, w: the trainer's targets
+        "tlam0": "T", "tbase": "T", "tcap": "T", "hint": "S", "cls": "S", "w": "n"}   # cls, w: the trainer's targets
 
 
 def pack(raws: list, sizes: dict) -> dict:

@@ -69,11 +69,8 @@ class FGPlanner:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
-            try:
-                out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
-                              if refine_time_limit_s is None else refine_time_limit_s, seed=seed)
-            except ValueError:      # refine refuses a polished plan its own memory check calls over the cap
-                out = improve(problem, x, refine_time_limit_s=0.0, seed=seed)
+            out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
+                          if refine_time_limit_s is None else refine_time_limit_s, seed=seed)
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:

@@ -16,8 +16,9 @@ atomic checkpoints as the GNN policy's trainer in agent/train.py: agent/runs.py)
    the name) is never trained on; after every epoch, and at step 0, the raw plans of those problems
    are priced against their labels (geometric mean ratio) and the best parameters so far are
    written to ``best.msgpack``: what ships. Step 0 is the untrained network, which is exactly
-   Lagrangian BP's plan with ``--warm`` (plain BP without), so the shipped checkpoint is never
-   worse on validation than that.
+   Lagrangian BP's plan (``--base lagrangian``, the default; plain BP with ``--base plain``, or
+   Lagrangian BP's plan through the hint with ``--base plain --warm``), so the shipped checkpoint is
+   never worse on validation than that.
 Multi-rollout REINFORCE is not implemented (see the card's ``phases``).
 
 Run folder: ``state.json`` (config, epoch, seconds used, the labelled problems' names, the best
@@ -72,12 +73,14 @@ def build_parser(prog: str = "shardgym train --model fgnn") -> argparse.Argument
     ap.add_argument("--workloads", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--max-entries", type=int, default=1 << 20,
                     help="problems whose padded edge-cost entries exceed this are left out (memory: ~1 GB a million)")
-    ap.add_argument("--rounds", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=60, help="message-passing rounds (60: the bp_lagrangian baseline's)")
+    ap.add_argument("--base", choices=("lagrangian", "plain"), default="lagrangian",
+                    help="what the untrained network is: Lagrangian BP (bounded corrections) or plain BP (agent.fgnn)")
     ap.add_argument("--batch-entries", type=int, default=1 << 19,
                     help="edge-cost entries per packed batch (at least the largest problem's)")
     ap.add_argument("--hidden", type=int, default=32)
-    ap.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
-                    help="the inputs carry Lagrangian BP's plan as a hint (agent.fgnn.warm_hint)")
+    ap.add_argument("--warm", action=argparse.BooleanOptionalAction, default=False,
+                    help="with --base plain: the inputs carry Lagrangian BP's plan as a hint (agent.fgnn.warm_hint)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dagger-every", type=int, default=2, help="epochs between DAgger rounds (0: none)")
@@ -135,10 +138,10 @@ def make_loss(net: FGNN):
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_step(hidden: int, lr: float):
-    """(optimizer, jitted step, jitted loss) for a width and learning rate (compiled once a shape)."""
+def _jit_step(hidden: int, lr: float, base: str = "lagrangian"):
+    """(optimizer, jitted step, jitted loss) for a width, learning rate and base (compiled once a shape)."""
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
-    loss_fn = make_loss(FGNN(FGConfig(rounds=1, hidden=hidden)))
+    loss_fn = make_loss(FGNN(FGConfig(rounds=1, hidden=hidden, base=base)))
 
     def step(params, opt_state, A):
         loss, grads = jax.value_and_grad(loss_fn)(params, A)
@@ -152,7 +155,7 @@ class Trainer:
 
     def __init__(self, config: FGConfig, lr: float = 3e-3, params=None):
         self.net = FGNN(config, params)
-        self.opt, self._step, self._loss = _jit_step(config.hidden, float(lr))
+        self.opt, self._step, self._loss = _jit_step(config.hidden, float(lr), config.base)
         self.opt_state = self.opt.init(self.net.params)
 
     def step(self, batch) -> float:
@@ -293,7 +296,8 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
                             config={**vars(a), "git_rev": git_rev()}, reinit=True)
         except Exception:   # wandb missing or unusable: training goes on without it
             wb = None
-    cfg = FGConfig(rounds=a.rounds, hidden=a.hidden, seed=a.seed, warm=bool(getattr(a, "warm", False)))
+    cfg = FGConfig(rounds=a.rounds, hidden=a.hidden, seed=a.seed, warm=bool(getattr(a, "warm", False)),
+                   base=getattr(a, "base", "plain"))
     tr = Trainer(cfg, lr=a.lr)
     ck, best_ck = run.path(CKPT), run.path(BEST)
     epoch, step0, part = tr.restore(ck) if os.path.exists(ck) else (0, 0, [])

@@ -9,8 +9,8 @@
   validation problem, priced by ``evaluate`` against its ILP label. ``score`` is the geometric mean
   of cost / label, a plan that breaks the cap (or no plan) counted as ``OVER_CAP_RATIO``; the
   trainer keeps the parameters with the lowest score, the untrained ones (step 0) included, so the
-  checkpoint it ships is never worse on validation than its initialisation (Lagrangian BP's plan
-  with the warm hint, plain BP without). Inputs are built once per problem (``FGInputs``).
+  checkpoint it ships is never worse on validation than its initialisation (Lagrangian BP for
+  ``base="lagrangian"``; for ``base="plain"``, Lagrangian BP's plan with the warm hint, plain BP without). Inputs are built once per problem (``FGInputs``).
 * ``StopFlag``: SIGINT / SIGTERM set a flag instead of raising, so a jitted step is never cut in
   half; the trainer checks it (and its budget) between steps and saves a resumable checkpoint.
   A second signal of the same kind raises KeyboardInterrupt as usual.

@@ -9,7 +9,9 @@ plan and never worse than it: ``--ilp-seconds``, 300 s above 2,000 nodes, unless
 same problem is already cached, whatever limit made it; its status says whether it is a proven
 optimum), every row a raw plan unless named otherwise:
 * ``fgnn_raw``: one forward pass + bp.py's masked decode (``solve(method="policy", search=False)``
-  with this checkpoint); ``fgnn``: the same + the planner's polish/refine;
+  with this checkpoint; for ``base="lagrangian"`` up to 12 decodes, at each price update and the
+  last round, each only memory-repaired by ``fit_with_copies``, the cheapest kept, as
+  ``bp_lagrangian_raw``); ``fgnn``: the same + the planner's polish/refine;
 * ``fgnn_bpmsg_raw``: the ablation: learned prices and readout kept, messages plain BP's;
 * ``fgnn_finetuned_raw``: the raw decode after ``--finetune-seconds`` of ``FGPlanner.finetune`` on
   that problem (imitation + DAgger with ILP completions), only where zero-shot is above 1.02;
@@ -156,7 +158,7 @@ def main(args):
     except (FileNotFoundError, ValueError):
         old = None
     rows = []
-    out_name = "eval_fgnn_nocopies" if getattr(args, "no_copies", False) else "eval_fgnn"
+    out_name = getattr(args, "out_name", "") or ("eval_fgnn_nocopies" if getattr(args, "no_copies", False) else "eval_fgnn")
     prev = {}
     if getattr(args, "reuse", None):
         import json

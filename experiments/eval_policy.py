@@ -89,6 +89,7 @@ def main(argv=None):
     ap.add_argument("--no-copies", action="store_true",
                     help="--split fg: drop the problems' edge memory (resharded copies), the model the BP family "
                          "prices; writes results/eval_fgnn_nocopies.json")
+    ap.add_argument("--out-name", default="", help="--split fg: results/NAME.json and .png instead of eval_fgnn")
     args = ap.parse_args(argv)
     if args.split == "fg":
         from experiments.eval_fgnn import main as fg_main

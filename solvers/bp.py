@@ -11,11 +11,10 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   round costs a few passes over the edge-cost entries whatever the matrix shapes. Exact on trees
   (flooding converges after diameter rounds; damping only slows it).
 * **Memory prices** (``memory_prices``, when the limit binds): λ_t ≥ 0 per compressed time point of
-  the liveness grid turn usage into cost, c_i(s) + u_i(s)·Σ_{t∈interval(i)} λ_t. Every
-  ``price_every`` rounds the beliefs' argmin plan is priced: λ grows multiplicatively where it is
-  over the limit (at least base·10·overload, base = median cost / median usage) and decays by 0.9
-  where it fits (the contest winner's adaptive soft penalty; a plain additive subgradient step
-  either crawls or overshoots on costs spanning ten orders of magnitude).
+  the liveness grid turn usage into cost, c_i(s) + u_i(s)·Σ_{t∈interval(i)} λ_t. Every ``price_every``
+  rounds the beliefs' argmin plan is priced (``price_step``): λ grows ×2.5 where it is over the limit (at
+  least base·10·overload, ``price_base``) and decays ×0.9 where it fits (the contest winner's adaptive
+  soft penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades).
 * **Decode**: nodes in index order; node i takes the argmin of its belief with the messages from
   already-decided neighbours replaced by the true edge costs to their strategies, skipping
   strategies that would break the limit given the decided nodes and the least usage of the
@@ -47,8 +46,23 @@ import numpy as np
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
 from solvers.local import LocalCosts, fit_with_copies, prune
 
+PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
 #                            only up to this many nodes; otherwise at the start and the end
+
+
+def price_step(lam, ratio, base, xp=np):
+    """One Lagrangian price update (numpy, or ``xp=jax.numpy`` in agent/fgnn.py): where the argmin
+    plan's profile is over the limit (``ratio`` = profile / limit > 1), λ ← max(2.5·λ, base·10·(ratio − 1));
+    elsewhere λ ← 0.9·λ."""
+    return xp.where(ratio > 1.0, xp.maximum(lam * 2.5, base * 10.0 * (ratio - 1.0)), lam * 0.9)
+
+
+def price_base(mp: Messages) -> float:
+    """The price floor's unit: median |node cost| / median positive usage (cost per byte)."""
+    pos = mp.g.usage[mp.g.usage > 0]
+    cost_scale = float(np.median(np.abs(mp.cost)) + 1e-300) if len(mp.cost) else 1.0
+    return cost_scale / (float(np.median(pos)) if len(pos) else 1.0)
 
 
 @dataclass(frozen=True)
@@ -186,6 +200,7 @@ class _Domains:
         self.alive = g.cost < FORBIDDEN_COST
         self.alive[np.repeat(~np.logical_or.reduceat(self.alive, g.offs[:-1]), g.k)] = True
         self.ok_e = g.ec < FORBIDDEN_COST
+        self.free = bool(self.ok_e.all())      # no forbidden entry: propagation can never shrink a domain
         self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
         self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
 
@@ -230,7 +245,7 @@ class _Domains:
         self.alive[g.offs[i] + s] = True
         if not self._set_min(i, float(g.usage[g.offs[i] + s]), log) and strict:
             return False
-        queue, visits = deque([i]), 0
+        queue, visits = deque([] if self.free else [i]), 0
         while queue and visits < max_visits:
             j = queue.popleft()
             visits += 1
@@ -277,8 +292,7 @@ def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
             return None
     x = d.x
     for i in range(g.n):
-        lo, hi = int(g.offs[i]), int(g.offs[i + 1])
-        ki = hi - lo
+        lo, hi, ki = int(g.offs[i]), int(g.offs[i + 1]), int(g.k[i])
         sc = b[lo:hi].copy()
         for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
             j = int(g.adj[q])
@@ -311,8 +325,8 @@ def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
     return x
 
 
-def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_prices: bool = True,
-             price_every: int = 5, time_limit_s: float | None = None, bound: bool = True,
+def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memory_prices: bool = True,
+             price_every: int = PRICE_EVERY, time_limit_s: float | None = None, bound: bool = True,
              decode_every: int | None = None, pruned: bool = True) -> BPResult:
     """Run ``rounds`` of min-sum BP (fewer if ``time_limit_s`` runs out), with memory prices when the
     limit binds and ``memory_prices``; return the best masked decode seen and the best bound.
@@ -323,17 +337,11 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
     holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + float(time_limit_s)
-    orig, back = problem, None
-    if pruned:
-        problem, back = prune(problem)
+    orig, (problem, back) = problem, (prune(problem) if pruned else (problem, None))
     g = LocalCosts(problem)
     mp = Messages(g)
-    to_u = np.zeros(int(mp.su[-1]))
-    to_v = np.zeros(int(mp.sv[-1]))
-    lam = np.zeros(len(g.times))
-    cost_scale = float(np.median(np.abs(mp.cost)) + 1e-300) if len(mp.cost) else 1.0
-    pos = g.usage[g.usage > 0]
-    base = cost_scale / (float(np.median(pos)) if len(pos) else 1.0)
+    to_u, to_v = np.zeros(int(mp.su[-1])), np.zeros(int(mp.sv[-1]))
+    lam, base = np.zeros(len(g.times)), price_base(mp)
     best, best_cost, lb = None, float("inf"), -float("inf")
     decode_every = decode_every or price_every
     binding = g.cap is not None and memory_prices
@@ -365,15 +373,13 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = 0.5, memory_pr
         if binding and r % price_every == 0 and r < rounds:
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
             ratio = g.profile(arg) / g.cap
-            over = ratio > 1.0
             if bound and g.n <= BOUND_EVERY_NODES:
                 lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
             if r % decode_every == 0:
                 consider(c)
-            if not over.any() and not lam.any():
+            if not (ratio > 1.0).any() and not lam.any():
                 binding = False            # the limit does not bind the beliefs: plain BP from here
-            lam[over] = np.maximum(lam[over] * 2.5, base * 10.0 * (ratio[over] - 1.0))
-            lam[~over] *= 0.9
+            lam = price_step(lam, ratio, base)
             c = priced()
     consider(c)
     if bound:

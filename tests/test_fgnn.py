@@ -1,5 +1,5 @@
 """The factor-graph network (agent/fgnn.py) and its trainer (agent/fgnn_train.py): zero corrections
-are plain BP, the decode honours the cap, the imitation loss falls, checkpoints round-trip and a
+are Lagrangian BP (plain BP uncapped), the training forward is the planning one, plans are scale-free, the decode honours the cap, the imitation loss falls, checkpoints round-trip and a
 resumed run ends bit-identical. Tiny shapes and few rounds (one compile per shape is the cost)."""
 from __future__ import annotations
 
@@ -40,6 +40,45 @@ def test_zero_corrections_equal_bp(net, seed):
     assert np.allclose(c, mp.cost, rtol=1e-6)
     ref = bp.bp_solve(p, rounds=ROUNDS, memory_prices=False, bound=False).plan
     assert net.plan(p, params=z) == ref
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_zero_corrections_equal_lagrangian_bp(net, seed):
+    """Under a binding limit the untrained network (every MLP output starts at zero) and the
+    zero-correction one plan what Lagrangian BP plans (bp_solve with memory prices, the same
+    rounds: its price updates, its decodes at each and the cheapest that fits). The plans are
+    identical, or of the same cost where float32 rounding breaks a tie the other way."""
+    p = random_problem(np.random.default_rng(600 + seed), 9, kmax=4, edge_p=0.5, limit_q=0.35)
+    ref = bp.bp_solve(p, rounds=ROUNDS, memory_prices=True, bound=False)
+    assert ref.plan is not None
+    for params in (net.params, FGNN.zero_corrections(net.params)):
+        x = net.plan(p, params=params)
+        assert x == ref.plan or evaluate(p, x).total == pytest.approx(ref.cost, rel=1e-9)
+        assert evaluate(p, x).feasible
+
+
+def test_training_forward_is_the_planning_forward():
+    """The one-jit differentiable forward (``logits``' path, Lagrangian rule inside the jit) ends
+    with the messages and scores of ``plan``'s blocks (rule in numpy between them), for random
+    non-zero corrections on a capped problem without copy groups; and the plan is unchanged when
+    every cost is scaled by 1000 (corrections are in units of each problem's cost scale)."""
+    import dataclasses
+
+    import jax
+    cfg = FGConfig(rounds=ROUNDS, hidden=8)
+    net = FGNN(cfg)
+    rng = np.random.default_rng(5)
+    params = jax.tree.map(lambda a: a + 0.3 * rng.standard_normal(np.shape(a)).astype(np.float32), net.params)
+    p = random_problem(np.random.default_rng(700), 9, kmax=4, edge_p=0.5, limit_q=0.35)
+    inp = FGInputs.of(p)
+    c, tu, tv = net.forward(inp, params)
+    c2, tu2, tv2 = (np.asarray(a, np.float64) * inp.scale for a in net._fns["forward"](params, inp.arrays))
+    S, U, V = inp.sizes[:3]
+    scale = max(np.abs(tu).max(), np.abs(c).max(), 1e-12)
+    assert np.abs(c2[:S] - c).max() <= 1e-4 * scale and np.abs(tu2[:U] - tu).max() <= 1e-4 * scale
+    assert np.abs(tv2[:V] - tv).max() <= 1e-4 * scale
+    big = dataclasses.replace(p, node_costs=p.node_costs * 1000.0, edge_costs=p.edge_costs * 1000.0)
+    assert net.plan(big, params=params) == net.plan(p, params=params)
 
 
 def test_zero_corrections_exact_on_a_tree(net):
@@ -134,9 +173,9 @@ def test_resume_is_identical_and_checkpoint_round_trips(tmp_path, monkeypatch):
 
 
 def test_warm_hint_starts_at_lagrangian_bp_and_zero_corrections_stay_plain_bp():
-    """With the warm hint (Lagrangian BP's plan) the untrained network plans what Lagrangian BP
-    plans; with zero corrections it is still plain BP, hint ignored."""
-    wn = FGNN(FGConfig(rounds=ROUNDS, hidden=8, warm=True))
+    """A ``base="plain"`` network (every checkpoint before session 7) with the warm hint (Lagrangian
+    BP's plan) plans what Lagrangian BP plans; with zero corrections it is plain BP, hint ignored."""
+    wn = FGNN(FGConfig(rounds=ROUNDS, hidden=8, warm=True, base="plain"))
     z = FGNN.zero_corrections(wn.params)
     for seed in range(3):
         p = random_problem(np.random.default_rng(400 + seed), 10, kmax=4, edge_p=0.5, limit_q=0.4)
