@@ -187,7 +187,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     T = 1 + max(int(nd.order) for nd in nodes)
     last_use = np.full(n, -1, dtype=np.int64)
     copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
-    via_copy = {r for rs in copied.values() for r in rs}   # read from a layout copy, not the buffer
+    # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer)
+    via_copy = {r for rs in copied.values() for r in rs if graph.nodes[r[0]].primitive != "dot_general"}
     for nd in nodes:
         for k, (src, _) in enumerate(nd.operands):
             if src >= 0 and (nd.id, k) not in via_copy:

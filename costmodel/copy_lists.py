@@ -1,6 +1,6 @@
 """The copies XLA makes of values, as copy-group lists (``costmodel.edge_memory.CopyGroups.from_lists``):
 resharded copies per (value, layout) (``copy_group_lists``), XLA CPU's layout copies of conv
-operands (``layout_copy_lists``), and copies of donated parameters read after their update could
+and dot operands (``layout_copy_lists``), and copies of donated parameters read after their update could
 run (``donated_copy_lists``). The builder concatenates them into ``Problem.edge_memory``.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 
 from costmodel.cost import Mesh, local_bytes
 from costmodel.graph import OpGraph
-from costmodel.memory import materialising, non_fusible
+from costmodel.memory import materialising, non_fusible, outer_product
 
 
 def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
@@ -69,6 +69,26 @@ def conv_operand_order(nd, k: int) -> tuple | None:
     return None if order == tuple(range(len(spec))) else tuple(int(x) for x in order)
 
 
+def dot_operand_order(nd, k: int) -> tuple | None:
+    """The dimension order XLA CPU's DotDecomposer wants for dot_general operand ``k`` (0: lhs
+    (batch, free, contracting), 1: rhs (batch, contracting, free)), as a permutation of its dims;
+    None when already in order, or when the operand has at most one contracting and one free dim
+    (a 2-D transpose TransposeFolding folds into the dot's dimension numbers: no copy). Probed
+    (jax 0.8 CPU, f32): ``dot_general(x[8,32,32,16], g[8,32,32,128])`` contracting (0,1,2) copies
+    x as [16,8192] (``copy_bitcast_fusion``), the same in 2-D ([8192,16] x [8192,128]) copies
+    nothing; the weight gradient of a dense layer on a rank-4 input copies its lhs."""
+    if nd.primitive != "dot_general" or k > 1 or "dimension_numbers" not in nd.params or outer_product(nd):
+        return None
+    (lc, rc), (lb, rb) = nd.params["dimension_numbers"]
+    rank = len(nd.operand_types[k].shape)
+    con, bat = tuple(int(d) for d in (lc if k == 0 else rc)), tuple(int(d) for d in (lb if k == 0 else rb))
+    free = tuple(d for d in range(rank) if d not in con and d not in bat)
+    if len(con) <= 1 and len(free) <= 1 and not bat:
+        return None
+    order = bat + (free + con if k == 0 else con + free)
+    return None if order == tuple(range(rank)) else order
+
+
 def layout_copied_reads(graph: OpGraph) -> dict:
     """(producer u, output oi, order) -> the conv reads (v, k) that XLA CPU serves from one extra
     layout copy of u's output in that order (see ``layout_copy_lists``). The builder drops these
@@ -79,7 +99,8 @@ def layout_copied_reads(graph: OpGraph) -> dict:
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
         for k, (u, oi) in enumerate(nd.operands[:nh]):
             if u >= 0 and non_fusible(nd):
-                readers.setdefault((u, oi), []).append((nd.id, k, conv_operand_order(nd, k)))
+                order = conv_operand_order(nd, k) if nd.primitive != "dot_general" else dot_operand_order(nd, k)
+                readers.setdefault((u, oi), []).append((nd.id, k, order))
     out: dict = {}
     for (u, oi), rs in readers.items():
         pu = nodes[u]
@@ -90,7 +111,7 @@ def layout_copied_reads(graph: OpGraph) -> dict:
 
 
 def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None) -> list:
-    """XLA CPU's layout copies of convolution operands, as copy groups (``CopyGroups.from_lists``;
+    """XLA CPU's layout copies of convolution and dot operands, as copy groups (``CopyGroups.from_lists``;
     the builder adds them on ``backend="cpu"`` clusters only: GPU / TPU convolutions take any
     dimension order through their layout assignment, which is not modelled).
 
@@ -108,7 +129,15 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
     buffer (no extra bytes). Approximate: the copy is made at its producer's step here, later in
     XLA's schedule (unet: at the backward pass's start) while the canonical buffer lives on (the
     same bytes either way, once the forward readers have run); a copy made from a resharded
-    operand counts the resharded copy and the layout copy both."""
+    operand counts the resharded copy and the layout copy both.
+    Dot operands out of DotDecomposer's order (``dot_operand_order``) are copied the same way, but
+    at the dot's step (not early: XLA schedules the ``copy_bitcast_fusion`` just before the dot),
+    and the read keeps the canonical buffer alive to the dot (builder). Re-priced
+    (experiments.fidelity --reprice): fno dp / fsdp 0.82 / 0.76 -> 1.02 / 0.98 (the all-gathered
+    activation's transposed copy for the weight gradient), moe 0.74-0.98 -> 0.85-1.02 (outside
+    table), gpt dp 1.10 -> 1.12 and vit dp 1.12 -> 1.13 (already over-counted: the copy lands on
+    their peak). Not modelled: the dot's result transposed by a folded ``transpose``, which
+    decides which operand XLA copies; the dims' sizes (a copy of a size-1 dim is a bitcast)."""
     nodes = graph.nodes
     groups: dict = {}
     for (u, oi, order), rs in (layout_copied_reads(graph) if copied is None else copied).items():
@@ -121,7 +150,8 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
                 g = groups.get(key)
                 if g is None:
                     ku = len(strats[u])
-                    g = groups[key] = (u, b, [], int(start_of[u]), np.ones(ku, dtype=bool), np.zeros(ku))
+                    early = nodes[v].primitive != "dot_general"  # a dot's copy is made at its step
+                    g = groups[key] = (u, b, [], int(start_of[u]), np.full(ku, early), np.zeros(ku))
                 g[2].append((v, int(nodes[v].order), np.array([d == b for d in dst]),
                              np.zeros(len(strats[u]), dtype=bool)))
     return list(groups.values())

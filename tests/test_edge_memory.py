@@ -344,3 +344,23 @@ def test_donated_weight_copies_where_the_gradient_dot_has_no_all_reduce():
     assert len(rep) == 2 and all("Dense_1" in str(k) or "Dense_2" in str(k) for k in rep), rep
     assert all("kernel" in str(k) for k in rep)
     assert copied("dp") == set()
+
+
+def test_dot_operand_order_rank4_weight_gradient_only():
+    """XLA CPU's DotDecomposer copies a dot operand whose dims are out of (batch, free, contracting)
+    / (batch, contracting, free) order when the operand has several contracting or free dims (a
+    dense layer's weight gradient on a rank-4 input); a 2-D transpose folds into the dot (no copy).
+    The copy is made at the dot's step, so the read keeps the producer's buffer alive."""
+    from costmodel.copy_lists import dot_operand_order, layout_copied_reads
+
+    def step(w, x):
+        return w - 0.1 * jax.grad(lambda w: jnp.sum(jnp.tanh(jnp.einsum("bhwc,cd->bhwd", x, w))))(w)
+
+    g4 = sg.trace(step, jnp.ones((4, 8)), jnp.ones((2, 4, 4, 4)))
+    dots = [nd for nd in g4.nodes if nd.primitive == "dot_general"]
+    assert dot_operand_order(dots[0], 0) is None and dot_operand_order(dots[0], 1) is None   # forward
+    assert any(dot_operand_order(d, k) is not None for d in dots[1:] for k in (0, 1))    # weight gradient
+    assert all(nd.primitive == "dot_general" for (u, _, _), rs in layout_copied_reads(g4).items()
+               for v, _ in rs for nd in [g4.nodes[v]])
+    g2 = sg.trace(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w), jnp.ones((4, 8)), jnp.ones((32, 4)))
+    assert all(dot_operand_order(nd, k) is None for nd in g2.nodes if nd.primitive == "dot_general" for k in (0, 1))
