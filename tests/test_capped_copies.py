@@ -169,3 +169,25 @@ def test_memory_objective_with_copies_reports_a_bound_at_its_time_limit(monkeypa
     assert info.status == "time_limit" and np.isfinite(info.bound) and np.isfinite(info.gap)
     assert info.bound <= bc.peak_memory_bytes + 1e-9 <= peak + 1e-9
     assert info.gap == pytest.approx((peak - info.bound) / peak)
+
+
+def test_repair_tied_prices_the_copy_a_move_makes_live():
+    """Producer 0 (1 byte both ways, [0, 2)); reader 1 at step 1 (A 5 bytes, B 1; B is cheaper) needs
+    a 10-byte copy when it reads B from a producer in A; node 2 over [0, 2) (X 4 bytes, Y 0; Y costs 3).
+    Plan (A, A, X) holds 10 at step 1, cap 6. By node bytes, reader 1 to B saves 4 for nothing and
+    is taken, and the pruned graph's profile (no copies) then calls (A, B, X) fitting: 16 bytes with
+    its copy. Priced with the copy (saves 4 - 10), only node 2 to Y helps: (A, A, Y), 6 bytes, fits."""
+    from costmodel.edge_memory import CopyGroups
+    from costmodel.problem import Problem
+    from solvers.local import prepare, repair_tied
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, [False, True], [False, True])])])
+    p = Problem.from_lists("tied-copy", [[0.0, 10.0], [1.0, 0.0], [0.0, 3.0]], [[1.0, 1.0], [5.0, 1.0], [4.0, 0.0]],
+                           [[0, 2], [1, 2], [0, 2]], [[0, 1]], [[0.0, 0.0, 0.0, 0.0]], usage_limit=6.0, edge_memory=em)
+    pr, g2, C, gc = prepare(p)
+    sc = C.contract(pr.from_orig(np.array([0, 0, 0])))
+    old = repair_tied(C, gc, sc, 2.0)                 # node bytes only
+    assert old is None or not evaluate(p, pr.to_orig(C.expand(old))).feasible
+    rep = repair_tied(C, gc, sc, 2.0, pr=pr)
+    assert rep is not None
+    plan = pr.to_orig(C.expand(rep))
+    assert plan.tolist() == [0, 0, 1] and evaluate(p, plan).feasible
