@@ -191,3 +191,34 @@ def test_repair_tied_prices_the_copy_a_move_makes_live():
     assert rep is not None
     plan = pr.to_orig(C.expand(rep))
     assert plan.tolist() == [0, 0, 1] and evaluate(p, plan).feasible
+
+
+def test_lns_subproblem_prices_the_copies_of_its_moves():
+    """Every plan of an LNS neighbourhood (the rest fixed at a fitting plan) fits in the subproblem
+    iff the whole plan fits with its copies, and costs the same up to a constant."""
+    import itertools
+
+    from solvers.local import LocalCosts
+    from solvers.local.lns import _subproblem
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(60):
+        p = _with_random_copies(rng, random_problem(rng, int(rng.integers(3, 6)), kmax=3, limit_q=None))
+        plans = [np.array([rng.integers(k) for k in p.num_strategies]) for _ in range(8)]
+        peaks = sorted(evaluate(p, x).peak_memory_bytes for x in plans)
+        p = p.with_usage_limit(max(peaks[4], 0.5))
+        s = next((x for x in plans if evaluate(p, x).feasible), None)
+        if s is None:
+            continue
+        g = LocalCosts(p)
+        sel = np.sort(rng.choice(p.num_nodes, size=int(rng.integers(1, p.num_nodes)), replace=False))
+        sub, _ = _subproblem(g, s, sel)
+        base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))).total
+        for x in itertools.product(*[range(int(p.num_strategies[i])) for i in sel]):
+            t = s.copy()
+            t[sel] = x
+            cs, cf = evaluate(sub, list(x) + [0] * (sub.num_nodes - len(sel))), evaluate(p, t)
+            assert cs.feasible == cf.feasible, (x, cs.peak_memory_bytes, cf.peak_memory_bytes, p.usage_limit)
+            assert cs.total + base == pytest.approx(cf.total)
+            checked += 1
+    assert checked > 100
