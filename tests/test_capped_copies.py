@@ -198,10 +198,11 @@ def test_lns_subproblem_prices_the_copies_of_its_moves():
     iff the whole plan fits with its copies, and costs the same up to a constant."""
     import itertools
 
+    from solvers.ilp import solve_ilp
     from solvers.local import LocalCosts
     from solvers.local.lns import _subproblem
     rng = np.random.default_rng(7)
-    checked = 0
+    checked = solved = 0
     for _ in range(60):
         p = _with_random_copies(rng, random_problem(rng, int(rng.integers(3, 6)), kmax=3, limit_q=None))
         plans = [np.array([rng.integers(k) for k in p.num_strategies]) for _ in range(8)]
@@ -213,12 +214,22 @@ def test_lns_subproblem_prices_the_copies_of_its_moves():
         g = LocalCosts(p)
         sel = np.sort(rng.choice(p.num_nodes, size=int(rng.integers(1, p.num_nodes)), replace=False))
         sub, _ = _subproblem(g, s, sel)
-        base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))).total
+        pad = [0] * (sub.num_nodes - len(sel))
+        base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + pad).total
+        best = np.inf
         for x in itertools.product(*[range(int(p.num_strategies[i])) for i in sel]):
             t = s.copy()
             t[sel] = x
-            cs, cf = evaluate(sub, list(x) + [0] * (sub.num_nodes - len(sel))), evaluate(p, t)
+            cs, cf = evaluate(sub, list(x) + pad), evaluate(p, t)
             assert cs.feasible == cf.feasible, (x, cs.peak_memory_bytes, cf.peak_memory_bytes, p.usage_limit)
             assert cs.total + base == pytest.approx(cf.total)
+            best = min(best, cf.total) if cf.feasible else best
             checked += 1
-    assert checked > 100
+        if solved < 10:                 # the MILP on it (copy columns) finds the neighbourhood's optimum
+            plan, _ = solve_ilp(sub, time_limit_s=5.0, initial_plan=[int(x) for x in s[sel]] + pad, reduce=True,
+                                relax_cap=False)
+            t = s.copy()
+            t[sel] = plan[:len(sel)]
+            assert evaluate(p, t).feasible and evaluate(p, t).total == pytest.approx(best)
+            solved += 1
+    assert checked > 100 and solved == 10
