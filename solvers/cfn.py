@@ -251,7 +251,7 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             break
         ratio = prices.update(C.expand(sc))
         if ratio.max() > 1.0:
-            rep = repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 2.0), 0.0))
+            rep = repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 2.0), 0.0), pr=pr)
             if rep is not None:
                 consider(pr.to_orig(C.expand(rep)), f"cfn+repair[{rounds}]")
         else:

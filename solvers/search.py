@@ -7,8 +7,9 @@
    With resharded copies (``Problem.edge_memory``) that no longer holds: an anchor over the limit
    is repaired with the copies priced (``solvers.local.repair_memory``), then the first feasible
    ``starts`` plan anchors; None then means none was found. Every kept plan is priced with its
-   copies (``LocalCosts.profile``); the Lagrangian prices and the tied repair's moves see node
-   usages only, the profile they react to includes the copies.
+   copies (``LocalCosts.profile``); the Lagrangian prices see node usages only (the pruned graph has
+   no copy groups); a plan that fits by node bytes but not with its copies, and the tied repair, are
+   repaired with the copies priced (``repair_tied(..., pr=)``).
 2. **Pruning** (``solvers.local.Pruning``): strategies no forbidden-free, memory-feasible plan can use are dropped
    (node cost ≥ ``FORBIDDEN_COST``; no allowed partner on some edge, i.e. arc consistency; or over the limit even
    with every other node at its lowest usage), repeated to a fixed point.
@@ -106,7 +107,7 @@ def _polish_tied(C: Contraction, gc: LocalCosts, sc: np.ndarray, deadline: float
 
 def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, consider, up: float = 2.5,
                        down: float = 0.9, repair_below: float = 1.05, polish_every_s: float = 10.0,
-                       tag: str = "tied"):
+                       tag: str = "tied", pr=None):
     """The memory limit relaxed into prices (the contest winner's method), on the component graph.
 
     A generator, so that two runs can share the clock: prime it with ``next``, then
@@ -121,7 +122,9 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
     the limit is also repaired; if it fits, it is a candidate and every λ decays by ``down``. So the
     prices hover near the smallest that keep the plan feasible. A new best plan is also polished
     (feasible whole-component moves on the true cost, at most every ``polish_every_s``) and the
-    rounds continue from it. (A fixed subgradient step that doubled per infeasible round overshot
+    rounds continue from it. With ``pr`` (the pruning ``C.g`` came from) of a problem with copy
+    groups, a plan that fits by node bytes but not with its copies is repaired with them priced
+    (``repair_tied(..., pr=pr)``). (A fixed subgradient step that doubled per infeasible round overshot
     by 100x after a few stubborn points and left the plan stuck at 0.91 of the limit.)"""
     g = C.g
     classes = gc.colour_classes()
@@ -130,6 +133,7 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
     use_scale = float(np.median(g.usage[g.usage > 0])) if (g.usage > 0).any() else 1.0
     base = cost_scale / use_scale
     lam = np.zeros(len(g.times))
+    copies = pr is not None and pr.g.p.edge_memory is not None
     it = 0
     last_polish = -np.inf
     until = yield
@@ -149,8 +153,12 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
         if over.any():
             lam[over] = np.maximum(lam[over] * up, base * 10.0 * (r[over] - 1.0))
             if r.max() <= repair_below:
-                consider(repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0)), f"{tag} dp+repair[{it}]")
+                consider(repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0), pr=pr),
+                         f"{tag} dp+repair[{it}]")
         else:
+            if copies and not pr.g.feasible(pr.to_orig(C.expand(sc))):   # its copies break the limit
+                consider(repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0), pr=pr),
+                         f"{tag} dp+copy repair[{it}]")
             if consider(sc, f"{tag} dp[{it}]") and time.perf_counter() > last_polish + polish_every_s:
                 sp = _polish_tied(C, gc, sc, min(until, time.perf_counter() + polish_every_s / 2))
                 last_polish = time.perf_counter()
@@ -224,8 +232,8 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
         bsc = None if b2 is None else C.contract(b2)
         if bsc is not None and gc.total(bsc) < gc.total(sc):
             sc = bsc
-    if g.cap is not None and not g2.feasible(C.expand(sc)):
-        consider_tied(repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 0.1 * time_limit_s), 0.0)),
+    if g.cap is not None and not g.feasible(pr.to_orig(C.expand(sc))):
+        consider_tied(repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 0.1 * time_limit_s), 0.0), pr=pr),
                       "tied repair")
     # 3. Lagrangian rounds on the component graph (30 % of the main phase), then (5.) on the untied
     #    graph from ICM of the cheapest / greedy plans (to 60 %): single nodes cannot break ties
@@ -245,7 +253,7 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
             return ok
         return f
 
-    runs = {"tied": _lagrangian_rounds(C, gc, sc, rng, credit("tied", consider_tied))}
+    runs = {"tied": _lagrangian_rounds(C, gc, sc, rng, credit("tied", consider_tied), pr=pr)}
     next(runs["tied"])
     runs["tied"].send(start + (0.3 if tie else 1.0) * t_main)
     if tie and time.perf_counter() + 1.0 < main_deadline:
@@ -266,7 +274,8 @@ def solve_large(problem: Problem, time_limit_s: float, progress=None, seed: int 
             return s is not None and consider(pr.to_orig(s), tag)
 
         credit("untied", consider_untied)(s0, "untied icm")
-        runs["untied"] = _lagrangian_rounds(C1, g1, s0, rng, credit("untied", consider_untied), tag="untied")
+        runs["untied"] = _lagrangian_rounds(C1, g1, s0, rng, credit("untied", consider_untied), tag="untied",
+                                             pr=pr)
         next(runs["untied"])
         runs["untied"].send(start + 0.6 * t_main)
     if time.perf_counter() < main_deadline:

@@ -169,3 +169,67 @@ def test_memory_objective_with_copies_reports_a_bound_at_its_time_limit(monkeypa
     assert info.status == "time_limit" and np.isfinite(info.bound) and np.isfinite(info.gap)
     assert info.bound <= bc.peak_memory_bytes + 1e-9 <= peak + 1e-9
     assert info.gap == pytest.approx((peak - info.bound) / peak)
+
+
+def test_repair_tied_prices_the_copy_a_move_makes_live():
+    """Producer 0 (1 byte both ways, [0, 2)); reader 1 at step 1 (A 5 bytes, B 1; B is cheaper) needs
+    a 10-byte copy when it reads B from a producer in A; node 2 over [0, 2) (X 4 bytes, Y 0; Y costs 3).
+    Plan (A, A, X) holds 10 at step 1, cap 6. By node bytes, reader 1 to B saves 4 for nothing and
+    is taken, and the pruned graph's profile (no copies) then calls (A, B, X) fitting: 16 bytes with
+    its copy. Priced with the copy (saves 4 - 10), only node 2 to Y helps: (A, A, Y), 6 bytes, fits."""
+    from costmodel.edge_memory import CopyGroups
+    from costmodel.problem import Problem
+    from solvers.local import prepare, repair_tied
+    em = CopyGroups.from_lists([(0, 10.0, [(1, 1, [False, True], [False, True])])])
+    p = Problem.from_lists("tied-copy", [[0.0, 10.0], [1.0, 0.0], [0.0, 3.0]], [[1.0, 1.0], [5.0, 1.0], [4.0, 0.0]],
+                           [[0, 2], [1, 2], [0, 2]], [[0, 1]], [[0.0, 0.0, 0.0, 0.0]], usage_limit=6.0, edge_memory=em)
+    pr, g2, C, gc = prepare(p)
+    sc = C.contract(pr.from_orig(np.array([0, 0, 0])))
+    old = repair_tied(C, gc, sc, 2.0)                 # node bytes only
+    assert old is None or not evaluate(p, pr.to_orig(C.expand(old))).feasible
+    rep = repair_tied(C, gc, sc, 2.0, pr=pr)
+    assert rep is not None
+    plan = pr.to_orig(C.expand(rep))
+    assert plan.tolist() == [0, 0, 1] and evaluate(p, plan).feasible
+
+
+def test_lns_subproblem_prices_the_copies_of_its_moves():
+    """Every plan of an LNS neighbourhood (the rest fixed at a fitting plan) fits in the subproblem
+    iff the whole plan fits with its copies, and costs the same up to a constant."""
+    import itertools
+
+    from solvers.ilp import solve_ilp
+    from solvers.local import LocalCosts
+    from solvers.local.lns import _subproblem
+    rng = np.random.default_rng(7)
+    checked = solved = 0
+    for _ in range(60):
+        p = _with_random_copies(rng, random_problem(rng, int(rng.integers(3, 6)), kmax=3, limit_q=None))
+        plans = [np.array([rng.integers(k) for k in p.num_strategies]) for _ in range(8)]
+        peaks = sorted(evaluate(p, x).peak_memory_bytes for x in plans)
+        p = p.with_usage_limit(max(peaks[4], 0.5))
+        s = next((x for x in plans if evaluate(p, x).feasible), None)
+        if s is None:
+            continue
+        g = LocalCosts(p)
+        sel = np.sort(rng.choice(p.num_nodes, size=int(rng.integers(1, p.num_nodes)), replace=False))
+        sub, _ = _subproblem(g, s, sel)
+        pad = [0] * (sub.num_nodes - len(sel))
+        base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + pad).total
+        best = np.inf
+        for x in itertools.product(*[range(int(p.num_strategies[i])) for i in sel]):
+            t = s.copy()
+            t[sel] = x
+            cs, cf = evaluate(sub, list(x) + pad), evaluate(p, t)
+            assert cs.feasible == cf.feasible, (x, cs.peak_memory_bytes, cf.peak_memory_bytes, p.usage_limit)
+            assert cs.total + base == pytest.approx(cf.total)
+            best = min(best, cf.total) if cf.feasible else best
+            checked += 1
+        if solved < 10:                 # the MILP on it (copy columns) finds the neighbourhood's optimum
+            plan, _ = solve_ilp(sub, time_limit_s=5.0, initial_plan=[int(x) for x in s[sel]] + pad, reduce=True,
+                                relax_cap=False)
+            t = s.copy()
+            t[sel] = plan[:len(sel)]
+            assert evaluate(p, t).feasible and evaluate(p, t).total == pytest.approx(best)
+            solved += 1
+    assert checked > 100 and solved == 10

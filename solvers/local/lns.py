@@ -16,8 +16,9 @@ import time
 
 import numpy as np
 
+from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
-from costmodel.profile import step_sum
+from costmodel.profile import live_on, step_sum
 from solvers.ilp import solve_ilp
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
@@ -115,7 +116,12 @@ def _bfs(g: LocalCosts, start: int, size: int) -> np.ndarray:
 
 def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
     """The problem over ``sel`` with the rest fixed at s: outside edges fold into node costs and the
-    outside live usage becomes single-strategy background nodes (one per compressed time segment)."""
+    outside live usage becomes single-strategy background nodes (one per compressed time segment).
+    With copy groups, those with a producer or reader in ``sel`` go into the subproblem (their
+    outside nodes as one-strategy, zero-cost, zero-byte nodes; ``_sub_copies``), their bytes under s
+    leave the background, and background nodes also cover where they may be live: a sub plan fits
+    iff the whole plan does (tests/test_capped_copies.py). Before, the copies of s stayed in the
+    background: a move that made a copy live looked fitting and one that killed one did not."""
     p = g.p
     pos = np.full(g.n, -1, dtype=np.int64)
     pos[sel] = np.arange(len(sel))
@@ -141,13 +147,25 @@ def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
             else:
                 costs[pos[i]] = costs[pos[i]] + M[s[u], :]
     intervals = [tuple(p.intervals[i]) for i in sel]
-    usage_limit = None
+    usage_limit = em = None
     if g.cap is not None:
         live = g.profile(s)
         su = np.where(g.live_mask[sel], g.usage[g.offs[sel] + s[sel]], 0.0)
         bg = live - step_sum(g.lo[sel], g.hi[sel], su, len(g.times))
         lo, hi = g.lo[sel][g.live_mask[sel]], g.hi[sel][g.live_mask[sel]]
         cover = step_sum(lo, hi, np.ones(len(lo)), len(g.times))
+        if p.edge_memory is not None:
+            em, outside = _sub_copies(p.edge_memory, s, pos, len(sel))
+            for _ in outside:                  # fixed outside producers / readers: one strategy
+                costs.append(np.zeros(1))
+                usages.append(np.zeros(1))
+                red.append(np.zeros(1))
+                intervals.append((0, 0))
+            if em.num_groups:
+                cur = np.concatenate([s[sel], np.zeros(len(outside), dtype=np.int64)])
+                bg = bg - live_on(g.times, *em.intervals(cur))    # the copies the sub now prices
+                a, b, has = em.spans()
+                cover = cover + live_on(g.times, a[has], b[has], np.ones(int(has.sum())))
         pts = np.nonzero(cover > 0)[0]
         for j in pts:
             t0 = g.times[j]
@@ -158,8 +176,43 @@ def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
             intervals.append((int(t0), int(t1)))
         usage_limit = g.cap
     sub = Problem.from_lists(f"{p.name}[lns]", costs, usages, intervals, edges, ecosts,
-                             usage_limit=usage_limit, node_redundant=red)
+                             usage_limit=usage_limit, node_redundant=red, edge_memory=em)
     return sub, pos
+
+
+def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
+    """(the copy groups with a producer or reader in the neighbourhood, over the subproblem's nodes;
+    the outside nodes they involve, in the order of their one-strategy nodes after the
+    neighbourhood's): an outside node's flags are cut to its fixed strategy s[i]."""
+    g_of = em.member_group
+    inside = np.zeros(em.num_groups, dtype=bool)
+    inside |= pos[em.group_node] >= 0
+    inside[g_of[pos[em.member_node] >= 0]] = True
+    inside &= em.group_bytes > 0
+    outside: dict = {}
+
+    def node(i):
+        i = int(i)
+        if pos[i] >= 0:
+            return int(pos[i])
+        return n_sel + outside.setdefault(i, len(outside))
+
+    def cut(flags, i):
+        return flags if pos[int(i)] >= 0 else flags[int(s[int(i)]):int(s[int(i)]) + 1]
+
+    groups = []
+    for gi in np.nonzero(inside)[0].tolist():
+        u = int(em.group_node[gi])
+        members = []
+        for m in range(int(em.member_offsets[gi]), int(em.member_offsets[gi + 1])):
+            v = int(em.member_node[m])
+            members.append((node(v), int(em.member_time[m]),
+                            cut(em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]], v),
+                            cut(em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]], u)))
+        ea, eb = int(em.early_offsets[gi]), int(em.early_offsets[gi + 1])
+        early = cut(em.group_early[ea:eb], u) if eb > ea else np.zeros(0, dtype=bool)
+        groups.append((node(u), float(em.group_bytes[gi]), members, int(em.group_time[gi]), early))
+    return CopyGroups.from_lists(groups), list(outside)
 
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,

@@ -153,7 +153,12 @@ class Contraction:
     def usage_at(self, j: int) -> np.ndarray:
         """Per component flat strategy: its members' bytes at compressed time point j of ``g``."""
         g = self.g
-        rows = np.nonzero((g.live_mask & (g.lo <= j) & (g.hi > j))[g.node_of])[0]
+        return self.usage_live(g.live_mask & (g.lo <= j) & (g.hi > j))
+
+    def usage_live(self, live: np.ndarray) -> np.ndarray:
+        """Per component flat strategy: the bytes of its members with ``live[i]`` (a node mask)."""
+        g = self.g
+        rows = np.nonzero(live[g.node_of])[0]
         return np.bincount(self.cflat[rows], weights=g.usage[self.oflat[rows]], minlength=len(self.problem.node_costs))
 
     def penalty(self, node_price: np.ndarray) -> np.ndarray:

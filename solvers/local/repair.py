@@ -17,9 +17,12 @@ limit (the start every capped solver anchors on).
 (``solvers.local.prune.Contraction``; the large-instance driver and ``solvers.cfn`` work there):
 variables are components, a component strategy's bytes at j are its members' (``C.usage_at``), and
 each round moves, cheapest first, distinct components until j's excess is covered (a move can raise
-other points; later rounds see that). Its moves are priced by node bytes only (a component's
-copies are not priced move by move); the profile it shaves does include the copies. Greedy: it may
-fail where a plan exists.
+other points; later rounds see that). ``Pruning``'s problem (``C.g``) has no copy groups, so with
+``pr`` (the pruning of a problem with copies) the profile shaved is the original problem's, copies
+included, and a component move is priced with its members' copy bytes too: the sum of each
+member's single-node ``CopyMoves`` saving (exact when at most one member of a copy group moves;
+members of one group moving together are priced as if one at a time, and each round re-reads the
+exact profile). Without ``pr`` only node bytes count. Greedy: it may fail where a plan exists.
 """
 from __future__ import annotations
 
@@ -118,10 +121,31 @@ def fitting_least_usage_plan(problem: Problem, time_limit_s: float | None = None
     return fit_with_copies(problem, least_usage_plan(problem), time_limit_s=time_limit_s)
 
 
-def repair_tied(C, gc: LocalCosts, sc: np.ndarray, time_limit_s: float, max_rounds: int = 200) -> np.ndarray | None:
-    """A component plan of contraction ``C`` (component graph ``gc``) that fits, or None."""
+def repair_tied(C, gc: LocalCosts, sc: np.ndarray, time_limit_s: float, max_rounds: int = 200,
+                pr=None) -> np.ndarray | None:
+    """A component plan of contraction ``C`` (component graph ``gc``) that fits, or None. ``pr``:
+    the ``Pruning`` whose problem ``C.g`` is (``prepare``); needed to see copies (see the module
+    docstring), without it only node bytes count."""
     g = C.g
     if g.cap is None:
         return sc
-    return _shave(gc, sc, lambda x: g.profile(C.expand(x)), C.usage_at, float(g.cap), max_rounds,
-                  time.perf_counter() + float(time_limit_s), batch=True)
+    p = None if pr is None else pr.g.p
+    if p is None or p.edge_memory is None:
+        return _shave(gc, sc, lambda x: g.profile(C.expand(x)), C.usage_at, float(g.cap), max_rounds,
+                      time.perf_counter() + float(time_limit_s), batch=True)
+    lo, moves = pr.g, CopyMoves(p)
+    # original flat index of each row of C's space (member i's row for component strategy a)
+    oflat = lo.offs[g.node_of] + pr.orig_local[C.oflat]
+    size = len(gc.cost)
+
+    def orig(x):
+        return pr.to_orig(C.expand(x))
+
+    def usage_at(j):                      # members' bytes at the original axis' point j
+        return C.usage_live(lo.live_mask & (lo.lo <= j) & (lo.hi > j))
+
+    def copy_saved(x, j):                 # Σ over members of their single-node copy savings
+        return np.bincount(C.cflat, weights=moves.saved_at(orig(x), int(lo.times[j]))[oflat], minlength=size)
+
+    return _shave(gc, sc, lambda x: lo.profile(orig(x)), usage_at, float(p.usage_limit), max_rounds,
+                  time.perf_counter() + float(time_limit_s), batch=True, copy_saved=copy_saved)
