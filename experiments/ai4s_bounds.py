@@ -3,6 +3,8 @@ experiments/bench_ai4s.py: what its ``speedup_proven`` / ``speedup_bounded`` / `
 figures rest on. Each bound holds for every plan of the Problem (proofs in the docstrings)."""
 from __future__ import annotations
 
+from solvers.ilp.bounds import node_min_peak as usage_lower_bound  # noqa: F401  (the least-usage peak: copies only add)
+
 
 def alpa_time_bound(res: dict, tlb: float) -> float:
     """The best proven lower bound on every Alpa-space plan's step time: the larger of ``tlb`` (a
@@ -15,16 +17,6 @@ def alpa_time_bound(res: dict, tlb: float) -> float:
     if b is None and a.get("status") == "optimal":
         b = a["step_time_s"]
     return max(tlb, b) if b is not None else tlb
-
-
-def usage_lower_bound(problem) -> float:
-    """A lower bound on any plan's peak memory in ``problem``: the live-usage profile of every node
-    at its least-usage strategy (resharded copies only add to it), maximised over time."""
-    import numpy as np
-
-    from costmodel.problem import usage_profile
-    mins = np.array([problem.node_usages[problem.node_slice(i)].min() for i in range(problem.num_nodes)])
-    return float(usage_profile(problem, mins)[1].max())
 
 
 def time_lower_bound(problem) -> float:
