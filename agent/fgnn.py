@@ -391,8 +391,8 @@ class FGNN:
             x = x if inputs.back is None else inputs.back(x)
             last = x
             fit = fit_with_copies(problem, x)
-            if fit is not None and evaluate(problem, fit).total < best_cost:
-                best, best_cost = fit, evaluate(problem, fit).total
+            if fit is not None and (cost := evaluate(problem, fit).total) < best_cost:
+                best, best_cost = fit, cost
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:
