@@ -181,13 +181,20 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
         for u, _ in nd.operands:
             if u >= 0:
                 cons.setdefault(u, []).append(nd.id)
-    anc = [0] * len(nodes)
-    for nd in nodes:  # operands have lower ids
-        a = 0
-        for u, _ in nd.operands:
-            if u >= 0:
-                a |= anc[u] | (1 << u)
-        anc[nd.id] = a
+    anc: list = []
+
+    def ancestors() -> list:
+        """Per node, its ancestors as a bitset; built once, only when some update has gradient dots
+        (O(n^2) bits: not paid on graphs without donated parameters)."""
+        if not anc:
+            anc.extend([0] * len(nodes))
+            for nd in nodes:  # operands have lower ids
+                a = 0
+                for u, _ in nd.operands:
+                    if u >= 0:
+                        a |= anc[u] | (1 << u)
+                anc[nd.id] = a
+        return anc
 
     def passes(c):
         nd = nodes[c]
@@ -222,7 +229,7 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
             continue
         rd = readers(w)
         dots = sorted(gradient_dots(u))
-        if not dots or all((anc[u] >> r) & 1 or r == u for r in rd):
+        if not dots or all((ancestors()[u] >> r) & 1 or r == u for r in rd):
             continue
         t = nodes[w].outputs[0]
         itemsize = np.dtype(t.dtype).itemsize
