@@ -341,11 +341,7 @@ def _read_at_fusion_root(graph: OpGraph, kept, transparent, strats) -> set[int]:
     the combined all-reduce on (an over-count of B per node before it, where a peak there sees
     it). A single contribution (a gradient fed straight to the optimizer update, gpt dp) is not
     charged: there XLA's peak is mid-backward and the combined all-reduce does not set it."""
-    used: dict = {}
-    for nd in graph.nodes:
-        for u, _ in nd.operands:
-            if u >= 0:
-                used.setdefault(u, []).append(nd.id)
+    used = graph.consumer_nodes()
     memo: dict = {}
 
     def fused(c, depth=0):  # c keeps no buffer; a bitcast counts as its own consumers

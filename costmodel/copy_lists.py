@@ -176,11 +176,7 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
     and never under one (an under-count of up to 12 x 16 KiB on gpt tiny dp). Readers look
     through nodes that keep no buffer (fused into their consumers) and through bitcasts."""
     nodes = graph.nodes
-    cons: dict = {}
-    for nd in nodes:
-        for u, _ in nd.operands:
-            if u >= 0:
-                cons.setdefault(u, []).append(nd.id)
+    cons = graph.consumer_nodes()
     anc: list = []
 
     def ancestors() -> list:

@@ -104,6 +104,22 @@ class OpGraph:
                     out.append((src, si, n.id, k))
         return out
 
+    def consumers(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        """(producer node, output index) -> [(consumer node, operand index), ...], one entry per
+        non-literal operand read, in node order (the one consumer map of the memory terms)."""
+        out: dict = {}
+        for src, si, dst, k in self.edges():
+            out.setdefault((src, si), []).append((dst, k))
+        return out
+
+    def consumer_nodes(self) -> dict[int, list[int]]:
+        """producer node -> the nodes reading any of its outputs, one entry per operand read, in
+        node order (``consumers`` merged over the producer's outputs)."""
+        out: dict = {}
+        for src, _, dst, _ in self.edges():
+            out.setdefault(src, []).append(dst)
+        return out
+
     def flops_by_primitive(self) -> dict[str, float]:
         """FLOPs of each primitive summed over the graph, whichever node it was folded into."""
         acc: dict[str, float] = defaultdict(float)

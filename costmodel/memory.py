@@ -130,12 +130,8 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     (its live-range peak is 10-30% below ``temp`` on small models): under-count.
     """
     nodes = graph.nodes
-    consumers: dict = {}
-    for nd in nodes:
-        nh = int(nd.params.get("num_head_operands", len(nd.operands)))
-        for k, (src, oi) in enumerate(nd.operands):
-            if src >= 0:
-                consumers.setdefault((src, oi), []).append((nd.id, k < nh, k))
+    consumers = {key: [(c, k < int(nodes[c].params.get("num_head_operands", len(nodes[c].operands))), k)
+                       for c, k in cs] for key, cs in graph.consumers().items()}
     transparent = {nd.id for nd in nodes
                    if nd.primitive in TRANSPARENT and not nd.folded and len(nd.outputs) == 1
                    and len([1 for s, _ in nd.operands if s >= 0]) == 1 and nd.operands[0][0] >= 0
