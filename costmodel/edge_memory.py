@@ -47,13 +47,6 @@ import numpy as np
 from costmodel.profile import live_on
 
 
-def _starts(counts):
-    out = np.zeros(len(counts), dtype=np.int64)
-    if len(counts) > 1:
-        np.cumsum(counts[:-1], out=out[1:])
-    return out
-
-
 @dataclass(frozen=True, eq=False)
 class CopyGroups:
     group_node: np.ndarray       # (G,) producer node of each copy

@@ -9,10 +9,20 @@ profiles and beam search's bound.
 
 * ``step_sum(lo, hi, amounts, length)``: intervals already mapped to grid indices [lo, hi).
 * ``live_on(times, starts, ends, amounts)``: intervals in time units, mapped onto ``times``.
+* ``starts(counts)``: where each of a run of segments starts in a flat array (the solvers' flat
+  strategy and edge-entry layouts: ``solvers.local.costs`` re-exports it).
 """
 from __future__ import annotations
 
 import numpy as np
+
+
+def starts(counts: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums: where each of a run of segments of these sizes starts."""
+    out = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
 
 
 def step_sum(lo: np.ndarray, hi: np.ndarray, amounts, length: int) -> np.ndarray:

@@ -20,15 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from costmodel.profile import live_on, step_sum
-
-
-def starts(counts: np.ndarray) -> np.ndarray:
-    """Exclusive prefix sums: where each of a run of segments of these sizes starts."""
-    out = np.zeros(len(counts), dtype=np.int64)
-    if len(counts) > 1:
-        np.cumsum(counts[:-1], out=out[1:])
-    return out
+from costmodel.profile import live_on, starts, step_sum  # starts: re-exported for the solvers
 
 
 def incidence(problem: Problem):
