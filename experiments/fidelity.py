@@ -99,6 +99,13 @@ class Config:
     extra: dict = field(default_factory=dict)
 
 
+def unbounded(cluster):
+    """``cluster`` with its device memory lifted to 1e15 B: a plan compiled abstractly allocates
+    nothing, so a realistic-size row compares figures, not fit (a baseline that would not fit the
+    preset's 2 GiB is still a row). fidelity ``--size real`` and verify_minmem both use it."""
+    return replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
+
+
 def ratio(pred: float | None, xla: float) -> float | None:
     """pred / xla; 1.0 when both are zero; inf when only XLA's is zero; None without a prediction."""
     if pred is None:
@@ -166,7 +173,9 @@ def _size(name: str, size: str, outside: dict) -> str:
 def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
     """The stored plans of results/<out>.json priced by the current cost model against the XLA
     figures stored beside them (nothing compiled: a memory rule is measured on the whole table in
-    the time a trace and a build take). Valid while the runtime's program for a plan is unchanged."""
+    the time a trace and a build take). Valid while the runtime's program for a plan is unchanged.
+    Problems are rebuilt once per (model, size), a realistic size abstractly and on the lifted
+    cluster its rows were compiled for (``unbounded``), as ``main`` builds them."""
     import json
 
     import shardgym as sg
@@ -180,10 +189,12 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
         if r.get("strategies") is None or r["model"] not in cfg.models:
             continue
         name, size = r["model"], r.get("size") or _size(r["model"], "small", outside)
-        if name not in built:
-            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed)
-            built[name] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}"), cluster)
-        c = sg.evaluate(built[name], list(r["strategies"]))
+        if (name, size) not in built:
+            real = not outside and size != zoo.sizes(name)[0]
+            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real)
+            built[name, size] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}"),
+                                                 unbounded(cluster) if real else cluster)
+        c = sg.evaluate(built[name, size], list(r["strategies"]))
         xla = r["xla_mem_MiB"] * 2.0 ** 20
         rows.append({"model": name, "plan": r["plan"], "old_mem_ratio": r["mem_ratio"],
                      "mem_ratio": ratio(float(c.peak_memory_bytes), xla),
@@ -234,7 +245,7 @@ def main(argv=None) -> list[dict]:
             raise ValueError(f"unknown plan {p!r}; choose from {', '.join(PLANS)}")
     cluster = sg.Cluster.preset(cfg.cluster)
     if a.size == "real":  # compiled abstractly, nothing allocated: the rows compare figures, not fit
-        cluster = replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
+        cluster = unbounded(cluster)
     rows = []
     kept = []
     if a.update:

@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -40,13 +40,14 @@ class Config:
 def run_model(name: str, size: str, cfg: Config) -> dict:
     import shardgym as sg
     import zoo
+    from experiments.fidelity import unbounded
     from runtime.core import execute
 
     fn, args = zoo.build(name, size, abstract=True, seed=cfg.seed)
     graph = sg.trace(fn, *args, name=f"{name}-{size}")
     cluster = sg.Cluster.preset(cfg.cluster)
     if size != "tiny":   # compiled abstractly, nothing allocated: lift the preset's 2 GiB (as fidelity --size real)
-        cluster = replace(cluster, device_memory_bytes=(1e15,) * cluster.num_devices)
+        cluster = unbounded(cluster)
     problem = sg.build_problem(graph, cluster)
     mega = sg.solve(problem, method="megatron")
     r_mega = execute(fn, args, graph, mega, problem=problem)
