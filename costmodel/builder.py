@@ -71,6 +71,7 @@ from costmodel.memory import (
     NON_FUSIBLE,
     NOT_DUPLICATED,
     TRANSPARENT,
+    in_place_nodes,
     materialised_outputs,
     operand_copies,
 )
@@ -216,6 +217,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             for u, _ in nd.operands:
                 if u >= 0 and not nodes[u].is_input:
                     intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
+
+    intervals[in_place_nodes(graph, kept, transparent, intervals), 0] += 1   # written over a dying operand
 
     # ---- edges ----
     edge_parts: dict = {}

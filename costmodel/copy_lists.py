@@ -174,7 +174,15 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
     the copy is charged while the gradient dot that feeds w's update runs without an all-reduce
     (its members are those dots, at the update's step; the group lives from the program's start),
     and never under one (an under-count of up to 12 x 16 KiB on gpt tiny dp). Readers look
-    through nodes that keep no buffer (fused into their consumers) and through bitcasts."""
+    through nodes that keep no buffer (fused into their consumers), through bitcasts, and through
+    plain slices: XLA fuses a slice of the weight into each reader (and into a reader's resharding
+    dynamic-slice) rather than reading the sliced buffer, so the backward pass reads the weight
+    itself. A gradient dot may be an outer product (a batch-1 contraction: element-wise here); it
+    still counts. XLA's buffer assignment, FNO's four f32[2,8,8,16,16] spectral weights (read as
+    ``complex(w_real, w_imag)`` sliced to the kept modes): copied (4 x 128 KiB) under the
+    distributed-FFT plan at batch 1 (tests/test_dist_fft.py: 3,215,704 -> 3,739,992 B vs XLA's
+    3,810,804 B) and under fno tiny's ilp-time plan (re-priced 1.19 -> 1.20: its over-count is
+    elsewhere). Approximate: charged whichever layouts the slice's readers take."""
     nodes = graph.nodes
     cons = graph.consumer_nodes()
     anc: list = []
@@ -194,8 +202,8 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
 
     def passes(c):
         nd = nodes[c]
-        return c in transparent or (not kept[c] and not non_fusible(nd) and nd.primitive != "concatenate"
-                                    and not nd.params.get("synthetic"))
+        return c in transparent or nd.primitive == "slice" and not nd.folded or (
+            not kept[c] and not non_fusible(nd) and nd.primitive != "concatenate" and not nd.params.get("synthetic"))
 
     def readers(w):
         out, todo, seen = set(), list(cons.get(w, ())), set()
@@ -213,7 +221,7 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
             if c in seen or nodes[c].is_input:
                 continue
             seen.add(c)
-            if nodes[c].role == "gradient" and non_fusible(nodes[c]):
+            if nodes[c].role == "gradient" and (non_fusible(nodes[c]) or nodes[c].primitive == "dot_general"):
                 out.add(c)
             else:
                 todo.extend(s for s, _ in nodes[c].operands if s >= 0)
