@@ -9,7 +9,7 @@ import numpy as np
 
 from costmodel.cost import Mesh, local_bytes
 from costmodel.graph import OpGraph
-from costmodel.memory import materialising, non_fusible, outer_product
+from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 
 
 def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
@@ -174,17 +174,20 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
     the copy is charged while the gradient dot that feeds w's update runs without an all-reduce
     (its members are those dots, at the update's step; the group lives from the program's start),
     and never under one (an under-count of up to 12 x 16 KiB on gpt tiny dp). Readers look
-    through nodes that keep no buffer (fused into their consumers), through bitcasts, and through
-    plain slices: XLA fuses a slice of the weight into each reader (and into a reader's resharding
-    dynamic-slice) rather than reading the sliced buffer, so the backward pass reads the weight
-    itself. A gradient dot may be an outer product (a batch-1 contraction: element-wise here); it
-    still counts. XLA's buffer assignment, FNO's four f32[2,8,8,16,16] spectral weights (read as
-    ``complex(w_real, w_imag)`` sliced to the kept modes): copied (4 x 128 KiB) under the
-    distributed-FFT plan at batch 1 (tests/test_dist_fft.py: 3,215,704 -> 3,739,992 B vs XLA's
-    3,810,804 B) and under fno tiny's ilp-time plan (re-priced 1.19 -> 1.20: its over-count is
-    elsewhere). Approximate: charged whichever layouts the slice's readers take."""
+    through nodes that keep no buffer (fused into their consumers) and through bitcasts.
+    A weight read through a kept plain slice (FNO's spectral weights, ``complex(w_real,
+    w_imag)`` sliced to the kept modes, then squeezed) is copied when some reader, forward or
+    backward, takes the sliced value more sharded than the slice under w's layout: XLA's
+    partitioner cuts that reader's piece by a dynamic-slice fused with the slice, straight from
+    the weight. Those readers are members of their own (at the update's step, whatever the
+    all-reduces). XLA's buffer assignment, the four f32[2,8,8,16,16] weights (131,072 B each):
+    copied under fno tiny's ilp-time and policy plans and under the distributed-FFT plan at
+    batch 1 (tests/test_dist_fft.py 2-D: 3,215,704 -> 3,739,992 B vs XLA's 3,810,804 B, the
+    four copies exactly), not under the replicated plan at batch 8 or batch 1 (no reader
+    sharded: none charged). Why XLA copies for a forward reader too (not ordered after the
+    update by a data dependence) is not understood; the rule is what the five plans show."""
     nodes = graph.nodes
-    cons = graph.consumer_nodes()
+    cmap = graph.consumers()
     anc: list = []
 
     def ancestors() -> list:
@@ -202,16 +205,25 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
 
     def passes(c):
         nd = nodes[c]
-        return c in transparent or nd.primitive == "slice" and not nd.folded or (
-            not kept[c] and not non_fusible(nd) and nd.primitive != "concatenate" and not nd.params.get("synthetic"))
+        return c in transparent or (not kept[c] and not non_fusible(nd) and nd.primitive != "concatenate"
+                                    and not nd.params.get("synthetic"))
+
+    def cons_of(c):
+        return [r for o in range(len(nodes[c].outputs)) for r in cmap.get((c, o), ())]
 
     def readers(w):
-        out, todo, seen = set(), list(cons.get(w, ())), set()
+        """(reader, operand index, reached through a kept plain slice) of w's value."""
+        out, todo, seen = set(), [(c, k, False) for c, k in cons_of(w)], set()
         while todo:
-            c = todo.pop()
-            if c not in seen:
-                seen.add(c)
-                (todo.extend(cons.get(c, ())) if passes(c) else out.add(c))
+            c, k, sl = todo.pop()
+            if (c, k, sl) in seen:
+                continue
+            seen.add((c, k, sl))
+            if passes(c) or not nodes[c].folded and (nodes[c].primitive == "slice"
+                                                     or sl and nodes[c].primitive in TRANSPARENT):
+                todo.extend((d, j, sl or not passes(c)) for d, j in cons_of(c))
+            else:
+                out.add((c, k, sl))
         return out
 
     def gradient_dots(u):
@@ -221,7 +233,7 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
             if c in seen or nodes[c].is_input:
                 continue
             seen.add(c)
-            if nodes[c].role == "gradient" and (non_fusible(nodes[c]) or nodes[c].primitive == "dot_general"):
+            if nodes[c].role == "gradient" and non_fusible(nodes[c]):
                 out.add(c)
             else:
                 todo.extend(s for s, _ in nodes[c].operands if s >= 0)
@@ -233,16 +245,24 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
             continue
         rd = readers(w)
         dots = sorted(gradient_dots(u))
-        if not dots or all((ancestors()[u] >> r) & 1 or r == u for r in rd):
+        late = dots and not all((ancestors()[u] >> r) & 1 or r == u for r, _, sl in rd if not sl)
+        sliced = [(r, k) for r, k, sl in rd if sl]
+        if not late and not sliced:
             continue
         t = nodes[w].outputs[0]
         itemsize = np.dtype(t.dtype).itemsize
         specs = [s.out_specs[0] for s in strats[w]]
-        members = [(v, int(nodes[u].order), np.array([not any(k == "all-reduce" or k == "reduce-scatter"
-                                                              for k, _, _ in s.collectives) for s in strats[v]]))
-                   for v in dots]
+        tm = int(nodes[u].order)
+        members = [(v, np.array([not any(k == "all-reduce" or k == "reduce-scatter" for k, _, _ in s.collectives)
+                                 for s in strats[v]])) for v in (dots if late else ())]
         for L in dict.fromkeys(specs):
             on = np.array([sp == L for sp in specs])
-            groups.append((w, local_bytes(t.shape, itemsize, L, mesh), [(v, tm, want, ~on) for v, tm, want in members],
-                           0, on, np.zeros(len(specs))))
+            b = local_bytes(t.shape, itemsize, L, mesh)
+            mine = list(members)
+            for r, k in sliced:  # read more sharded than the slice under L: a dynamic-slice of w itself
+                ten = nodes[r].operand_types[k]
+                lim = b / t.nbytes * ten.nbytes * (1 - 1e-9)
+                mine.append((r, np.array([k < len(s.operand_specs) and local_bytes(
+                    ten.shape, np.dtype(ten.dtype).itemsize, s.operand_specs[k], mesh) < lim for s in strats[r]])))
+            groups.append((w, b, [(v, tm, want, ~on) for v, want in mine], 0, on, np.zeros(len(specs))))
     return groups

@@ -48,12 +48,13 @@ Known outliers and their causes (the terms' docstrings say more):
     out (``costmodel.memory``: fno tiny replicated 1.52x -> 1.23x, gpt tiny megatron 1.12x ->
     1.08x, the distributed-FFT FNO plan 1.00x -> 0.94x);
   * an element-wise fusion's output written over a dying operand (``memory.in_place_nodes``,
-    once docs/unmerged R3) and the copies of donated weights read through a slice or whose
-    gradient is an outer product (``copy_lists.donated_copy_lists``: FNO's spectral weights),
-    together: re-priced (``--reprice``), zoo memory within 10% 26 -> 30 of 48 (fno replicated
-    1.23 -> 1.03, megatron 1.38 -> 1.07, ilp-memory 1.16 -> 1.00, ilp-memory-1.05 1.32 -> 1.04;
-    fno ilp-time 1.20 and policy 1.14 still over), outside 15 of 24 unchanged (convae
-    replicated 1.08 -> 0.99); the distributed-FFT plans 0.91 / 1.04 -> 0.98 / 1.00 (2-D / 3-D);
+    once docs/unmerged R3) and the copies of donated weights read through a slice by a sharded
+    reader (``copy_lists.donated_copy_lists``: FNO's spectral weights), together: re-priced
+    (``--reprice``), zoo memory within 10% 26 -> 30 of 48 (fno replicated 1.23 -> 1.00,
+    megatron 1.38 -> 1.07, ilp-memory 1.16 -> 0.97, ilp-memory-1.05 1.32 -> 0.99; fno ilp-time
+    1.20 and policy 1.14 still over, with the four weight copies XLA also makes), outside 15 of
+    24 (convae replicated 1.08 -> 0.99); the distributed-FFT plans 0.91 / 1.04 -> 0.98 / 0.96
+    (2-D / 3-D);
   * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
     v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
     its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);

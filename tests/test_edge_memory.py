@@ -364,3 +364,29 @@ def test_dot_operand_order_rank4_weight_gradient_only():
                for v, _ in rs for nd in [g4.nodes[v]])
     g2 = sg.trace(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w), jnp.ones((4, 8)), jnp.ones((32, 4)))
     assert all(dot_operand_order(nd, k) is None for nd in g2.nodes if nd.primitive == "dot_general" for k in (0, 1))
+
+
+def test_weights_read_through_a_slice_are_copied_only_for_a_sharded_reader():
+    """FNO tiny at batch 1: the spectral weights are read as complex(w_real, w_imag) sliced to the
+    kept modes. XLA's buffer assignment copies all four (131,072 B each) where a reader takes the
+    sliced value sharded (the distributed-FFT plan of test_dist_fft, fno tiny ilp-time / policy)
+    and none under the replicated plan."""
+    import zoo
+    fn, args = zoo.build("fno", "tiny", batch_size=1)
+    g = sg.trace(fn, *args)
+    p = sg.build_problem(g, "cpu-2x4")
+    em, s = p.edge_memory, np.asarray(sg.solve(p, method="replicated").strategies)
+    spectral = [nd.id for nd in g.nodes if nd.is_input and nd.role == "param" and "spectral" in str(nd.input_path)]
+    assert len(spectral) == 4
+    mine = [gi for gi in range(em.num_groups) if em.group_node[gi] in spectral and em.group_bytes[gi] == 131072
+            and all(em.member_time[m] > g.nodes[int(em.member_node[m])].order      # held to the update
+                    for m in range(em.member_offsets[gi], em.member_offsets[gi + 1]))]
+    assert {int(em.group_node[gi]) for gi in mine} == set(spectral)
+    act = em.active(s)
+    assert not any(act[em.member_offsets[gi]:em.member_offsets[gi + 1]].any() for gi in mine)
+    gi = mine[0]  # one member switched to a strategy reading its operand sharded turns the copy on
+    m = int(em.member_offsets[gi])
+    v, want = int(em.member_node[m]), em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]]
+    s2 = s.copy()
+    s2[v] = int(np.argmax(want))
+    assert want.any() and em.active(s2)[m]
