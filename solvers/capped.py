@@ -164,9 +164,10 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
     # the MILP look for one)
     small = milp_ok(problem, cf)
+    free_plan = None                  # the uncapped optimum (the Lagrangian's round at prices 0)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and cf.uncapped_share > 0 and left() > 6.0:
-        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
+        ub, proven_free, free_plan = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
                                           say, repair_s=min(cf.repair_max_s, 0.05 * budget))
         tighten(ub)
         relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
@@ -202,7 +203,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, 0.5 * left()), upper=lambda: best[1],
                              ref=best[0], threads=threads, progress=say,
-                             on_plan=lambda plan: consider(plan, "lagrange"))
+                             on_plan=lambda plan: consider(plan, "lagrange"),
+                             first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
         if np.isfinite(r.bound):
             say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
@@ -236,13 +238,13 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
     capped optimum when that bound meets it); when it does not fit, that plan repaired with the
     copies priced and polished, both within ``repair_s`` (``solvers.local.improve``), is one (the
-    policy planner's second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
-    nothing in time."""
+    policy planner's second start, made from the optimum instead of a decode). (bound, proven, plan): -inf and
+    None when HiGHS gives nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
     except (RuntimeError, ValueError) as exc:
         say(f"uncapped milp gave nothing: {exc}")
-        return -float("inf"), False
+        return -float("inf"), False, None
     if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
         fit = improve(problem, plan, polish_time_limit_s=None, repair_time_limit_s=repair_s)
         if fit is not None:
@@ -250,7 +252,7 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
         else:
             say("uncapped milp's plan: the repair found no plan that fits")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
-    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal"
+    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal", plan
 
 
 def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):

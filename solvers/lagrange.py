@@ -156,13 +156,14 @@ def relaxed_problem(problem: Problem, lc: LocalCosts, terms: CopyTerms | None, l
 
 def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam0=None,
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
-                     progress=None, on_plan=None) -> LagrangeResult:
+                     progress=None, on_plan=None, first=None) -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
     members pick the representatives (the incumbent); ``lam0``: start prices (default 0: the first
     round is the uncapped bound); ``round_s``: each relaxed MILP's limit (default a quarter of the
-    budget, at least 1 s)."""
+    budget, at least 1 s); ``first``: (bound, plan) of the problem without its cap, when the caller
+    has solved it (the round at λ = 0, so it is not solved again; ignored with ``lam0``)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -176,22 +177,27 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     er, sr = terms.representatives(ref) if terms is not None else (None, None)
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
+    pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
     while time.perf_counter() + 0.5 < deadline:
-        q = relaxed_problem(problem, lc, terms, lam, er, sr)
-        try:
-            x, info = solve_ilp(q, time_limit_s=max(min(round_s, deadline - time.perf_counter()), 0.5),
-                                threads=threads, mip_rel_gap=1e-5, initial_plan=ref)
-        except (RuntimeError, ValueError) as exc:
-            say(f"lagrange: relaxed milp gave nothing: {exc}")
+        if pending is not None:       # λ = 0: the caller's uncapped solve
+            qb, x, pending = float(pending[0]), pending[1], None
+        else:
+            q = relaxed_problem(problem, lc, terms, lam, er, sr)
+            try:
+                x, info = solve_ilp(q, time_limit_s=max(min(round_s, deadline - time.perf_counter()), 0.5),
+                                    threads=threads, mip_rel_gap=1e-5, initial_plan=ref)
+            except (RuntimeError, ValueError) as exc:
+                say(f"lagrange: relaxed milp gave nothing: {exc}")
+                break
+            rounds += 1
+            qb = float(info.bound)
+            plans.append([int(a) for a in x])
+            if on_plan is not None:
+                on_plan(plans[-1])
+        if not np.isfinite(qb):
             break
-        rounds += 1
-        if not np.isfinite(info.bound):
-            break
-        L = float(info.bound) - (0.0 if cap is None else float(cap) * float(lam.sum()))
+        L = qb - (0.0 if cap is None else float(cap) * float(lam.sum()))
         x = np.asarray(x, dtype=np.int64)
-        plans.append([int(a) for a in x])
-        if on_plan is not None:
-            on_plan(plans[-1])
         up = float(upper()) if callable(upper) else float(upper)
         if L > best:
             best, best_lam, stall = L, lam.copy(), 0

@@ -274,7 +274,8 @@ def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed):
     if best is None:
         return
     opt = bc.total
-    for ref in (None, best, plans[0]):
-        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref)
+    free, fc = brute_force(p.with_usage_limit(None), "time")   # the round at prices 0, given
+    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
+        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first)
         assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
         assert all(len(x) == p.num_nodes for x in r.plans)
