@@ -62,6 +62,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
+from solvers.ilp.guard import fresh_highs_scheduler
 from solvers.lagrange import lagrangian_bound
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
@@ -298,7 +299,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
-        _fresh_highs_scheduler()
+        fresh_highs_scheduler()
         try:
             r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
                              progress=None if progress is None else (lambda m: send.send(("log", m))),
@@ -349,19 +350,6 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                             time.perf_counter() - t0, done.milp_info)
     r = _result([best, best_cost, "streamed"], bound, None, t0, False)   # killed: the streamed bound
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
-
-
-def _fresh_highs_scheduler() -> None:
-    """In a forked child: drop HiGHS's global task scheduler inherited from the parent. Its worker
-    threads do not exist after fork, so when the parent had run HiGHS (bench_capped: the policy's
-    MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
-    forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
-    3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
-    try:
-        import highspy
-        highspy.Highs.resetGlobalScheduler(False)
-    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
-        pass
 
 
 def _closed(cost: float, bound: float) -> bool:
