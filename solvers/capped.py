@@ -89,7 +89,8 @@ class CappedConfig:
     early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
     early_lns_max_s: float = 6.0
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
-    lagrange_share: float = 0.3          # with copies, MILP-sized: of the budget for the Lagrangian bound (solvers.lagrange)
+    lagrange_share: float = 0.45         # with copies, MILP-sized: of the budget (at most 70 % of the time left) for the
+                                         # Lagrangian bound (solvers.lagrange): the capped MILP's root LP does not finish there
 
 
 DEFAULT = CappedConfig()
@@ -202,7 +203,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
-        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, 0.5 * left()), upper=lambda: best[1],
+        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, 0.7 * left()), upper=lambda: best[1],
                              ref=best[0], threads=threads, progress=say,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
