@@ -34,7 +34,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    (``solvers.lagrange``, ``lagrange_share`` of the budget): the memory rows priced into the
    costs, the copies by pairwise lower-bound terms, each priced problem solved by HiGHS without
    memory rows; its plans are candidates (the capped MILP's root LP does not finish in 60 s on
-   copy-heavy traced models; gpt tiny cpu-2x4 at the 25 % cap: gap 5.4 % -> 1.1 %).
+   copy-heavy traced models; results/bench_capped_s8_cpu.json, zoo tiny on cpu-2x4: gap <= 2 % in
+   9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %).
 
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
 toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it

@@ -25,7 +25,9 @@ charges bytes·λ_step when active with any other producer strategy. Both are fu
 
 λ moves by Polyak's subgradient step toward ``upper`` (the best known cost): λ += θ (upper - L) /
 |h|² h, h_t = node_t(x) + low_t(x) - cap for the relaxed problem's plan x, θ halved after
-``patience`` rounds without a better bound. Every relaxed plan is returned as a candidate.
+``patience`` rounds without a better bound; a round whose MILP stops at its limit (its dual bound
+is weak and its plan no minimiser) steps no further: λ goes half way back to the best prices and θ
+is halved. Every relaxed plan is returned as a candidate.
 """
 from __future__ import annotations
 
@@ -180,7 +182,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
     while time.perf_counter() + 0.5 < deadline:
         if pending is not None:       # λ = 0: the caller's uncapped solve
-            qb, x, pending = float(pending[0]), pending[1], None
+            qb, x, pending, exact = float(pending[0]), pending[1], None, True
         else:
             q = relaxed_problem(problem, lc, terms, lam, er, sr)
             try:
@@ -188,9 +190,12 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                                     threads=threads, mip_rel_gap=1e-5, initial_plan=ref)
             except (RuntimeError, ValueError) as exc:
                 say(f"lagrange: relaxed milp gave nothing: {exc}")
-                break
+                if not np.any(lam != best_lam):
+                    break
+                lam, theta = 0.5 * (lam + best_lam), theta / 2   # as a round stopped at its limit
+                continue
             rounds += 1
-            qb = float(info.bound)
+            qb, exact = float(info.bound), info.status == "optimal"
             plans.append([int(a) for a in x])
             if on_plan is not None:
                 on_plan(plans[-1])
@@ -208,6 +213,9 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
         say(f"lagrange[{rounds}]: L={L:.10g} best={best:.10g} ({time.perf_counter() - t0:.1f}s)")
         if cap is None or L >= up - 1e-9 * abs(up):
             break
+        if not exact:     # too hard at these prices to solve in a round: back half way to the best, smaller steps
+            lam, theta = 0.5 * (lam + best_lam), theta / 2
+            continue
         target = up if np.isfinite(up) else L + 0.1 * max(abs(L), 1e-12)
         h = lc.profile_of(lc.live_usage[lc.offs[:-1] + x]) - float(cap)
         if terms is not None:
