@@ -20,9 +20,12 @@ written to ``results/<--out>.json`` at once (with the git revision and the load 
 cell), and a rerun skips the cells already there (``--fresh`` starts over). Cells run cluster by
 cluster, so a partial run covers whole clusters first. ``previous_rows`` (kept across reruns) holds
 an earlier revision's cells of the same grid; ``--table`` shows them beside the new ones.
+``--caps-file results/X.json`` takes X's least / time-optimal peaks (its ``setups``) instead of
+solving for them: the same caps in bytes as X's cells, and no setup solves; problems X lacks are skipped.
 
     nice -n 10 python experiments/bench_capped.py                     # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
+    python experiments/bench_capped.py --clusters cpu-2x4 --caps-file results/bench_capped.json --out bench_capped_s8
 """
 from __future__ import annotations
 
@@ -129,6 +132,9 @@ def main(argv=None):
     ap.add_argument("--least-seconds", type=float, default=30.0,
                     help="the memory objective's limit for the least peak (with copies it is a MIP)")
     ap.add_argument("--no-policy", action="store_true")
+    ap.add_argument("--caps-file", default=None,
+                    help="a results JSON of this script: take its setups' lo/hi bytes (so its caps) instead of "
+                         "solving for them, so that two runs compare like for like")
     ap.add_argument("--out", default="bench_capped")
     ap.add_argument("--fresh", action="store_true", help="ignore the cells already in results/<out>.json")
     ap.add_argument("--table", action="store_true", help="print results/<out>.json as README's markdown table; run nothing")
@@ -147,6 +153,7 @@ def main(argv=None):
     done = {(r["problem"], r["cluster"], r["cap_fraction"]) for r in rows}
     fractions = [float(x) for x in a.fractions.split(",")]
     graphs = {}
+    fixed = json.loads(open(a.caps_file).read())["setups"] if a.caps_file else {}
 
     def save():
         write_results(a.out, {"rows": rows, "setups": setups, "previous_rows": old.get("previous_rows", []),
@@ -161,6 +168,11 @@ def main(argv=None):
                 graphs[spec] = sg.trace(*_pair(_step(spec)))
             p = sg.build_problem(graphs[spec], sg.Cluster.preset(cl)).with_usage_limit(None)
             key = f"{spec}|{cl}"
+            if key not in setups and key in fixed:
+                setups[key] = {**fixed[key], "from": a.caps_file}
+            elif key not in setups and a.caps_file:
+                print(f"{key}: not in {a.caps_file}: skipped", flush=True)
+                continue
             if key not in setups:
                 t = time.perf_counter()
                 fast = sg.solve(p, method="ilp", time_limit_s=a.uncapped_seconds)   # seeded with replicated

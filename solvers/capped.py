@@ -30,12 +30,19 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
    (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs with its
    own neighbourhood search to the deadline.
+   Before the capped MILP, on MILP-sized graphs with copy groups, the **Lagrangian bound**
+   (``solvers.lagrange``, ``lagrange_share`` of the budget): the memory rows priced into the
+   costs, the copies by pairwise lower-bound terms, each priced problem solved by HiGHS without
+   memory rows; its plans are candidates (the capped MILP's root LP does not finish in 60 s on
+   copy-heavy traced models; results/bench_capped_s8_cpu.json, zoo tiny on cpu-2x4: gap <= 2 % in
+   9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %).
 
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
 toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it
-fits. ``bound`` = the largest of BP's, toulbar2's and HiGHS's (−inf when none applies); BP's and
-toulbar2's price memory by node usages alone, a relaxation of the copy-priced limit (copies only
-add memory), so their bounds stay valid; HiGHS's rows hold the copies;
+fits. ``bound`` = the largest of BP's, toulbar2's, the Lagrangian's and HiGHS's (−inf when none
+applies); BP's and toulbar2's price memory by node usages alone, a relaxation of the copy-priced
+limit (copies only add memory), so their bounds stay valid; the Lagrangian's copy terms are below
+the copies any plan holds; HiGHS's rows hold the copies;
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
@@ -56,6 +63,8 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
+from solvers.ilp.guard import fresh_highs_scheduler
+from solvers.lagrange import lagrangian_bound
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
 
@@ -81,6 +90,8 @@ class CappedConfig:
     early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
     early_lns_max_s: float = 6.0
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
+    lagrange_share: float = 0.45         # with copies, MILP-sized: of the budget (at most 70 % of the time left) for the
+                                         # Lagrangian bound (solvers.lagrange): the capped MILP's root LP does not finish there
 
 
 DEFAULT = CappedConfig()
@@ -156,9 +167,10 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
     # the MILP look for one)
     small = milp_ok(problem, cf)
+    free_plan = None                  # the uncapped optimum (the Lagrangian's round at prices 0)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and cf.uncapped_share > 0 and left() > 6.0:
-        ub, proven_free = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
+        ub, proven_free, free_plan = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
                                           say, repair_s=min(cf.repair_max_s, 0.05 * budget))
         tighten(ub)
         relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
@@ -191,6 +203,14 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
+    if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
+        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, 0.7 * left()), upper=lambda: best[1],
+                             ref=best[0], threads=threads, progress=say,
+                             on_plan=lambda plan: consider(plan, "lagrange"),
+                             first=None if free_plan is None else (ub, free_plan))
+        tighten(r.bound)
+        if np.isfinite(r.bound):
+            say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if small and left() > 2.0 and not _closed(best[1], bound):
         info = _milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
@@ -221,13 +241,13 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
     bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
     capped optimum when that bound meets it); when it does not fit, that plan repaired with the
     copies priced and polished, both within ``repair_s`` (``solvers.local.improve``), is one (the
-    policy planner's second start, made from the optimum instead of a decode). (bound, proven): -inf when HiGHS gives
-    nothing in time."""
+    policy planner's second start, made from the optimum instead of a decode). (bound, proven, plan): -inf and
+    None when HiGHS gives nothing in time."""
     try:
         plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
     except (RuntimeError, ValueError) as exc:
         say(f"uncapped milp gave nothing: {exc}")
-        return -float("inf"), False
+        return -float("inf"), False, None
     if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
         fit = improve(problem, plan, polish_time_limit_s=None, repair_time_limit_s=repair_s)
         if fit is not None:
@@ -235,7 +255,7 @@ def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: flo
         else:
             say("uncapped milp's plan: the repair found no plan that fits")
     say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
-    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal"
+    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal", plan
 
 
 def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
@@ -281,7 +301,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
-        _fresh_highs_scheduler()
+        fresh_highs_scheduler()
         try:
             r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
                              progress=None if progress is None else (lambda m: send.send(("log", m))),
@@ -332,19 +352,6 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                             time.perf_counter() - t0, done.milp_info)
     r = _result([best, best_cost, "streamed"], bound, None, t0, False)   # killed: the streamed bound
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
-
-
-def _fresh_highs_scheduler() -> None:
-    """In a forked child: drop HiGHS's global task scheduler inherited from the parent. Its worker
-    threads do not exist after fork, so when the parent had run HiGHS (bench_capped: the policy's
-    MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
-    forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
-    3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
-    try:
-        import highspy
-        highspy.Highs.resetGlobalScheduler(False)
-    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
-        pass
 
 
 def _closed(cost: float, bound: float) -> bool:

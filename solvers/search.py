@@ -150,16 +150,18 @@ def _lagrangian_rounds(C: Contraction, gc: LocalCosts, sc: np.ndarray, rng, cons
             continue
         r = g.profile(C.expand(sc)) / g.cap
         over = r > 1.0
+
+        def repaired():
+            return repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0), pr=pr)
+
         if over.any():
             lam[over] = np.maximum(lam[over] * up, base * 10.0 * (r[over] - 1.0))
             if r.max() <= repair_below:
-                consider(repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0), pr=pr),
-                         f"{tag} dp+repair[{it}]")
+                consider(repaired(), f"{tag} dp+repair[{it}]")
         else:
             if copies and not pr.g.feasible(pr.to_orig(C.expand(sc))):   # its copies break the limit
-                consider(repair_tied(C, gc, sc, max(min(until - time.perf_counter(), 2.0), 0.0), pr=pr),
-                         f"{tag} dp+copy repair[{it}]")
-            if consider(sc, f"{tag} dp[{it}]") and time.perf_counter() > last_polish + polish_every_s:
+                consider(repaired(), f"{tag} dp+copy repair[{it}]")
+            elif consider(sc, f"{tag} dp[{it}]") and time.perf_counter() > last_polish + polish_every_s:
                 sp = _polish_tied(C, gc, sc, min(until, time.perf_counter() + polish_every_s / 2))
                 last_polish = time.perf_counter()
                 if consider(sp, f"{tag} dp+polish[{it}]"):

@@ -233,3 +233,49 @@ def test_lns_subproblem_prices_the_copies_of_its_moves():
             assert evaluate(p, t).feasible and evaluate(p, t).total == pytest.approx(best)
             solved += 1
     assert checked > 100 and solved == 10
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_lagrangian_bound_sees_the_copies_on_the_hand_case(early):
+    """The 4-node case at cap 10: every plan reading layout B from a producer in A holds the
+    10-byte copy beside the producer's 4 and a reader's 1 (15 > 10), so the capped optimum is 3
+    (producer A, every reader A; brute force). Node usages alone never pass 5 bytes: every bound
+    that ignores the copies is the uncapped optimum, 0. The Lagrangian bound with the copies' edge
+    terms is valid (<= 3) and above 0. Short-lived copies (one per reader's step) are priced
+    exactly by their terms, so it reaches the Lagrangian dual: with one price μ per reader step,
+    min(3 - 15μ, 15μ) at μ = 0.1 is 1.5 (every other plan is dearer at that μ)."""
+    from dataclasses import replace
+
+    from solvers.lagrange import lagrangian_bound
+    p = _problem(usage_limit=10.0, early=early)
+    best, bc = brute_force(p, "time")
+    assert bc.total == 3.0
+    free = replace(p, edge_memory=None)
+    assert lagrangian_bound(free, 5.0, upper=3.0).bound == pytest.approx(0.0, abs=1e-9)
+    assert bp_solve(p, rounds=30).lower_bound <= 1e-9
+    b = lagrangian_bound(p, 10.0, upper=3.0).bound
+    assert 0.4 < b <= 3.0 + 1e-9
+    if not early:
+        assert b == pytest.approx(1.5, rel=0.02)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed):
+    """Random 5-node problems with random copy groups (early and short-lived, members before the
+    producer's step, readers sharing a step), caps that bind: the bound never passes the capped
+    optimum, whichever plan picks the representatives; every relaxed plan is a complete plan."""
+    from solvers.lagrange import lagrangian_bound
+    rng = np.random.default_rng(300 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5)
+    p = p.with_usage_limit(cap)
+    best, bc = brute_force(p, "time")
+    if best is None:
+        return
+    opt = bc.total
+    free, fc = brute_force(p.with_usage_limit(None), "time")   # the round at prices 0, given
+    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
+        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first)
+        assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
+        assert all(len(x) == p.num_nodes for x in r.plans)

@@ -39,3 +39,34 @@ def test_start_plan_is_the_answer_only_within_the_cap(monkeypatch):
     if evaluate(p, slow).total > fast:
         with pytest.raises(RuntimeError, match="no feasible plan"):
             reduced.core(p, o, Request(max_step_time_s=fast, start=slow))
+
+
+def test_guarded_solve_ilp_answers_as_solve_ilp_and_raises_its_errors():
+    """``solve_ilp_guarded`` returns the forked child's answer (the same plan and objective as
+    ``solve_ilp``) and raises the child's error, with its fields (InfeasibleError's least peak)."""
+    from solvers.ilp import InfeasibleError, solve_ilp, solve_ilp_guarded
+    rng = np.random.default_rng(7)
+    p = random_problem(rng, 5, kmax=3, limit_q=None)
+    plan, info = solve_ilp(p, time_limit_s=10)
+    gplan, ginfo = solve_ilp_guarded(p, time_limit_s=10)
+    assert evaluate(p, gplan).total == pytest.approx(evaluate(p, plan).total) and ginfo.status == info.status
+    least = min(evaluate(p, s).peak_memory_bytes for s in all_plans(p))
+    with pytest.raises(InfeasibleError) as e:
+        solve_ilp_guarded(p, memory_cap_bytes=0.5 * least, time_limit_s=10)
+    assert e.value.min_peak_bytes == pytest.approx(least)
+
+
+def test_guarded_solve_ilp_stops_a_solve_that_overruns(monkeypatch):
+    """A solve that ignores its limit (here a sleep standing in for HiGHS's presolve) is killed
+    ``grace_s`` past the limit: RuntimeError by then, not 30 s later."""
+    from solvers.ilp import guard
+
+    def stuck(problem, time_limit_s=60, **kw):
+        time.sleep(30)
+
+    monkeypatch.setattr(guard, "solve_ilp", stuck)      # inherited by the forked child
+    p = random_problem(np.random.default_rng(1), 3, kmax=2, limit_q=None)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="overran"):
+        guard.solve_ilp_guarded(p, time_limit_s=0.5, grace_s=0.5)
+    assert time.perf_counter() - t0 < 10.0

@@ -14,11 +14,13 @@ max_step_time_s=None, time_limit_s=60, ...) -> (strategies, SolveInfo)``; ``min_
 - ``reduced``: the reduced-problem driver (tighten, reduce, build, solve, expand -> SolveInfo);
 - ``objectives`` (time, redundancy, weighted: the entry ``solve_ilp``), ``memory`` (min peak,
   then time) and ``infeasible`` (the errors that say what fails);
-- ``peak_shaver``: the memory objective's fast heuristic.
+- ``peak_shaver``: the memory objective's fast heuristic;
+- ``guard``: ``solve_ilp_guarded``, ``solve_ilp`` in a forked child killed past its time limit.
 """
+from solvers.ilp.guard import solve_ilp_guarded
 from solvers.ilp.highs import new_highs
 from solvers.ilp.objectives import min_peak_memory, solve_ilp
 from solvers.ilp.types import OBJECTIVES, IlpConfig, InfeasibleError, SolveInfo
 
 __all__ = ["OBJECTIVES", "IlpConfig", "InfeasibleError", "SolveInfo", "min_peak_memory", "new_highs",
-           "solve_ilp"]
+           "solve_ilp", "solve_ilp_guarded"]

@@ -1,0 +1,80 @@
+"""A watchdog for direct ``solve_ilp`` calls: HiGHS can overrun its own time limit (its MIP
+presolve ran > 10 minutes past a 40 s limit on gpt tiny capped at 0.85, verbose, in a plain
+process), and a native call cannot be interrupted from Python.
+
+``solve_ilp_guarded(problem, time_limit_s=60, grace_s=None, **kw)`` runs ``solve_ilp`` in a forked
+child and returns its answer, or raises its error; when the child has not answered ``grace_s``
+after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and RuntimeError is raised,
+as ``solve_ilp`` does when HiGHS finds no plan in time. Without fork (not POSIX) it calls
+``solve_ilp`` inline. ``fresh_highs_scheduler`` is what a forked child runs first (also the
+capped core's guard, ``solvers.capped.solve_guarded``).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import time
+import warnings
+
+from solvers.ilp.objectives import solve_ilp
+
+
+def fresh_highs_scheduler() -> None:
+    """In a forked child: drop HiGHS's global task scheduler inherited from the parent. Its worker
+    threads do not exist after fork, so when the parent had run HiGHS (bench_capped: the policy's
+    MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
+    forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
+    3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
+    try:
+        import highspy
+        highspy.Highs.resetGlobalScheduler(False)
+    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
+        pass
+
+
+def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, **kw):
+    """``solve_ilp(problem, time_limit_s=time_limit_s, **kw)``, killed ``grace_s`` past its limit
+    (the module docstring)."""
+    if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0:
+        return solve_ilp(problem, time_limit_s=time_limit_s, **kw)
+    grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        fresh_highs_scheduler()
+        try:
+            try:
+                out = ("ok", solve_ilp(problem, time_limit_s=time_limit_s, **kw))
+            except Exception as exc:      # noqa: BLE001 -- handed to the parent, raised there
+                out = ("error", exc)
+            try:
+                send.send(out)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                send.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    with warnings.catch_warnings():   # JAX warns on any fork; the child runs numpy and HiGHS only
+        warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+        proc.start()
+    send.close()
+    deadline = time.perf_counter() + float(time_limit_s) + grace
+    msg = None
+    try:
+        if recv.poll(max(deadline - time.perf_counter(), 0.0)):
+            msg = recv.recv()
+    except EOFError:                  # the child died without an answer
+        msg = None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=1.0)
+    if msg is None:
+        raise RuntimeError(f"solve_ilp gave no answer within {time_limit_s:g} s + {grace:g} s "
+                           f"(HiGHS overran its time limit): stopped")
+    if msg[0] == "error":
+        raise msg[1]
+    return msg[1]

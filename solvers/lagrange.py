@@ -1,0 +1,228 @@
+"""A lower bound of the capped time objective that sees the resharded copies: Lagrangian
+relaxation of the memory rows, each relaxed problem solved by HiGHS.
+
+``lagrangian_bound(problem, time_limit_s, upper=..., ref=...) -> LagrangeResult`` (bound, plans).
+
+For prices λ_t >= 0 on the compressed time points t (``LocalCosts.times``) and any plan x that fits
+(mem_t(x) <= cap at every t):
+
+    time(x) >= time(x) + Σ_t λ_t (mem_t(x) - cap) >= time(x) + Σ_t λ_t (node_t(x) + low_t(x)) - cap Σ_t λ_t
+
+where node_t(x) is the node usages live at t and low_t(x) <= copies_t(x) is a pairwise lower bound
+of the live copies (below). The middle term is a pairwise problem with no memory rows (node costs
++ usage_i[s]·Σ_{t∈interval(i)} λ_t, edge costs + the copy terms): HiGHS's dual bound B(λ) on it,
+reached or not, bounds its minimum, so L(λ) = B(λ) - cap·Σλ bounds the capped optimum from
+below. λ = 0 is the uncapped bound.
+
+Copies (``costmodel.edge_memory.CopyGroups``): a group's copy is live at t when *some* member
+makes it live there (an OR, not pairwise). One representative member per piece suffices for a
+lower bound (the OR is at least any one of its terms): per group the *early* representative (the
+member a collective-made copy lives to: at or after the producer's step, active under the
+reference plan ``ref`` if one is, the latest such) charges bytes·Σ_{t∈[producer's step, its step]}
+λ_t when active with an early producer strategy; per (group, step) the *short* representative
+charges bytes·λ_step when active with any other producer strategy. Both are functions of the
+(producer, consumer) strategy pair: an edge term (a new edge where the two share none).
+
+λ moves by Polyak's subgradient step toward ``upper`` (the best known cost): λ += θ (upper - L) /
+|h|² h, h_t = node_t(x) + low_t(x) - cap for the relaxed problem's plan x, θ halved after
+``patience`` rounds without a better bound; a round whose MILP stops at its limit (its dual bound
+is weak and its plan no minimiser) steps no further: λ goes half way back to the best prices and θ
+is halved. Every relaxed plan is returned as a candidate.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from costmodel.problem import Problem
+from costmodel.profile import step_sum
+from solvers.ilp import solve_ilp
+from solvers.local.costs import LocalCosts
+
+
+@dataclass(frozen=True)
+class LagrangeResult:
+    """``bound`` (-inf when no relaxed problem gave one), ``rounds`` solved, ``plans`` (the
+    relaxed problems' plans, candidates for the caller), ``lam`` (the best bound's prices)."""
+    bound: float
+    rounds: int
+    plans: list = field(default_factory=list)
+    lam: np.ndarray | None = None
+
+
+class CopyTerms:
+    """The pairwise copy lower bound of a Problem on the time grid ``times``: per member the
+    flat positions its term occupies in the relaxed problem's edge costs and the two unit
+    matrices (early, short) there."""
+
+    def __init__(self, problem: Problem, times: np.ndarray):
+        em = problem.edge_memory
+        self.em = em
+        k = problem.num_strategies.astype(np.int64)
+        g_of = em.member_group
+        self.g_of = g_of
+        self.u = em.group_node[g_of].astype(np.int64)
+        self.v = em.member_node.astype(np.int64)
+        self.lo_e = np.searchsorted(times, em.group_time[g_of])
+        self.hi = np.searchsorted(times, em.member_time + 1)
+        self.at = np.searchsorted(times, em.member_time)
+        self.ok_e = em.member_time >= em.group_time[g_of]
+        index = {}
+        for e, (a, b) in enumerate(problem.edges.tolist()):
+            index.setdefault((a, b), (e, False))
+            index.setdefault((b, a), (e, True))
+        eoff = problem.edge_offsets.astype(np.int64)
+        new_edges, new_sizes, new_base, pos, ev, sv, size = [], [], [], [], [], [], []
+        n_flat = int(eoff[-1])
+        for m in range(len(self.v)):
+            u, v = int(self.u[m]), int(self.v[m])
+            want = em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]]
+            free = em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]]
+            g = int(g_of[m])
+            a, b = int(em.early_offsets[g]), int(em.early_offsets[g + 1])
+            early = em.group_early[a:b] if b > a else np.zeros(int(k[u]), dtype=bool)
+            byt = float(em.group_bytes[g])
+            E = byt * np.outer(~free & early, want)          # (k_u, k_v)
+            S = byt * np.outer(~free & ~early, want)
+            if (u, v) not in index:
+                index[(u, v)] = (len(problem.edges) + len(new_edges), False)
+                index[(v, u)] = (len(problem.edges) + len(new_edges), True)
+                new_edges.append((u, v))
+                new_base.append(n_flat + sum(new_sizes[-1:]) + (new_base[-1] - n_flat if new_base else 0))
+                new_sizes.append(int(k[u] * k[v]))
+            e, flip = index[(u, v)]
+            if flip:
+                E, S = E.T, S.T
+            base = int(eoff[e]) if e < len(problem.edges) else new_base[e - len(problem.edges)]
+            pos.append(base + np.arange(E.size))
+            ev.append(E.ravel())
+            sv.append(S.ravel())
+            size.append(E.size)
+        self.new_edges = np.asarray(new_edges, dtype=np.int64).reshape(-1, 2)
+        self.new_sizes = np.asarray(new_sizes, dtype=np.int64)
+        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
+        self.pos, self.ev, self.sv = cat(pos, np.int64), cat(ev, float), cat(sv, float)
+        self.size = np.asarray(size, dtype=np.int64)
+
+    def representatives(self, ref: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(early rep, short rep) masks over the members (see the module docstring)."""
+        M = len(self.v)
+        act = np.zeros(M, dtype=bool) if ref is None else self.em.active(np.asarray(ref, dtype=np.int64))
+        er = np.zeros(M, dtype=bool)
+        cand = np.nonzero(self.ok_e)[0]
+        if len(cand):
+            o = cand[np.lexsort((self.em.member_time[cand], act[cand], self.g_of[cand]))]
+            last = np.r_[self.g_of[o][1:] != self.g_of[o][:-1], True]
+            er[o[last]] = True
+        o = np.lexsort((act, self.em.member_time, self.g_of))
+        last = np.r_[(self.g_of[o][1:] != self.g_of[o][:-1]) | (self.em.member_time[o][1:] != self.em.member_time[o][:-1]),
+                     True] if M else np.zeros(0, dtype=bool)
+        sr = np.zeros(M, dtype=bool)
+        sr[o[last]] = True
+        return er, sr
+
+    def prices(self, lam: np.ndarray, er: np.ndarray, sr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per member: the λ-sum its early and its short term charge per byte (0 off the reps)."""
+        P = np.concatenate([[0.0], np.cumsum(lam)])
+        return np.where(er, P[self.hi] - P[self.lo_e], 0.0), np.where(sr, P[self.hi] - P[self.at], 0.0)
+
+    def low_profile(self, s: np.ndarray, er: np.ndarray, sr: np.ndarray, length: int) -> np.ndarray:
+        """low_t(s): the representatives' copies live at each grid point under plan s."""
+        em = self.em
+        act = em.active(s)
+        early = em._early_all(s)[self.g_of]
+        b = em.group_bytes[self.g_of]
+        e = act & er & early
+        t = act & sr & ~early
+        return (step_sum(self.lo_e[e], self.hi[e], b[e], length)
+                + step_sum(self.at[t], self.hi[t], b[t], length))
+
+
+def relaxed_problem(problem: Problem, lc: LocalCosts, terms: CopyTerms | None, lam: np.ndarray,
+                    er=None, sr=None) -> Problem:
+    """The pairwise problem at prices ``lam`` (no limit, no copy groups; its minimum minus
+    cap·Σλ bounds the capped optimum)."""
+    nc = problem.node_costs + lc.live_usage * lc.interval_sums(lam)[lc.node_of]
+    if terms is None:
+        return replace(problem, node_costs=nc, usage_limit=None, edge_memory=None)
+    ec = np.concatenate([problem.edge_costs, np.zeros(int(terms.new_sizes.sum()))])
+    A, B = terms.prices(lam, er, sr)
+    np.add.at(ec, terms.pos, np.repeat(A, terms.size) * terms.ev + np.repeat(B, terms.size) * terms.sv)
+    offs = np.concatenate([problem.edge_offsets, problem.edge_offsets[-1] + np.cumsum(terms.new_sizes)])
+    return replace(problem, node_costs=nc, edges=np.concatenate([problem.edges, terms.new_edges]).astype(np.int64),
+                   edge_offsets=offs.astype(np.int64), edge_costs=ec, edge_comm_bytes=None, usage_limit=None,
+                   edge_memory=None, meta=None)
+
+
+def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam0=None,
+                     threads: int = 2, round_s: float | None = None, patience: int = 2,
+                     progress=None, on_plan=None, first=None) -> LagrangeResult:
+    """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
+    the best known cost of a fitting plan (the Polyak target; a float, or a function returning
+    the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
+    members pick the representatives (the incumbent); ``lam0``: start prices (default 0: the first
+    round is the uncapped bound); ``round_s``: each relaxed MILP's limit (default a quarter of the
+    budget, at least 1 s); ``first``: (bound, plan) of the problem without its cap, when the caller
+    has solved it (the round at λ = 0, so it is not solved again; ignored with ``lam0``)."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit_s)
+    say = progress or (lambda msg: None)
+    cap = problem.usage_limit
+    lc = LocalCosts(problem)
+    T = len(lc.times)
+    lam = np.zeros(T) if lam0 is None else np.asarray(lam0, dtype=float).copy()
+    if cap is None:
+        lam[:] = 0.0
+    terms = CopyTerms(problem, lc.times) if problem.edge_memory is not None and len(problem.edge_memory.member_node) else None
+    er, sr = terms.representatives(ref) if terms is not None else (None, None)
+    round_s = round_s or max(0.25 * time_limit_s, 1.0)
+    best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
+    pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
+    while time.perf_counter() + 0.5 < deadline:
+        if pending is not None:       # λ = 0: the caller's uncapped solve
+            qb, x, pending, exact = float(pending[0]), pending[1], None, True
+        else:
+            q = relaxed_problem(problem, lc, terms, lam, er, sr)
+            try:
+                x, info = solve_ilp(q, time_limit_s=max(min(round_s, deadline - time.perf_counter()), 0.5),
+                                    threads=threads, mip_rel_gap=1e-5, initial_plan=ref)
+            except (RuntimeError, ValueError) as exc:
+                say(f"lagrange: relaxed milp gave nothing: {exc}")
+                if not np.any(lam != best_lam):
+                    break
+                lam, theta = 0.5 * (lam + best_lam), theta / 2   # as a round stopped at its limit
+                continue
+            rounds += 1
+            qb, exact = float(info.bound), info.status == "optimal"
+            plans.append([int(a) for a in x])
+            if on_plan is not None:
+                on_plan(plans[-1])
+        if not np.isfinite(qb):
+            break
+        L = qb - (0.0 if cap is None else float(cap) * float(lam.sum()))
+        x = np.asarray(x, dtype=np.int64)
+        up = float(upper()) if callable(upper) else float(upper)
+        if L > best:
+            best, best_lam, stall = L, lam.copy(), 0
+        else:
+            stall += 1
+            if stall >= patience:
+                theta, stall = theta / 2, 0
+        say(f"lagrange[{rounds}]: L={L:.10g} best={best:.10g} ({time.perf_counter() - t0:.1f}s)")
+        if cap is None or L >= up - 1e-9 * abs(up):
+            break
+        if not exact:     # too hard at these prices to solve in a round: back half way to the best, smaller steps
+            lam, theta = 0.5 * (lam + best_lam), theta / 2
+            continue
+        target = up if np.isfinite(up) else L + 0.1 * max(abs(L), 1e-12)
+        h = lc.profile_of(lc.live_usage[lc.offs[:-1] + x]) - float(cap)
+        if terms is not None:
+            h = h + terms.low_profile(x, er, sr, T)
+        h = np.where((lam > 0) | (h > 0), h, 0.0)     # no step below λ = 0
+        nrm = float(h @ h)
+        if nrm <= 0 or theta < 1e-3:
+            break
+        lam = np.maximum(lam + theta * (target - L) / nrm * h, 0.0)
+    return LagrangeResult(best, rounds, plans, best_lam)
