@@ -45,9 +45,8 @@ import numpy as np
 
 from agent.fgnn_inputs import FGInputs, raw_arrays, warm_hint
 from costmodel.limits import Limits
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem
 from solvers import bp
-from solvers.local import fit_with_copies
 
 __all__ = ["FGConfig", "FGInputs", "FGNN", "raw_arrays", "warm_hint"]
 
@@ -383,16 +382,12 @@ class FGNN:
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
         final, snaps = self._run(inputs, params)
-        best, best_cost, last = None, float("inf"), None
+        found, last = (None, float("inf")), None
         for cand in snaps + [final]:
             x = bp.decode(inputs.mp, *cand)
-            if x is None:
-                continue
-            x = x if inputs.back is None else inputs.back(x)
-            last = x
-            fit = fit_with_copies(problem, x)
-            if fit is not None and (cost := evaluate(problem, fit).total) < best_cost:
-                best, best_cost = fit, cost
+            last = last if x is None else x if inputs.back is None else inputs.back(x)
+            found = bp.best_fit(problem, x, inputs.back, found)
+        best = found[0]
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:

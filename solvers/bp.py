@@ -325,6 +325,17 @@ def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
     return x
 
 
+def best_fit(problem: Problem, x, back=None, best=(None, float("inf")), time_limit_s: float | None = None):
+    """The cheaper (plan, cost) of ``best`` and decode ``x`` (None: none), mapped to ``problem`` by
+    ``back`` (None: already its) and made to fit with its copies (``fit_with_copies``); bp_solve's and FGNN.plan's."""
+    if x is None:
+        return best
+    fit = fit_with_copies(problem, x if back is None else back(x), time_limit_s=time_limit_s)
+    if fit is not None and (cost := evaluate(problem, fit).total) < best[1]:
+        return fit, cost
+    return best
+
+
 def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memory_prices: bool = True,
              price_every: int = PRICE_EVERY, time_limit_s: float | None = None, bound: bool = True,
              decode_every: int | None = None, pruned: bool = True) -> BPResult:
@@ -357,12 +368,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     def consider(c):
         nonlocal best, best_cost
         x = decode(mp, c, to_u, to_v)
-        if x is not None:
-            x = x if back is None else back(x)
-            x = fit_with_copies(orig, x, time_limit_s=None if deadline is None else max(deadline - time.perf_counter(), 0.1))
-            tc = None if x is None else evaluate(orig, x)
-            if tc is not None and tc.total < best_cost:
-                best, best_cost = x, tc.total
+        left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
+        best, best_cost = best_fit(orig, x, back, (best, best_cost), left)
 
     c = mp.cost
     if bound:
