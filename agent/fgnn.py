@@ -2,7 +2,8 @@
 
 It owns the network (``FGNN``: parameters, the rounds, the readout) and the raw plan
 (``FGNN.plan``: one forward pass, then ``solvers.bp``'s masked one-node-at-a-time decode with the
-learned messages in place of BP's). Its padded per-problem inputs are agent/fgnn_inputs.py's.
+learned messages in place of BP's). Its padded per-problem inputs are agent/fgnn_inputs.py's, its
+array helpers agent/fgnn_ops.py's. Planning computes only the corrections that can be non-zero (``live_parts``).
 
 One message per (edge direction, strategy), as in ``solvers.bp``. Costs are divided by one scale
 per problem (the median positive node cost), so the network sees the same numbers whatever the
@@ -44,10 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from agent.fgnn_inputs import FGInputs, raw_arrays, warm_hint
+from agent.fgnn_ops import argmin_usage, belief, expected_usage, node_min, priced, profile, symlog
 from costmodel.limits import Limits
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem
 from solvers import bp
-from solvers.local import fit_with_copies
 
 __all__ = ["FGConfig", "FGInputs", "FGNN", "raw_arrays", "warm_hint"]
 
@@ -106,67 +107,30 @@ def _mlp_def(hidden: int):
     return MLP()
 
 
+PARTS = frozenset({"price", "soft", "msg", "read"})   # the learned corrections (``live_parts``)
+
+
 @functools.lru_cache(maxsize=None)
-def _jit_fns(hidden: int, base: str) -> dict:
-    """The jitted block of rounds, readout and training forward of a width and base (compiled once a shape)."""
+def _jit_fns(hidden: int, base: str, parts: frozenset = PARTS) -> dict:
+    """The jitted block of rounds, readout and training forward of a width and base, computing only
+    ``parts``' corrections (compiled once a shape)."""
     import jax
     shell = FGNN.__new__(FGNN)
-    shell.mlp, shell.base = _mlp_def(hidden), base
+    shell.mlp, shell.base, shell.parts = _mlp_def(hidden), base, parts
     return {"block": jax.jit(shell._block_out), "readout": jax.jit(shell._readout), "forward": jax.jit(shell._forward)}
 
 
-def _symlog(x):
-    import jax.numpy as jnp
-    return jnp.sign(x) * jnp.log1p(jnp.abs(x))
-
-
-# ---- helpers over the padded arrays A (jnp) ----
-def _belief(A, cp, to_u, to_v):
-    import jax
-    Sp = A["c"].shape[0]
-    return cp + jax.ops.segment_sum(to_u * A["umask"], A["u_flat"], Sp) \
-        + jax.ops.segment_sum(to_v * A["vmask"], A["v_flat"], Sp)
-
-
-def _priced(A, lam):
-    """Node costs plus usage × Σ_{t∈live(i)} λ_t (usage over the cap)."""
-    import jax.numpy as jnp
-    cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(lam * A["tmask"])])
-    return A["c"] + A["un"] * (A["live"] * (cum[A["hi"]] - cum[A["lo"]]))[A["node_of"]]
-
-
-def _profile(A, usage_node):
-    import jax.numpy as jnp
-    Tp = A["pmin"].shape[0]
-    acc = jnp.zeros(Tp + 1).at[A["lo"]].add(usage_node * A["live"]).at[A["hi"]].add(-usage_node * A["live"])
-    return jnp.cumsum(acc)[:-1]
-
-
-def _node_min(A, b):
-    import jax
-    import jax.numpy as jnp
-    return jax.ops.segment_min(jnp.where(A["smask"] > 0, b, 3e38), A["node_of"], A["lo"].shape[0])
-
-
-def _argmin_usage(A, b):
-    """Per node, the usage of its first cheapest strategy (``LocalCosts.seg_argmin``'s)."""
-    import jax
-    import jax.numpy as jnp
-    Sp, npad = A["c"].shape[0], A["lo"].shape[0]
-    m = _node_min(A, b)
-    first = jax.ops.segment_min(jnp.where((b <= m[A["node_of"]]) & (A["smask"] > 0), jnp.arange(Sp), Sp),
-                                A["node_of"], npad)
-    return jax.ops.segment_sum(jnp.where(jnp.arange(Sp) == first[A["node_of"]], A["un"], 0.0), A["node_of"], npad)
-
-
-def _expected_usage(A, b):
-    import jax
-    import jax.numpy as jnp
-    smask, npad = A["smask"], A["lo"].shape[0]
-    d = jnp.where(smask > 0, b - _node_min(A, b)[A["node_of"]], 50.0)     # no inf on padded slots
-    w = jnp.where(smask > 0, jnp.exp(-jnp.clip(d, 0.0, 50.0)), 0.0)
-    z = jax.ops.segment_sum(w, A["node_of"], npad)
-    return jax.ops.segment_sum(w * A["un"], A["node_of"], npad) / jnp.maximum(z, 1e-30)
+def live_parts(params) -> frozenset:
+    """The corrections of PARTS that can be non-zero: a gated MLP term is exactly 0 when its gates are
+    0 or its MLP's last layer (zero-initialised) still is, the soft-min's when its weights are 0. The
+    planning forward skips the others (the same numbers, 5x faster untrained: tests/test_fgnn.py)."""
+    def on(gate, mlp):
+        last = mlp[max(mlp, key=lambda k: int(k.rsplit("_", 1)[-1]))]
+        return bool(np.any(np.asarray(gate))) and any(np.any(np.asarray(v)) for v in last.values())
+    live = {"soft": bool(np.any(np.asarray(params["soft"]))), "msg": on(params["gate"], params["msg"]),
+            "price": on(params["pgate"], params["price"]),
+            "read": on(params["gout"], params["read"]) or bool(np.any(np.asarray(params["wgate"])))}
+    return frozenset(k for k, v in live.items() if v)
 
 
 class FGNN:
@@ -191,6 +155,7 @@ class FGNN:
                 "pgate": jnp.full(T, 0.1), "gout": jnp.array(0.1), "logit_scale": jnp.array(1.0),
             }
         self.params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)   # strong float32: no retrace
+        self.parts = PARTS              # the training forward (``logits``) computes every correction
         self._fns = _jit_fns(self.config.hidden, self.base)
 
     @staticmethod
@@ -231,38 +196,40 @@ class FGNN:
         damp, soft_w, gate, pgate = params["damp"][i], params["soft"][i], params["gate"][i], params["pgate"][i]
         mlp, umask, vmask, big = self.mlp, A["umask"], A["vmask"], jnp.float32(3e38)
         to_u, to_v, lam = carry
-        rf = r.astype(jnp.float32) / T
-        # learned price correction from the profiles
-        b = _belief(A, _priced(A, lam), to_u, to_v)
-        pa = jax.lax.stop_gradient(_profile(A, _argmin_usage(A, b)))
-        pe = _profile(A, _expected_usage(A, b))
-        pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, _symlog(lam / A["tlam0"]), jnp.broadcast_to(rf, (Tp,))], 1)
-        lam2 = lam + A["tbinds"] * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) * (lam + A["tlam0"]) \
-            * A["tmask"]
-        cp = _priced(A, lam2)
-        b = _belief(A, cp, to_u, to_v)
+        rf, lam2 = r.astype(jnp.float32) / T, lam
+        if "price" in self.parts:     # learned price correction from the profiles
+            b = belief(A, priced(A, lam), to_u, to_v)
+            pa = jax.lax.stop_gradient(profile(A, argmin_usage(A, b)))
+            pe = profile(A, expected_usage(A, b))
+            pf = jnp.stack([A["pmin"], A["pmax"], pa, pe, symlog(lam / A["tlam0"]), jnp.broadcast_to(rf, (Tp,))], 1)
+            lam2 = lam + A["tbinds"] * pgate * jnp.tanh(mlp.apply({"params": params["price"]}, pf)) \
+                * (lam + A["tlam0"]) * A["tmask"]
+        cp = priced(A, lam2)
+        b = belief(A, cp, to_u, to_v)
         hu, hv = b[A["u_flat"]] - to_u, b[A["v_flat"]] - to_v
 
         def msg(x, seg, nseg, seg_edge, mask):
             hard = seg_min(x, seg, nseg)
             hard = jnp.where(jnp.isfinite(hard) & (hard < big), hard, 0.0)
-            z = jax.ops.segment_sum(jnp.exp(-jnp.minimum((x - hard[seg]) / SOFT_TAU, 80.0)), seg, nseg)
-            new = hard + soft_w * (-SOFT_TAU * jnp.log(jnp.maximum(z, 1.0)))
+            new = hard
+            if "soft" in self.parts:
+                z = jax.ops.segment_sum(jnp.exp(-jnp.minimum((x - hard[seg]) / SOFT_TAU, 80.0)), seg, nseg)
+                new = hard + soft_w * (-SOFT_TAU * jnp.log(jnp.maximum(z, 1.0)))
             new = (new - seg_min(jnp.where(mask > 0, new, big), seg_edge, mpad)[seg_edge]) * mask
             return new, seg_max(new, seg_edge, mpad)[seg_edge]
 
         new_u, spr_u = msg(hv[A["col_slot"]] + A["ec"], A["row_slot"], Up, A["eu_slot"], umask)
         new_v, spr_v = msg(hu[A["row_slot"]] + A["ec"], A["col_slot"], Vp, A["ev_slot"], vmask)
-        fu = jnp.stack([_symlog(new_u), _symlog(to_u), _symlog(cp[A["u_flat"]]), A["un"][A["u_flat"]],
-                        _symlog(A["espr"][A["eu_slot"]]), jnp.broadcast_to(rf, (Up,))], 1)
-        fv = jnp.stack([_symlog(new_v), _symlog(to_v), _symlog(cp[A["v_flat"]]), A["un"][A["v_flat"]],
-                        _symlog(A["espr"][A["ev_slot"]]), jnp.broadcast_to(rf, (Vp,))], 1)
-        if self.base == "plain":
-            cu, cv = spr_u * mlp.apply({"params": params["msg"]}, fu), spr_v * mlp.apply({"params": params["msg"]}, fv)
-        else:
-            cu, cv = jnp.tanh(mlp.apply({"params": params["msg"]}, fu)), jnp.tanh(mlp.apply({"params": params["msg"]}, fv))
+        if "msg" in self.parts:
+            fu = jnp.stack([symlog(new_u), symlog(to_u), symlog(cp[A["u_flat"]]), A["un"][A["u_flat"]],
+                            symlog(A["espr"][A["eu_slot"]]), jnp.broadcast_to(rf, (Up,))], 1)
+            fv = jnp.stack([symlog(new_v), symlog(to_v), symlog(cp[A["v_flat"]]), A["un"][A["v_flat"]],
+                            symlog(A["espr"][A["ev_slot"]]), jnp.broadcast_to(rf, (Vp,))], 1)
+            cu, cv = mlp.apply({"params": params["msg"]}, fu), mlp.apply({"params": params["msg"]}, fv)
+            cu, cv = (spr_u * cu, spr_v * cv) if self.base == "plain" else (jnp.tanh(cu), jnp.tanh(cv))
+            new_u, new_v = new_u + gate * cu * umask, new_v + gate * cv * vmask
         a = jax.nn.sigmoid(damp)
-        new = (a * to_u + (1 - a) * (new_u + gate * cu * umask), a * to_v + (1 - a) * (new_v + gate * cv * vmask), lam2)
+        new = (a * to_u + (1 - a) * new_u, a * to_v + (1 - a) * new_v, lam2)
         on = r < T
         return tuple(jnp.where(on, x, y).astype(y.dtype) for x, y in zip(new, carry))
 
@@ -276,7 +243,7 @@ class FGNN:
         return carry
 
     def _block_out(self, params, A, carry, blk):
-        return (carry := self._block(params, A, carry, blk)), _priced(A, carry[2])
+        return (carry := self._block(params, A, carry, blk)), priced(A, carry[2])
 
     def _readout(self, params, A, carry):
         """The unary score c' per flat strategy (the decode's belief is c' + the incoming messages)."""
@@ -284,12 +251,14 @@ class FGNN:
         import jax.numpy as jnp
         to_u, to_v, lam = carry
         mlp, smask = self.mlp, A["smask"]
-        cp = _priced(A, lam)
-        b = _belief(A, cp, to_u, to_v)
-        d = jnp.maximum(b - _node_min(A, b)[A["node_of"]], 0.0)
+        cp = priced(A, lam)
+        if "read" not in self.parts:
+            return cp
+        b = belief(A, cp, to_u, to_v)
+        d = jnp.maximum(b - node_min(A, b)[A["node_of"]], 0.0)
         spread = jax.ops.segment_max(jnp.where(smask > 0, jnp.minimum(d, 1e6), 0.0), A["node_of"],
                                      A["lo"].shape[0])[A["node_of"]]
-        fr = jnp.stack([_symlog(d), _symlog(A["c"]), A["un"], _symlog(spread), A["sbinds"]], 1)
+        fr = jnp.stack([symlog(d), symlog(A["c"]), A["un"], symlog(spread), A["sbinds"]], 1)
         out = mlp.apply({"params": params["read"]}, fr)
         if self.base != "plain":
             return cp + params["gout"] * jnp.tanh(out)
@@ -310,7 +279,7 @@ class FGNN:
             if self.base != "lagrangian":
                 return carry, None
             to_u, to_v, lam = carry
-            ratio = jax.lax.stop_gradient(_profile(A, _argmin_usage(A, _belief(A, _priced(A, lam), to_u, to_v))))
+            ratio = jax.lax.stop_gradient(profile(A, argmin_usage(A, belief(A, priced(A, lam), to_u, to_v))))
             on = (A["tcap"] > 0) & ((blk + 1) * P < T)
             lam = jnp.where(on, bp.price_step(lam, ratio, A["tbase"], jnp), lam) * A["tmask"]
             return (to_u, to_v, lam), None
@@ -318,18 +287,19 @@ class FGNN:
         carry, _ = jax.lax.scan(outer, init, jnp.arange(-(-T // P), dtype=jnp.int32))
         return self._readout(params, A, carry), carry[0], carry[1]
 
-    def _run(self, inputs: FGInputs, params):
+    def _run(self, inputs: FGInputs, params, on_snap=None):
         """(final, snapshots): (c', to_u, to_v) as float64 numpy in the problem's cost units, after
         the last round and at each Lagrangian price update (bp_solve's decode points); computed in
-        float64 (the training forward is float32)."""
+        float64 (the training forward is float32), only the ``live_parts``. ``on_snap(snapshot)`` is
+        called on each snapshot while the next block of rounds runs (jax dispatches it asynchronously)."""
         import jax
         import jax.numpy as jnp
         with jax.enable_x64(True):     # float64, as bp.py: costs spanning 1e6 scales make float32 break ties
             params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), self.params if params is None else params)
             A = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.arrays.items()}
-            return self._run64(inputs, params, A)
+            return self._run64(inputs, params, A, on_snap)
 
-    def _run64(self, inputs, params, A):
+    def _run64(self, inputs, params, A, on_snap):
         import jax
         import jax.numpy as jnp
         mp, s = inputs.mp, inputs.scale
@@ -342,22 +312,28 @@ class FGNN:
             cp, tu, tv = jax.device_get((cp, tu, tv))
             return (np.asarray(cp[:S], np.float64) * s, np.asarray(tu[:U], np.float64) * s,
                     np.asarray(tv[:V], np.float64) * s)
-        snaps = []
+        snaps, pending, fns = [], [], _jit_fns(self.config.hidden, self.base, live_parts(params))
         binding = self.base == "lagrangian" and g.cap is not None
         base = float(inputs.raw["tbase"][0]) if Tg else 0.0
         for blk in range(-(-T // P)):
-            carry, cp = self._fns["block"](params, A, carry, np.int32(blk))
+            carry, cp = fns["block"](params, A, carry, np.int32(blk))
+            while pending:
+                on_snap(pending.pop())
             r = min((blk + 1) * P, T)
             if binding and r % P == 0 and r < T:
                 snap = unpad(cp, carry[0], carry[1])
                 snaps.append(snap)
+                pending += [snap] if on_snap else []
                 ratio = g.profile(g.seg_argmin(mp.belief(*snap))) / g.cap
                 lam = np.asarray(jax.device_get(carry[2]), np.float64)[:Tg]
                 if not (ratio > 1.0).any() and not lam.any():
                     binding = False
                 lam = np.concatenate([bp.price_step(lam, ratio, base), np.zeros(A["pmin"].shape[0] - Tg)])
                 carry = (carry[0], carry[1], jnp.asarray(lam, jnp.float64))
-        return unpad(self._fns["readout"](params, A, carry), carry[0], carry[1]), snaps
+        out = fns["readout"](params, A, carry)
+        while pending:
+            on_snap(pending.pop())
+        return unpad(out, carry[0], carry[1]), snaps
 
     def forward(self, inputs: FGInputs, params=None):
         """(unary score c', to_u, to_v) after the last round, float64 numpy, unpadded, in the
@@ -368,8 +344,8 @@ class FGNN:
         """Per flat strategy, the imitation logits −scale·log1p(belief − node min) (padded, jnp)."""
         import jax.numpy as jnp
         c_out, tu, tv = self._forward(params, arrays)
-        b = _belief(arrays, c_out, tu, tv)
-        d = jnp.maximum(b - _node_min(arrays, b)[arrays["node_of"]], 0.0)
+        b = belief(arrays, c_out, tu, tv)
+        d = jnp.maximum(b - node_min(arrays, b)[arrays["node_of"]], 0.0)
         return -jnp.exp(params["logit_scale"]) * jnp.log1p(d / 0.01)
 
     # ---- planning ----
@@ -382,17 +358,15 @@ class FGNN:
         exists (the least-usage plan breaks the cap). No polish, no refine."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
-        final, snaps = self._run(inputs, params)
-        best, best_cost, last = None, float("inf"), None
-        for cand in snaps + [final]:
+        found, last = (None, float("inf")), None
+
+        def consider(cand):     # each snapshot's decode runs while the network computes the next block
+            nonlocal found, last
             x = bp.decode(inputs.mp, *cand)
-            if x is None:
-                continue
-            x = x if inputs.back is None else inputs.back(x)
-            last = x
-            fit = fit_with_copies(problem, x)
-            if fit is not None and (cost := evaluate(problem, fit).total) < best_cost:
-                best, best_cost = fit, cost
+            last = last if x is None else x if inputs.back is None else inputs.back(x)
+            found = bp.best_fit(problem, x, inputs.back, found)
+        consider(self._run(inputs, params, on_snap=consider)[0])
+        best = found[0]
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:

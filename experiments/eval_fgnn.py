@@ -23,8 +23,10 @@ Summary: median, max and feasibility over all problems and over those whose cap 
 uncapped ILP plan is over the cap); a plan that does not fit counts as inf in the median and max
 (before session 6 the summary dropped those, and its ratios were over copy-blind 20 s labels that
 were up to 3,000x worse than BP's plan, so its medians below 1 meant nothing). Speed: warm
-planning time of the raw decode on random problems of 1,000 and 10,000 nodes, uncapped and under a binding cap (the first call compiles a shape).
-Writes results/eval_fgnn.json and results/eval_fgnn.png.
+planning time of the raw decode on random problems of 1,000 and 10,000 nodes, uncapped and under a binding cap
+(the first call compiles a shape), for the checkpoint, the untrained network and one with every correction live.
+Writes results/eval_fgnn.json and results/eval_fgnn.png; ``--speed-only``: the speed rows alone,
+results/eval_fgnn_speed.json.
 """
 from __future__ import annotations
 
@@ -131,20 +133,40 @@ def summarise(rows):
     return out
 
 
-def speed(fg, seed: int = 0) -> list:
-    """Warm raw-decode planning time on random problems (a first call compiles the shape)."""
+def speed(fg, seed: int = 0, sizes=(1000, 10000)) -> list:
+    """Warm raw-decode planning time on random problems (a first call compiles the shape), for the
+    given planner (``fg``: its checkpoint), the untrained network (Lagrangian BP: every correction
+    zero, so planning skips them all) and that network with every correction live (random output
+    layers: what a trained network pays, the per-message MLP at every round)."""
+    import jax
+
+    from agent.fgnn import FGNN, FGConfig
     from costmodel.problem import evaluate
     from env.workloads import random_problem
+    base = FGNN(FGConfig())
+    rng, live = np.random.default_rng(seed), dict(base.params)
+    for key in ("msg", "price", "read"):
+        mlp = dict(live[key])
+        mlp["Dense_2"] = jax.tree.map(lambda a: rng.normal(0.0, 0.1, np.shape(a)).astype(np.float32), mlp["Dense_2"])
+        live[key] = mlp
+    live["soft"] = np.full(base.config.rounds, 0.1, np.float32)
+    nets = [("checkpoint", lambda p: fg.plan(p, polish=False)), ("untrained", base.plan),
+            ("all_live", lambda p: base.plan(p, params=live))]
     out = []
-    for n in (1000, 10000):
+    for n in sizes:
         for cap in (None, 0.3):
             p = random_problem(np.random.default_rng(seed), n, 8, memory_cap_fraction=cap)
-            fg.plan(p, polish=False)
-            t = time.perf_counter()
-            x = fg.plan(p, polish=False)
-            out.append({"nodes": n, "edges": p.num_edges, "cap_fraction": cap, "plan_s": time.perf_counter() - t,
-                        "feasible": bool(evaluate(p, x).feasible)})
-            print(out[-1], flush=True)
+            for label, plan in nets:
+                t = time.perf_counter()
+                plan(p)
+                first = time.perf_counter() - t
+                t = time.perf_counter()
+                x = plan(p)
+                out.append({"network": label, "nodes": n, "edges": p.num_edges, "cap_fraction": cap,
+                            "plan_s": time.perf_counter() - t, "plan_s_first_call": first,
+                            "feasible": bool(evaluate(p, x).feasible), "total": float(evaluate(p, x).total),
+                            "loadavg_1m": os.getloadavg()[0]})
+                print(out[-1], flush=True)
     return out
 
 
@@ -153,6 +175,10 @@ def main(args):
     from agent.planner import Planner
     from experiments.common import print_table, write_results
     fg = Planner.load(args.fgnn)
+    if getattr(args, "speed_only", False):
+        write_results(args.out_name or "eval_fgnn_speed", {"speed": speed(fg, args.seed), "fgnn": fg.describe()},
+                      config=vars(args), seed=args.seed)
+        return
     try:
         old = Planner.load(args.checkpoint)
     except (FileNotFoundError, ValueError):

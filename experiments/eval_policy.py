@@ -82,6 +82,8 @@ def main(argv=None):
     ap.add_argument("--old-policy-max-nodes", type=int, default=2000, help="--split fg: old policy rows up to this size")
     ap.add_argument("--no-big", action="store_true", help="--split fg: leave out the >4,000-node problem")
     ap.add_argument("--no-speed", action="store_true", help="--split fg: skip the planning-speed rows")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="--split fg: only the planning-speed rows (results/eval_fgnn_speed.json or --out-name)")
     ap.add_argument("--reuse", default=None, metavar="JSON",
                     help="--split fg: take the rows that do not depend on the network (BP, replicated, greedy, random, "
                          "old policy) from this earlier eval_fgnn JSON where the problem and its label match; "

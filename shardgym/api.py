@@ -69,8 +69,8 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     return plan
 
 
-def _solve_policy(problem: Problem, time_limit_s: float, checkpoint: str = "pretrained", search: bool = True,
-                  **kw) -> tuple[list[int], dict]:
+def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoint: str = "pretrained",
+                  search: bool = True, **kw) -> tuple[list[int], dict]:
     """The pretrained policy (``agent.planner.Planner``) under ``problem.usage_limit``;
     ``search=False`` is the raw decode (one forward pass + the masked decode, no polish/refine).
     The planner prices the resharded copies itself (its repair and its fallback plan see them)."""
@@ -83,8 +83,9 @@ def _solve_policy(problem: Problem, time_limit_s: float, checkpoint: str = "pret
 
 
 def _policy_plan(problem: Problem) -> list[int]:
-    """The pretrained planner's plan: the ILP's seed under a binding cap (``solvers.dispatch``)."""
-    return Planner.load("pretrained").plan(problem)
+    """The pretrained planner's default plan (``_solve_policy``'s): the ILP's seed under a binding
+    cap (``solvers.dispatch``)."""
+    return _solve_policy(problem)[0]
 
 
 def _check_bounds(problem: Problem, plan: Plan, method: str, max_step_time_s) -> None:

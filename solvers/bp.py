@@ -15,7 +15,7 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   rounds the beliefs' argmin plan is priced (``price_step``): λ grows ×2.5 where it is over the limit (at
   least base·10·overload, ``price_base``) and decays ×0.9 where it fits (the contest winner's adaptive
   soft penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades).
-* **Decode**: nodes in index order; node i takes the argmin of its belief with the messages from
+* **Decode** (solvers/bp_decode.py): nodes in index order; node i takes the argmin of its belief with the messages from
   already-decided neighbours replaced by the true edge costs to their strategies, skipping
   strategies that would break the limit given the decided nodes and the least usage of the
   undecided ones (so the plan always fits when the lowest-usage plan does). Exact on trees with a
@@ -38,12 +38,12 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from solvers.bp_decode import decode
 from solvers.local import LocalCosts, fit_with_copies, prune
 
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
@@ -112,6 +112,28 @@ class Messages:
         self.big = 1000.0 * float(finite.max())
         self.ec = np.minimum(g.ec, self.big)
         self.cost = np.minimum(g.cost, self.big)
+        self._earlier = None
+
+    def earlier(self) -> list:
+        """Per node i, what ``decode`` adds for each neighbour j < i (decided before i), in adjacency
+        order: (j, entry index of strategy 0 of each of i's rows or None, first entry, message slice,
+        from to_u): the edge row is ``ec[idx + x_j]`` or ``ec[first + x_j·k_i : … + k_i]``. Built once."""
+        if self._earlier is None:
+            g, k = self.g, self.g.k.tolist()
+            eu, eoff, adj, adj_edge, ptr = g.eu.tolist(), g.eoff.tolist(), g.adj.tolist(), g.adj_edge.tolist(), \
+                g.adj_ptr.tolist()
+            out = [[] for _ in range(g.n)]
+            for i in range(g.n):
+                for q in range(ptr[i], ptr[i + 1]):
+                    j, e = adj[q], adj_edge[q]
+                    if j >= i:
+                        continue
+                    if eu[e] == i:
+                        out[i].append((j, eoff[e] + np.arange(k[i]) * k[j], 0, slice(self.su[e], self.su[e + 1]), True))
+                    else:
+                        out[i].append((j, None, eoff[e], slice(self.sv[e], self.sv[e + 1]), False))
+            self._earlier = out
+        return self._earlier
 
     def belief(self, c: np.ndarray, to_u: np.ndarray, to_v: np.ndarray) -> np.ndarray:
         n = len(c)
@@ -189,140 +211,15 @@ class Messages:
         return total
 
 
-class _Domains:
-    """The decode's state: decided strategies ``x`` (−1: undecided), the strategies still allowed
-    (``alive``), each node's least usage over them (its chosen usage once decided) and the live
-    usage profile of those least usages (``floor``: no completion can use less at any point)."""
-
-    def __init__(self, g: LocalCosts):
-        self.g = g
-        self.x = np.full(g.n, -1, dtype=np.int64)
-        self.alive = g.cost < FORBIDDEN_COST
-        self.alive[np.repeat(~np.logical_or.reduceat(self.alive, g.offs[:-1]), g.k)] = True
-        self.ok_e = g.ec < FORBIDDEN_COST
-        self.free = bool(self.ok_e.all())      # no forbidden entry: propagation can never shrink a domain
-        self.mc = np.minimum.reduceat(np.where(self.alive, g.usage, np.inf), g.offs[:-1])
-        self.floor = None if g.cap is None else g.profile_of(np.where(g.live_mask, self.mc, 0.0))
-
-    def _set_min(self, k: int, m: float, log: list | None) -> bool:
-        """Node k's least usage becomes m; False if that breaks the limit somewhere."""
-        g = self.g
-        old = float(self.mc[k])
-        if log is not None:
-            log.append(("m", k, old))
-        self.mc[k] = m
-        if self.floor is None or not g.live_mask[k] or g.hi[k] <= g.lo[k] or m == old:
-            return True
-        seg = self.floor[g.lo[k]:g.hi[k]]
-        seg += m - old
-        return bool(seg.max() <= g.cap)
-
-    def undo(self, log: list) -> None:
-        g = self.g
-        for rec in reversed(log):
-            if rec[0] == "m":
-                _, k, old = rec
-                if self.floor is not None and g.live_mask[k] and g.hi[k] > g.lo[k]:
-                    self.floor[g.lo[k]:g.hi[k]] -= self.mc[k] - old
-                self.mc[k] = old
-            elif rec[0] == "a":
-                _, k, old = rec
-                self.alive[g.offs[k]:g.offs[k + 1]] = old
-            else:
-                self.x[rec[1]] = -1
-
-    def decide(self, i: int, s: int, strict: bool, log: list | None = None, max_visits: int = 20000) -> bool:
-        """Fix node i at s and propagate arc consistency (a strategy with no forbidden-free partner
-        left in a neighbour's domain leaves its own) with the least-usage floor. ``strict``: False
-        on a domain wipe-out or a floor over the limit (then ``undo(log)`` restores the state);
-        otherwise such revisions are skipped."""
-        g = self.g
-        if log is not None:
-            log.append(("x", i))
-            log.append(("a", i, self.alive[g.offs[i]:g.offs[i + 1]].copy()))
-        self.x[i] = s
-        self.alive[g.offs[i]:g.offs[i + 1]] = False
-        self.alive[g.offs[i] + s] = True
-        if not self._set_min(i, float(g.usage[g.offs[i] + s]), log) and strict:
-            return False
-        queue, visits = deque([] if self.free else [i]), 0
-        while queue and visits < max_visits:
-            j = queue.popleft()
-            visits += 1
-            dom = self.alive[g.offs[j]:g.offs[j + 1]]
-            for q in range(g.adj_ptr[j], g.adj_ptr[j + 1]):
-                k = int(g.adj[q])
-                if self.x[k] >= 0:
-                    continue
-                e = int(g.adj_edge[q])
-                A = self.ok_e[g.eoff[e]:g.eoff[e + 1]].reshape(int(g.k[g.eu[e]]), int(g.k[g.ev[e]]))
-                sup = A[dom].any(axis=0) if g.eu[e] == j else A[:, dom].any(axis=1)
-                cur = self.alive[g.offs[k]:g.offs[k + 1]]
-                new = cur & sup
-                if np.array_equal(new, cur):
-                    continue
-                if not new.any():
-                    if strict:
-                        return False
-                    continue
-                if log is not None:
-                    log.append(("a", k, cur.copy()))
-                self.alive[g.offs[k]:g.offs[k + 1]] = new
-                m = float(g.usage[g.offs[k]:g.offs[k + 1]][new].min())
-                if not self._set_min(k, m, log) and strict:
-                    return False
-                queue.append(k)
-        return True
-
-
-def decode(mp: Messages, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
-    """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
-    checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
-    propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
-    within the limit is taken; if none passes, the cheapest, propagated leniently."""
-    g = mp.g
-    b = mp.belief(c, to_u, to_v)
-    d = _Domains(g)
-    cap = g.cap
-    if d.floor is not None and d.floor.max(initial=0.0) > cap:
-        d.alive[:] = True                       # only through forbidden strategies, if at all
-        d.mc = np.minimum.reduceat(g.usage, g.offs[:-1])
-        d.floor = g.profile_of(np.where(g.live_mask, d.mc, 0.0))
-        if d.floor.max(initial=0.0) > cap:
-            return None
-    x = d.x
-    for i in range(g.n):
-        lo, hi, ki = int(g.offs[i]), int(g.offs[i + 1]), int(g.k[i])
-        sc = b[lo:hi].copy()
-        for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
-            j = int(g.adj[q])
-            if x[j] < 0:
-                continue
-            e = int(g.adj_edge[q])
-            base = int(g.eoff[e])
-            if g.eu[e] == i:
-                sc += mp.ec[base + np.arange(ki) * int(g.k[j]) + x[j]] - to_u[mp.su[e]:mp.su[e + 1]]
-            else:
-                sc += mp.ec[base + x[j] * ki: base + (x[j] + 1) * ki] - to_v[mp.sv[e]:mp.sv[e + 1]]
-        u = g.usage[lo:hi]
-        if d.floor is not None and g.live_mask[i] and g.hi[i] > g.lo[i]:
-            room = cap - d.floor[g.lo[i]:g.hi[i]].max()
-            sc = np.where(u - d.mc[i] <= room, sc, np.inf)
-        al = d.alive[lo:hi]
-        sc = np.where(al, sc, np.where(np.isfinite(sc), sc + 1e300, sc))
-        order = np.argsort(sc, kind="stable")
-        done = False
-        for s in order[:tries].tolist():
-            if not np.isfinite(sc[s]) or not al[s]:
-                break
-            log: list = []
-            if d.decide(i, s, strict=True, log=log):
-                done = True
-                break
-            d.undo(log)
-        if not done:
-            d.decide(i, int(order[0]), strict=False)
-    return x
+def best_fit(problem: Problem, x, back=None, best=(None, float("inf")), time_limit_s: float | None = None):
+    """The cheaper (plan, cost) of ``best`` and decode ``x`` (None: none), mapped to ``problem`` by
+    ``back`` (None: already its) and made to fit with its copies (``fit_with_copies``); bp_solve's and FGNN.plan's."""
+    if x is None:
+        return best
+    fit = fit_with_copies(problem, x if back is None else back(x), time_limit_s=time_limit_s)
+    if fit is not None and (cost := evaluate(problem, fit).total) < best[1]:
+        return fit, cost
+    return best
 
 
 def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memory_prices: bool = True,
@@ -357,12 +254,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     def consider(c):
         nonlocal best, best_cost
         x = decode(mp, c, to_u, to_v)
-        if x is not None:
-            x = x if back is None else back(x)
-            x = fit_with_copies(orig, x, time_limit_s=None if deadline is None else max(deadline - time.perf_counter(), 0.1))
-            tc = None if x is None else evaluate(orig, x)
-            if tc is not None and tc.total < best_cost:
-                best, best_cost = x, tc.total
+        left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
+        best, best_cost = best_fit(orig, x, back, (best, best_cost), left)
 
     c = mp.cost
     if bound:

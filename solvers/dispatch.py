@@ -102,6 +102,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         t = time.perf_counter()
         try:
             pol = policy_seed(problem)
+            pol = list(getattr(pol, "strategies", pol))     # a Plan or a list: unwrapped once, here
         except ValueError as exc:          # the planner found no plan that fits: the core's own starts
             pol = None
             if progress:
@@ -109,8 +110,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         if pol is not None:
             seeds.insert(0, pol)
             if progress:
-                progress(f"policy seed: {evaluate(problem, list(getattr(pol, 'strategies', pol))).total:.10g} "
-                         f"({time.perf_counter() - t:.1f}s)")
+                progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
     seeds = [list(getattr(s, "strategies", s)) for s in seeds]
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
