@@ -50,10 +50,8 @@ streams its plans and is killed at the limit, so the answer is never late.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +61,7 @@ from solvers.bp import bp_solve
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
-from solvers.ilp.guard import fresh_highs_scheduler
+from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
@@ -297,25 +295,14 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if not hasattr(os, "fork") or time_limit_s < 2 * config.guard_margin_s:
         return solve_capped(problem, max(time_limit_s, 0.1), seeds=seeds, progress=progress,
                             relax_cap=relax_cap, threads=threads, config=config)
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
+    def body(send):
+        r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
+                         progress=None if progress is None else (lambda m: send.send(("log", m))),
+                         on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
+                         threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
+        send.send(("done", r))
 
-    def child():
-        fresh_highs_scheduler()
-        try:
-            r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
-                             progress=None if progress is None else (lambda m: send.send(("log", m))),
-                             on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
-                             threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
-            send.send(("done", r))
-        finally:
-            send.close()
-
-    proc = ctx.Process(target=child, daemon=True)
-    with warnings.catch_warnings():   # JAX warns on any fork; the child runs numpy and HiGHS only
-        warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-        proc.start()
-    send.close()
+    proc, recv = start_child(body)
     best, best_cost, done, bound = None, float("inf"), None, -float("inf")
     while True:
         wait = deadline - time.perf_counter()
@@ -336,9 +323,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             bound = max(bound, msg[1])
         elif msg[1] < best_cost:
             best, best_cost = msg
-    if proc.is_alive():
-        proc.kill()
-    proc.join(timeout=1.0)
+    stop_child(proc)
     if done is not None and done.plan is not None and done.cost <= best_cost:
         best, best_cost = done.plan, done.cost
     if best is not None and not evaluate(problem, best).feasible:

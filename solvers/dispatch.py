@@ -10,7 +10,9 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
   (``solve_capped_time``), which prices the resharded copies (``Problem.edge_memory``) itself;
   otherwise
   ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
-  where they help (``baseline_seeds``).
+  where they help (``baseline_seeds``), under a watchdog (``solvers.ilp.solve_ilp_guarded``: a
+  forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
+  the best seed (status "killed").
 - ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp import solve_ilp
+from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -80,9 +83,38 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
             # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
             kw["initial_plans"] += baseline_seeds(problem)
             time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
-    strategies, solve_info = solve_ilp(problem, objective=objective, max_step_time_s=max_step_time_s,
-                                       time_limit_s=time_limit_s, **kw)
+    try:
+        strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
+                                                   time_limit_s=time_limit_s, **kw)
+    except SolveOverrun as exc:   # HiGHS overran its limit natively: the best seed, never a hang
+        return best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0)
     return strategies, (solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info))
+
+
+def seeds_of(kw: dict) -> list[list[int]]:
+    """The plans in ``initial_plan`` / ``initial_plans`` of a ``solve_ilp`` keyword dict."""
+    plans = ([] if kw.get("initial_plan") is None else [kw["initial_plan"]]) + list(kw.get("initial_plans") or [])
+    return [list(getattr(p, "strategies", p)) for p in plans]
+
+
+def best_seed_plan(problem: Problem, objective: str, max_step_time_s, seeds, why: str, t0: float):
+    """The best of ``seeds`` for ``objective`` among those that fit the cap (``problem.usage_limit``)
+    and the step-time bound, as ``solve_exact``'s answer when the guarded ILP was stopped: status
+    "killed", no bound. RuntimeError (with ``why``) when no seed fits."""
+    key = {"time": lambda c: (c.total,), "memory": lambda c: (c.peak_memory_bytes, c.total),
+           "redundancy": lambda c: (c.redundant_memory_bytes, c.total)}.get(objective, lambda c: (c.total,))
+    best = None
+    for plan in seeds:
+        c = evaluate(problem, plan)
+        if c.feasible and (max_step_time_s is None or c.total <= max_step_time_s) and \
+                (best is None or key(c) < key(best[1])):
+            best = (plan, c)
+    if best is None:
+        raise RuntimeError(f"{why}; no seed plan fits")
+    plan, c = best
+    value = {"time": c.total, "memory": c.peak_memory_bytes, "redundancy": c.redundant_memory_bytes}.get(objective, c.total)
+    return plan, {"status": "killed", "objective": float(value), "bound": None, "gap": None, "source": "seed",
+                  "objective_name": objective, "wall_s": time.perf_counter() - t0, "note": why}
 
 
 def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,

@@ -70,3 +70,55 @@ def test_guarded_solve_ilp_stops_a_solve_that_overruns(monkeypatch):
     with pytest.raises(RuntimeError, match="overran"):
         guard.solve_ilp_guarded(p, time_limit_s=0.5, grace_s=0.5)
     assert time.perf_counter() - t0 < 10.0
+
+
+def test_solve_exact_answers_the_best_fitting_seed_when_the_ilp_overruns(monkeypatch):
+    """``solvers.dispatch.solve_exact`` (method "ilp") runs the ILP under the watchdog: a solve that
+    ignores its limit is stopped 2 s + 5 % past it, and the answer is the seed that is best for the
+    objective among those within the cap (status "killed", no bound), not a hang."""
+    from solvers import dispatch
+    from solvers.ilp import guard
+
+    def stuck(problem, time_limit_s=60, **kw):
+        time.sleep(60)
+
+    monkeypatch.setattr(guard, "solve_ilp", stuck)
+    p = random_problem(np.random.default_rng(3), 6, limit_q=None)
+    plans = [list(s) for s in all_plans(p)]
+    by_peak = sorted(plans, key=lambda s: evaluate(p, s).peak_memory_bytes)
+    cap = evaluate(p, by_peak[len(by_peak) // 2]).peak_memory_bytes
+    capped = p.with_usage_limit(cap)
+    over = by_peak[-1]                                  # the cheapest seed in time may break the cap
+    fits = [s for s in plans if evaluate(capped, s).feasible]
+    seeds = [over] + fits[:5]
+    t0 = time.perf_counter()
+    plan, info = dispatch.solve_exact(capped, objective="memory", time_limit_s=1.0, initial_plans=seeds)
+    assert time.perf_counter() - t0 < 10.0
+    assert info["status"] == "killed" and info["bound"] is None
+    want = min(fits[:5], key=lambda s: (evaluate(p, s).peak_memory_bytes, evaluate(p, s).total))
+    assert evaluate(p, plan).peak_memory_bytes == evaluate(p, want).peak_memory_bytes
+    assert info["objective"] == evaluate(p, plan).peak_memory_bytes
+    plan, info = dispatch.solve_exact(p, objective="time", time_limit_s=1.0, initial_plans=seeds)
+    assert info["status"] == "killed" and info["objective"] == min(evaluate(p, s).total for s in seeds)
+    fastest = min(evaluate(p, s).total for s in plans)
+    with pytest.raises(RuntimeError, match="no seed plan fits"):
+        dispatch.solve_exact(capped, objective="memory", max_step_time_s=fastest - 1, time_limit_s=1.0,
+                             initial_plans=seeds)
+
+
+def test_memory_objective_on_gpt_tiny_returns_at_its_limit_from_highs_itself():
+    """The contract's call, ``sg.solve(method="ilp", objective="memory")`` on gpt tiny (cpu-2x4),
+    hung in HiGHS 1.16's MIP presolve (``strengthenInequalities`` on the copy-memory rows) far past
+    its limit; with the MIP's presolve off on models with copy columns HiGHS stops at the limit
+    itself. Before that fix this call was stopped by the watchdog (status "killed", 44 s)."""
+    import shardgym as sg
+    import zoo
+    fn, args = zoo.build("gpt", "tiny", abstract=True)
+    problem = sg.build_problem(sg.trace(fn, *args), sg.Cluster.preset("cpu-2x4"))
+    assert problem.edge_memory is not None
+    t0 = time.perf_counter()
+    plan = sg.solve(problem, method="ilp", objective="memory", time_limit_s=40)
+    assert time.perf_counter() - t0 < 40 + 6
+    assert plan.info["status"] in ("optimal", "time_limit")
+    megatron = sg.evaluate(problem, sg.solve(problem, method="megatron")).peak_memory_bytes
+    assert sg.evaluate(problem, plan).peak_memory_bytes < megatron

@@ -4,8 +4,8 @@ process), and a native call cannot be interrupted from Python.
 
 ``solve_ilp_guarded(problem, time_limit_s=60, grace_s=None, **kw)`` runs ``solve_ilp`` in a forked
 child and returns its answer, or raises its error; when the child has not answered ``grace_s``
-after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and RuntimeError is raised,
-as ``solve_ilp`` does when HiGHS finds no plan in time. Without fork (not POSIX) it calls
+after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and ``SolveOverrun`` (a
+RuntimeError, as ``solve_ilp`` raises when HiGHS finds no plan in time) is raised. Without fork (not POSIX) it calls
 ``solve_ilp`` inline. ``fresh_highs_scheduler`` is what a forked child runs first (also the
 capped core's guard, ``solvers.capped.solve_guarded``).
 """
@@ -33,34 +33,59 @@ def fresh_highs_scheduler() -> None:
         pass
 
 
-def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, **kw):
-    """``solve_ilp(problem, time_limit_s=time_limit_s, **kw)``, killed ``grace_s`` past its limit
-    (the module docstring)."""
-    if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0:
-        return solve_ilp(problem, time_limit_s=time_limit_s, **kw)
-    grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
+class SolveOverrun(RuntimeError):
+    """The guarded solve gave no answer by its time limit plus grace and was stopped."""
+
+
+def start_child(body):
+    """Fork a daemon child that runs ``fresh_highs_scheduler()`` and then ``body(send)``, ``send``
+    being the write end of a one-way pipe (closed when ``body`` returns or raises): -> (process,
+    receiving end). The parent's copy of ``send`` is closed, so ``recv`` sees EOF once the child
+    is gone. JAX's warning about forking is silenced: the child runs numpy and HiGHS only. One
+    home for both watchdogs (``solve_ilp_guarded`` and ``solvers.capped.solve_guarded``)."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
         fresh_highs_scheduler()
         try:
-            try:
-                out = ("ok", solve_ilp(problem, time_limit_s=time_limit_s, **kw))
-            except Exception as exc:      # noqa: BLE001 -- handed to the parent, raised there
-                out = ("error", exc)
-            try:
-                send.send(out)
-            except (pickle.PicklingError, TypeError, AttributeError):
-                send.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+            body(send)
         finally:
             send.close()
 
     proc = ctx.Process(target=child, daemon=True)
-    with warnings.catch_warnings():   # JAX warns on any fork; the child runs numpy and HiGHS only
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
         proc.start()
     send.close()
+    return proc, recv
+
+
+def stop_child(proc) -> None:
+    """Kill ``proc`` if it still runs, and reap it."""
+    if proc.is_alive():
+        proc.kill()
+    proc.join(timeout=1.0)
+
+
+def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, **kw):
+    """``solve_ilp(problem, time_limit_s=time_limit_s, **kw)``, killed ``grace_s`` past its limit
+    (the module docstring): then ``SolveOverrun`` (a RuntimeError) is raised."""
+    if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0:
+        return solve_ilp(problem, time_limit_s=time_limit_s, **kw)
+    grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
+
+    def body(send):
+        try:
+            out = ("ok", solve_ilp(problem, time_limit_s=time_limit_s, **kw))
+        except Exception as exc:      # noqa: BLE001 -- handed to the parent, raised there
+            out = ("error", exc)
+        try:
+            send.send(out)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            send.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+
+    proc, recv = start_child(body)
     deadline = time.perf_counter() + float(time_limit_s) + grace
     msg = None
     try:
@@ -69,11 +94,9 @@ def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None =
     except EOFError:                  # the child died without an answer
         msg = None
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(timeout=1.0)
+        stop_child(proc)
     if msg is None:
-        raise RuntimeError(f"solve_ilp gave no answer within {time_limit_s:g} s + {grace:g} s "
+        raise SolveOverrun(f"solve_ilp gave no answer within {time_limit_s:g} s + {grace:g} s "
                            f"(HiGHS overran its time limit): stopped")
     if msg[0] == "error":
         raise msg[1]

@@ -131,12 +131,24 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
             end_callback()
             return done
         h.setOptionValue("time_limit", float(max(time_limit_s - (time.perf_counter() - t_run), 0.05)))
+    # HiGHS 1.16's MIP presolve does not return from ``HPresolve::strengthenInequalities`` on the
+    # copy-memory rows (``model.copies``: long rows of edge-bounded z columns with coefficients from
+    # 3e-5 to 1): gpt tiny on cpu-2x4, memory objective, a 30 s limit still in presolve after 150 s
+    # (py-spy's native stack), while the same model with presolve off stops at its limit. The LP
+    # relaxation above keeps its presolve (it returns).
+    mip_presolve_off = model.copies is not None
+    if mip_presolve_off:
+        h.setOptionValue("presolve", "off")
     if start is not None:
         sol = highspy.HighsSolution()
         sol.col_value = list(start)
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    try:
+        h.run()
+    finally:
+        if mip_presolve_off:
+            h.setOptionValue("presolve", "choose")
     st = h.getModelStatus()
     info = h.getInfo()
     has = info.primal_solution_status == 2
