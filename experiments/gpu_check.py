@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--efficiency", type=float, default=0.5, help="the cluster's efficiency (the presets' 0.5)")
     ap.add_argument("--memory", default="139GiB", help="device memory of the one-device cluster")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--dump", default="", help="a folder for XLA's dumps (its *buffer-assignment.txt per model)")
     ap.add_argument("--out-dir", default="", help="where gpu_check.json goes (default results/)")
     a = ap.parse_args(argv)
 
@@ -63,7 +64,8 @@ def main(argv=None) -> int:
             problem = sg.build_problem(graph, cluster)
             plan = sg.solve(problem, method="replicated")
             cost = sg.evaluate(problem, plan)
-            r = sg.execute(fn, args, graph, plan, iters=a.iters, problem=problem)
+            opts = {"xla_dump_to": os.path.join(a.dump, f"{name}-{size}")} if a.dump else None
+            r = sg.execute(fn, args, graph, plan, iters=a.iters, problem=problem, compiler_options=opts)
             flops = float(graph.flops_by_primitive() and sum(graph.flops_by_primitive().values()))
             row.update(
                 nodes=problem.num_nodes, model_flops=flops,
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
                 time_ratio=(r.step_time_s / cost.step_time_s) if r.step_time_s and cost.step_time_s else None,
                 achieved_flops_per_s=(flops / r.step_time_s) if r.step_time_s else None,
                 predicted_memory_bytes=r.predicted_memory_bytes, xla_memory_bytes=r.xla_memory_bytes,
-                xla_peak_memory_bytes=r.xla_peak_memory_bytes,
+                xla_peak_memory_bytes=r.xla_peak_memory_bytes, xla_memory_breakdown=r.xla_memory_breakdown,
                 memory_ratio=(r.predicted_memory_bytes / r.xla_memory_bytes) if r.xla_memory_bytes else None,
                 max_rel_err=r.max_rel_err, loss_rel_err=r.loss_rel_err,
                 compile_time_s=getattr(r, "compile_time_s", None))
