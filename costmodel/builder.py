@@ -50,7 +50,13 @@ import warnings
 import numpy as np
 
 from costmodel.cluster import Cluster
-from costmodel.copy_lists import copy_group_lists, donated_copy_lists, layout_copied_reads, layout_copy_lists
+from costmodel.copy_lists import (
+    combined_all_reduce_lists,
+    copy_group_lists,
+    donated_copy_lists,
+    layout_copied_reads,
+    layout_copy_lists,
+)
 from costmodel.cost import (
     Mesh,
     compute_time,
@@ -326,7 +332,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0]) + (
             layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
-            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent)) if edge_memory else None,
+            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent)
+            + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
     )
 
 
