@@ -158,7 +158,7 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
     return list(groups.values())
 
 
-def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, transparent) -> list:
+def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, transparent, copied=None) -> list:
     """XLA's copies of donated parameters read again after their update could run, as copy
     groups (``CopyGroups.from_lists``), one per (parameter, storage layout).
 
@@ -186,10 +186,28 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
     batch 1 (tests/test_dist_fft.py 2-D: 3,215,704 -> 3,739,992 B vs XLA's 3,810,804 B, the
     four copies exactly), not under the replicated plan at batch 8 or batch 1 (no reader
     sharded: none charged). Why XLA copies for a forward reader too (not ordered after the
-    update by a data dependence) is not understood; the rule is what the five plans show."""
+    update by a data dependence) is not understood; the rule is what the five plans show.
+    Once copied, w's own buffer is free until the update writes it, and XLA's buffer assignment
+    puts other values there. When the update has one gradient dot whose result is w's bytes, that
+    result goes there (mlp tiny replicated: Dense_1's f32[64,64] dW in the kernel's parameter
+    allocation; gpt tiny replicated: each copied attention kernel's dW in its own), so the copy's
+    bytes are counted only up to the step before that dot, and the dot's result stands for them
+    from there (the same bytes to the update). Not when a layout copy of one of the dot's
+    operands (``layout_copied_reads``) would fit the buffer: XLA places that copy, made just
+    before the dot, in the free buffer first and the result goes elsewhere (moe tiny replicated:
+    w_out's f32[4,64,32] operand copy ``transpose_copy_fusion.1``; gpt's 64 KiB operand copies do
+    not fit its 16 KiB kernels). ``copied``: the builder's ``layout_copied_reads`` (CPU only).
+    Re-priced: mlp replicated / ilp-time / policy 1.19 -> 1.06, vit dp 1.14 -> 1.09, gpt
+    replicated 0.92 -> 0.91; outside the zoo moe ilp-memory 0.88 -> 0.86. Approximate: which
+    other value XLA puts in the free buffer before the dot is not modelled (mlp: two f32[16,64]
+    activations; gpt: other weights' copies): the copy stays charged there."""
     nodes = graph.nodes
     cmap = graph.consumers()
     anc: list = []
+    layout_copied: dict = {}
+    for rs in (copied or {}).values():
+        for v, k in rs:
+            layout_copied.setdefault(v, []).append(k)
 
     def ancestors() -> list:
         """Per node, its ancestors as a bitset; built once, only when some update has gradient dots
@@ -259,13 +277,24 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
         for L in dict.fromkeys(specs):
             on = np.array([sp == L for sp in specs])
             b = local_bytes(t.shape, itemsize, L, mesh)
-            mine = list(members)
+            mine = []
+            for v, want in members:
+                if len(members) == 1:   # dW goes into w's free buffer, unless its operand's layout copy does
+                    out, ops = nodes[v].outputs[0], nodes[v].operand_types
+                    fits = np.array([local_bytes(out.shape, np.dtype(out.dtype).itemsize, s.out_specs[0], mesh) == b
+                                     and not any(local_bytes(ops[k].shape, np.dtype(ops[k].dtype).itemsize,
+                                                             s.operand_specs[k], mesh) <= b
+                                                 for k in layout_copied.get(v, ())) for s in strats[v]])
+                    mine.append((v, int(nodes[v].order) - 1, want & fits))
+                    want = want & ~fits
+                mine.append((v, tm, want))
             for r, k in sliced:  # read more sharded than the slice under L: a dynamic-slice of w itself
                 ten = nodes[r].operand_types[k]
                 lim = b / t.nbytes * ten.nbytes * (1 - 1e-9)
-                mine.append((r, np.array([k < len(s.operand_specs) and local_bytes(
+                mine.append((r, tm, np.array([k < len(s.operand_specs) and local_bytes(
                     ten.shape, np.dtype(ten.dtype).itemsize, s.operand_specs[k], mesh) < lim for s in strats[r]])))
-            groups.append((w, b, [(v, tm, want, ~on) for v, want in mine], 0, on, np.zeros(len(specs))))
+            groups.append((w, b, [(v, tv, want, ~on) for v, tv, want in mine if want.any()], 0, on,
+                           np.zeros(len(specs))))
     return groups
 
 

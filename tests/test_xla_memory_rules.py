@@ -58,3 +58,25 @@ def test_mlp_memory_close_to_xla_under_gradient_all_reduces(mlp, plan_name):
     megatron 0.85; with it 1.00 on all three."""
     ratio = _ratio(mlp, plan_name)
     assert abs(ratio - 1) <= 0.05, f"mlp tiny {plan_name}: predicted / XLA memory {ratio:.3f}"
+
+
+def test_a_copied_weights_gradient_goes_into_its_free_buffer(mlp):
+    """Replicated: XLA copies Dense_1's and Dense_2's donated kernels at the start (their dX dots
+    read them after the update could run), and the kernel's own buffer is free until the update:
+    XLA's buffer assignment writes Dense_1's weight-gradient dot (f32[64,64], 16,384 B) into it.
+    So the copy's bytes stop at the gradient dot's step, and the gradient stands for them from
+    there. Predicted / XLA before: 1.19 (the copy, the kernel and its gradient all charged)."""
+    _, _, graph, problem = mlp
+    s = np.asarray(sg.solve(problem, method="replicated").strategies)
+    em = problem.edge_memory
+    start, end, b = em.intervals(s)
+    kernel = [nd.id for nd in graph.nodes if nd.role == "param" and "Dense_1" in str(nd.input_path)
+              and "kernel" in str(nd.input_path)][0]
+    dw = [nd for nd in graph.nodes if nd.primitive == "dot_general" and nd.role == "gradient"
+          and nd.module_path == "MLP/Dense_1" and nd.outputs[0].shape == (64, 64)][0]
+    g = [gi for gi in np.nonzero(em.group_node == kernel)[0] if em.early(gi, int(s[kernel]))]
+    assert len(g) == 1 and em.group_bytes[g[0]] == 64 * 64 * 4
+    # its copy lives from the program's start to the step before the gradient dot
+    assert ((start == 0) & (end == dw.order) & (b == 64 * 64 * 4)).sum() == 1
+    ratio = _ratio(mlp, "replicated")
+    assert abs(ratio - 1) <= 0.10, f"mlp tiny replicated: predicted / XLA memory {ratio:.3f}"
