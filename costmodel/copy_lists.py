@@ -333,10 +333,15 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     gradient twice (dp: 58,744 B of temp, 2 x 29,248 B of gradients); gpt tiny dp: one
     all-reduce of all 33 gradients. Approximate: the combine step is the last candidate's in the
     trace order whatever the plan (a plan whose last candidate does not all-reduce combines
-    earlier in XLA); XLA's byte threshold for one combined all-reduce is not modelled (every
-    candidate is charged at the one step); a gradient read by a reduction that may all-reduce
+    earlier in XLA); a gradient read by a reduction that may all-reduce
     (a global-norm clip) makes its node no candidate (under-count). ``exclude``: nodes charged
-    their operand otherwise (the builder's fused-sum contributions, over their whole interval)."""
+    their operand otherwise (the builder's fused-sum contributions, over their whole interval).
+    CPU clusters only: XLA CPU's combiner has no byte threshold and takes up to 256 operands
+    (cpu_compiler.cc: ``CpuAllReduceCombiner(kCombineBytes = int64 max, kCombineCount = 256)``;
+    more than 256 candidates make several all-reduces, charged here as one); the GPU combiner
+    stops at a byte threshold (30 MiB by default), which is not modelled: no charge there."""
+    if mesh.backend != "cpu":
+        return []
     nodes = graph.nodes
     used = graph.consumer_nodes()
 
