@@ -13,7 +13,7 @@ from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, state=frozenset()) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_edges=()) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
@@ -28,8 +28,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, state=
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
     A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
     after its producer (``start_of[u]``, the producer's interval start; 0 for a program input),
-    and for a value computed from the donated state alone (``state``: the input nodes an output
-    replaces, parameters and optimizer state; no batch input among its ancestors: Adam's
+    and for a value computed from the donated state alone (``state_only`` of ``alias_edges``, the
+    builder's (input, producer, output) triples; no batch input among its ancestors: Adam's
     ``m * b1`` folded into a weight-gradient conv) at the program's start:
     XLA computes it and issues the collective before the forward pass (unet tiny FSDP, XLA's live
     ranges: the moments of UNet/mid/conv_1 all-gathered at positions 319-320 of 800, the forward
@@ -42,9 +42,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, state=
     """
     nodes = graph.nodes
     groups: dict = {}
-    from_inputs = [False] * len(nodes)   # computed from the donated state alone (not the batch)
-    for nd in nodes:
-        from_inputs[nd.id] = not nd.is_input and all(u < 0 or u in state or from_inputs[u] for u, _ in nd.operands)
+    from_inputs = state_only(graph, alias_edges)
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
@@ -69,6 +67,22 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, state=
                                    sent > 0, sent)
             g[2].append((v, int(nd.order), want, free))
     return list(groups.values())
+
+
+def state_only(graph: OpGraph, alias_edges) -> list[bool]:
+    """Per node: is it an op computed from the donated state alone (the input nodes an output
+    replaces, parameters and optimizer state: the first of each (input, producer, output) of
+    ``alias_edges``), with no batch input among its ancestors (and not from literals alone: a
+    broadcast zeros is built where it is used; not an update written over a donated input, which
+    waits for that input's readers)? XLA's schedule computes such values before the forward pass
+    (``copy_group_lists``; the builder starts their buffers at 0)."""
+    nodes = graph.nodes
+    state, updates = {w for w, *_ in alias_edges}, {u for _, u, _ in alias_edges}
+    out = [False] * len(nodes)   # operands have lower ids
+    for nd in nodes:
+        ops = [u for u, _ in nd.operands if u >= 0]
+        out[nd.id] = not nd.is_input and bool(ops) and nd.id not in updates and all(u in state or out[u] for u in ops)
+    return out
 
 
 def conv_operand_order(nd, k: int) -> tuple | None:
