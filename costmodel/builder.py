@@ -24,9 +24,9 @@ own step, [order, order + 1): its aliased outputs are not in node_usages (they a
 donated buffer), so what it holds there is its transient buffers: the head's own result a folded
 chain reads (a weight-gradient conv whose folded update writes the new param), a conv's halo copy,
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
-div). It was [order, order) before, which charged none of them (spatial conv stack min-memory plan
-0.873x -> 0.900x of XLA; the zoo tiny dp / megatron / replicated rows are unchanged). A group's
-outputs share one interval (their longest); a transparent node (an unfolded reshape: a bitcast)
+div). An op computed from the donated state alone (``copy_lists.state_only``: a kernel reversed for
+a backward conv) starts at 0: XLA computes it before the forward pass (unet tiny dp 0.93 -> 1.02).
+A group's outputs share one interval (their longest); a transparent node (an unfolded reshape: a bitcast)
 extends its producer's interval to its own end, and so does a node that keeps no buffer
 (``materialised_outputs``: an element-wise node fused into its consumers): XLA runs a fusion
 once, at its root, and reads every buffer the fused ops read there (rnn under lax.scan,
@@ -50,7 +50,14 @@ import warnings
 import numpy as np
 
 from costmodel.cluster import Cluster
-from costmodel.copy_lists import copy_group_lists, donated_copy_lists, layout_copied_reads, layout_copy_lists
+from costmodel.copy_lists import (
+    combined_all_reduce_lists,
+    copy_group_lists,
+    donated_copy_lists,
+    layout_copied_reads,
+    layout_copy_lists,
+    state_only,
+)
 from costmodel.cost import (
     Mesh,
     compute_time,
@@ -219,6 +226,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
 
     intervals[in_place_nodes(graph, kept, transparent, intervals), 0] += 1   # written over a dying operand
+    intervals[np.nonzero(state_only(graph, alias_edges))[0], 0] = 0   # computed before the forward pass
 
     # ---- edges ----
     edge_parts: dict = {}
@@ -324,9 +332,10 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0]) + (
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0], alias_edges) + (
             layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
-            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent)) if edge_memory else None,
+            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
+            + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
     )
 
 

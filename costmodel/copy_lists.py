@@ -1,18 +1,19 @@
 """The copies XLA makes of values, as copy-group lists (``costmodel.edge_memory.CopyGroups.from_lists``):
 resharded copies per (value, layout) (``copy_group_lists``), XLA CPU's layout copies of conv
-and dot operands (``layout_copy_lists``), and copies of donated parameters read after their update could
-run (``donated_copy_lists``). The builder concatenates them into ``Problem.edge_memory``.
+and dot operands (``layout_copy_lists``), copies of donated parameters read after their update could
+run (``donated_copy_lists``), and the operands of XLA's combined all-reduce of independent partial
+results (``combined_all_reduce_lists``). The builder concatenates them into ``Problem.edge_memory``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from costmodel.cost import Mesh, local_bytes
+from costmodel.cost import Mesh, local_bytes, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_edges=()) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
@@ -26,10 +27,22 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
     copy). The member's step is the consumer's ``order``. Transitions into an output that
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
     A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
-    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input).
+    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input),
+    and for a value computed from the donated state alone (``state_only`` of ``alias_edges``, the
+    builder's (input, producer, output) triples; no batch input among its ancestors: Adam's
+    ``m * b1`` folded into a weight-gradient conv) at the program's start:
+    XLA computes it and issues the collective before the forward pass (unet tiny FSDP, XLA's live
+    ranges: the moments of UNet/mid/conv_1 all-gathered at positions 319-320 of 800, the forward
+    from about 360, live to the backward conv at 739). Re-priced (experiments.fidelity
+    --reprice): unet fsdp and ilp-memory 0.75 -> 1.02, gpt fsdp 0.94 -> 1.02, vit ilp-memory
+    0.76 -> 0.80; no row outside the zoo moves. (Taking every non-batch input as state instead
+    moved rnn ilp-memory 0.53 -> 1.16: the rnn step's sequence input is no batch by role.)
+    Approximate: XLA may schedule such a gather later when memory is short; the producer's own
+    buffer, if it keeps one, is still charged from its trace step.
     """
     nodes = graph.nodes
     groups: dict = {}
+    from_inputs = state_only(graph, alias_edges)
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
@@ -50,9 +63,26 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
             g = groups.get(key)
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
-                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], int(start_of[u]), sent > 0, sent)
+                g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [], 0 if from_inputs[u] else int(start_of[u]),
+                                   sent > 0, sent)
             g[2].append((v, int(nd.order), want, free))
     return list(groups.values())
+
+
+def state_only(graph: OpGraph, alias_edges) -> list[bool]:
+    """Per node: is it an op computed from the donated state alone (the input nodes an output
+    replaces, parameters and optimizer state: the first of each (input, producer, output) of
+    ``alias_edges``), with no batch input among its ancestors (and not from literals alone: a
+    broadcast zeros is built where it is used; not an update written over a donated input, which
+    waits for that input's readers)? XLA's schedule computes such values before the forward pass
+    (``copy_group_lists``; the builder starts their buffers at 0)."""
+    nodes = graph.nodes
+    state, updates = {w for w, *_ in alias_edges}, {u for _, u, _ in alias_edges}
+    out = [False] * len(nodes)   # operands have lower ids
+    for nd in nodes:
+        ops = [u for u, _ in nd.operands if u >= 0]
+        out[nd.id] = not nd.is_input and bool(ops) and nd.id not in updates and all(u in state or out[u] for u in ops)
+    return out
 
 
 def conv_operand_order(nd, k: int) -> tuple | None:
@@ -157,7 +187,7 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
     return list(groups.values())
 
 
-def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, transparent) -> list:
+def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, transparent, copied=None) -> list:
     """XLA's copies of donated parameters read again after their update could run, as copy
     groups (``CopyGroups.from_lists``), one per (parameter, storage layout).
 
@@ -185,10 +215,28 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
     batch 1 (tests/test_dist_fft.py 2-D: 3,215,704 -> 3,739,992 B vs XLA's 3,810,804 B, the
     four copies exactly), not under the replicated plan at batch 8 or batch 1 (no reader
     sharded: none charged). Why XLA copies for a forward reader too (not ordered after the
-    update by a data dependence) is not understood; the rule is what the five plans show."""
+    update by a data dependence) is not understood; the rule is what the five plans show.
+    Once copied, w's own buffer is free until the update writes it, and XLA's buffer assignment
+    puts other values there. When the update has one gradient dot whose result is w's bytes, that
+    result goes there (mlp tiny replicated: Dense_1's f32[64,64] dW in the kernel's parameter
+    allocation; gpt tiny replicated: each copied attention kernel's dW in its own), so the copy's
+    bytes are counted only up to the step before that dot, and the dot's result stands for them
+    from there (the same bytes to the update). Not when a layout copy of one of the dot's
+    operands (``layout_copied_reads``) would fit the buffer: XLA places that copy, made just
+    before the dot, in the free buffer first and the result goes elsewhere (moe tiny replicated:
+    w_out's f32[4,64,32] operand copy ``transpose_copy_fusion.1``; gpt's 64 KiB operand copies do
+    not fit its 16 KiB kernels). ``copied``: the builder's ``layout_copied_reads`` (CPU only).
+    Re-priced: mlp replicated / ilp-time / policy 1.19 -> 1.06, vit dp 1.14 -> 1.09, gpt
+    replicated 0.92 -> 0.91; outside the zoo moe ilp-memory 0.88 -> 0.86. Approximate: which
+    other value XLA puts in the free buffer before the dot is not modelled (mlp: two f32[16,64]
+    activations; gpt: other weights' copies): the copy stays charged there."""
     nodes = graph.nodes
     cmap = graph.consumers()
     anc: list = []
+    layout_copied: dict = {}
+    for rs in (copied or {}).values():
+        for v, k in rs:
+            layout_copied.setdefault(v, []).append(k)
 
     def ancestors() -> list:
         """Per node, its ancestors as a bitset; built once, only when some update has gradient dots
@@ -258,11 +306,77 @@ def donated_copy_lists(graph: OpGraph, strats, mesh: Mesh, alias_edges, kept, tr
         for L in dict.fromkeys(specs):
             on = np.array([sp == L for sp in specs])
             b = local_bytes(t.shape, itemsize, L, mesh)
-            mine = list(members)
+            mine = []
+            for v, want in members:
+                if len(members) == 1:   # dW goes into w's free buffer, unless its operand's layout copy does
+                    out, ops = nodes[v].outputs[0], nodes[v].operand_types
+                    fits = np.array([local_bytes(out.shape, np.dtype(out.dtype).itemsize, s.out_specs[0], mesh) == b
+                                     and not any(local_bytes(ops[k].shape, np.dtype(ops[k].dtype).itemsize,
+                                                             s.operand_specs[k], mesh) <= b
+                                                 for k in layout_copied.get(v, ())) for s in strats[v]])
+                    mine.append((v, int(nodes[v].order) - 1, want & fits))
+                    want = want & ~fits
+                mine.append((v, tm, want))
             for r, k in sliced:  # read more sharded than the slice under L: a dynamic-slice of w itself
                 ten = nodes[r].operand_types[k]
                 lim = b / t.nbytes * ten.nbytes * (1 - 1e-9)
-                mine.append((r, np.array([k < len(s.operand_specs) and local_bytes(
+                mine.append((r, tm, np.array([k < len(s.operand_specs) and local_bytes(
                     ten.shape, np.dtype(ten.dtype).itemsize, s.operand_specs[k], mesh) < lim for s in strats[r]])))
-            groups.append((w, b, [(v, tm, want, ~on) for v, want in mine], 0, on, np.zeros(len(specs))))
+            groups.append((w, b, [(v, tv, want, ~on) for v, tv, want in mine if want.any()], 0, on,
+                           np.zeros(len(specs))))
+    return groups
+
+
+def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset()) -> list:
+    """The operands of XLA's combined all-reduce of independent partial results, as copy groups
+    (``CopyGroups.from_lists``): one short-lived group per (node, bytes) at the combine step.
+
+    XLA's all-reduce combiner merges all-reduces that do not depend on each other into one tuple
+    all-reduce, which runs once its last operand exists; each operand (a node's partial result,
+    B bytes per device) is live beside its reduced result there. Which all-reduces are
+    independent is decided here statically: the nodes with a strategy that all-reduces
+    (``lowered_kind``: on CPU a reduce-scatter too, whose operand is the whole tensor) none of
+    whose descendants has such a strategy — in a train step the weight and bias gradients, which
+    feed only the optimizer update, and the loss. The combine step is the largest ``order`` among
+    them. Each such node is charged its all-reduce's operand bytes at that step under the
+    strategies that all-reduce (the group's producer is the node, free under its other strategies;
+    its member is the node's first reader, wanting it under every strategy: a member on an edge of
+    the Problem, as the ILP's copy columns and the Lagrangian bound expect). XLA's buffer assignment,
+    mlp tiny on cpu-2x4: dp, fsdp and Megatron each run one 7-operand all-reduce (every weight
+    and bias gradient and the loss) and their temp allocation peaks there, holding every
+    gradient twice (dp: 58,744 B of temp, 2 x 29,248 B of gradients); gpt tiny dp: one
+    all-reduce of all 33 gradients. Approximate: the combine step is the last candidate's in the
+    trace order whatever the plan (a plan whose last candidate does not all-reduce combines
+    earlier in XLA); a gradient read by a reduction that may all-reduce
+    (a global-norm clip) makes its node no candidate (under-count). ``exclude``: nodes charged
+    their operand otherwise (the builder's fused-sum contributions, over their whole interval).
+    CPU clusters only: XLA CPU's combiner has no byte threshold and takes up to 256 operands
+    (cpu_compiler.cc: ``CpuAllReduceCombiner(kCombineBytes = int64 max, kCombineCount = 256)``;
+    more than 256 candidates make several all-reduces, charged here as one); the GPU combiner
+    stops at a byte threshold (30 MiB by default), which is not modelled: no charge there."""
+    if mesh.backend != "cpu":
+        return []
+    nodes = graph.nodes
+    used = graph.consumer_nodes()
+
+    def operand_bytes(st):
+        return sum(B for k, _, B in st.collectives if lowered_kind(k, mesh) == "all-reduce")
+
+    reducing = [any(operand_bytes(st) > 0 for st in ss) for ss in strats]
+    reaches = [False] * len(nodes)   # some descendant may all-reduce (consumers have higher ids)
+    for i in range(len(nodes) - 1, -1, -1):
+        reaches[i] = any(reducing[c] or reaches[c] for c in used.get(i, ()))
+    cand = [i for i in range(len(nodes)) if reducing[i] and not reaches[i] and i not in exclude]
+    if len(cand) < 2:   # nothing to combine with
+        return []
+    t_ar = max(int(nodes[i].order) for i in cand)
+    groups = []
+    for i in cand:
+        if not used.get(i):
+            continue   # read by nothing (a program output only)
+        ops = np.array([operand_bytes(st) for st in strats[i]], dtype=np.float64)
+        k, c = len(strats[i]), used[i][0]   # the member: a reader of i (an edge of the Problem), whatever its strategy
+        for b in sorted(set(ops[ops > 0].tolist())):
+            groups.append((i, b, [(c, t_ar, np.ones(len(strats[c]), dtype=bool), ops != b)], int(nodes[i].order),
+                           np.zeros(k, dtype=bool), np.zeros(k)))
     return groups

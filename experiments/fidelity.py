@@ -63,6 +63,13 @@ Known outliers and their causes (the terms' docstrings say more):
     donated weights whose gradient dot runs without an all-reduce (``costmodel.copy_lists``;
     re-priced with ``--reprice``: zoo memory within 10% 21 -> 25 of 48, outside 8 -> 11 of 24;
     unet replicated 0.87 -> 1.01, convae replicated 0.72 -> 1.08, gpt replicated 0.89 -> 0.95);
+  * XLA CPU's combined all-reduce of the gradients (each partial sum live beside its result at
+    the last gradient's step), a copied donated weight's gradient written into the weight's free
+    buffer, and gathers and buffers of values computed from the donated state alone made at the
+    program's start (``costmodel.copy_lists``; session 9): re-priced, zoo memory within 10% 30 ->
+    40 of 48 (mlp dp / fsdp / megatron 0.80 / 0.72 / 0.85 -> 1.00, mlp replicated 1.19 -> 1.06,
+    unet fsdp 0.75 -> 1.02, unet dp 0.93 -> 1.02), outside 15 of 24 unchanged; XLA CPU's YNNPACK reductions (operands written out
+    as buffers) are found but not modelled (README);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).

@@ -90,7 +90,11 @@ def test_baselines_every_zoo_model(graphs):
             rep = costs["replicated"]
             assert rep.comm_bytes == 0
             for method in ("dp", "megatron", "fsdp"):
-                assert costs[method].peak_memory_bytes < rep.peak_memory_bytes, (name, preset, method)
+                # except mlp tiny dp on the CPU mesh, where XLA itself measures dp above replicated
+                # (146,920 vs 123,948 B, results/fidelity.json): its one combined all-reduce holds every
+                # gradient twice, more than the 16-sample batch's activations dp saves
+                if (name, preset, method) != ("mlp", "cpu-2x4", "dp"):
+                    assert costs[method].peak_memory_bytes < rep.peak_memory_bytes, (name, preset, method)
                 assert costs[method].redundant_memory_bytes < rep.redundant_memory_bytes, (name, preset, method)
             # ZeRO-3 keeps no replicated parameter or optimizer state: less than dp
             assert costs["fsdp"].peak_memory_bytes < costs["dp"].peak_memory_bytes, (name, preset)

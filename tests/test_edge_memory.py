@@ -335,7 +335,10 @@ def test_donated_weight_copies_where_the_gradient_dot_has_no_all_reduce():
             w = int(em.group_node[gi])
             if g.nodes[w].role == "param" and all(g.nodes[int(em.member_node[m])].role == "gradient" and
                                                   g.nodes[int(em.member_node[m])].primitive == "dot_general"
-                                                  and em.member_time[m] > g.nodes[int(em.member_node[m])].order
+                                                  # at the update's step, or the step before the dot
+                                                  # (its result then goes into the weight's free buffer);
+                                                  # a dot's layout copy is at the dot's own step
+                                                  and em.member_time[m] != g.nodes[int(em.member_node[m])].order
                                                   for m in ms):
                 out.add(g.nodes[w].input_path)
         return out
