@@ -30,7 +30,7 @@ from costmodel.edge_memory import CopyTracker
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
 from costmodel.profile import step_sum
 from env import workloads as wl
-from env.features import ACTION_FEATURES, EDGE_FEATURES, NODE_FEATURES, static_features, unit_of
+from env.features import ACTION_FEATURES, EDGE_FEATURES, NODE_FEATURES, NODE_INDEX, static_features, unit_of
 from solvers.baselines import baseline_plan
 from solvers.local import decision_order, greedy_by_cost, incidence
 
@@ -142,6 +142,7 @@ class Compiled:
         k_l, eo = self.k_list, self.eoffs.tolist()
         self.incident = [[(int(self.eid[p]), int(self.nbr[p]), bool(self.is_src[p]), eo[int(self.eid[p])],
                            k_l[int(self.nbr[p])]) for p in range(self.ptr[i], self.ptr[i + 1])] for i in range(n)]
+        self.incident_edges = [tuple(t[0] for t in inc) for inc in self.incident]
         self.usage_n = self.usage / self.mem_unit
         self.cost_rows = [self.cost[i, :kk] for i, kk in enumerate(self.k_list)]
         self.usage_n_rows = [self.usage_n[i, :kk] for i, kk in enumerate(self.k_list)]
@@ -163,7 +164,20 @@ class Compiled:
                                     else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
                                    for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
 
-
+    def write_episode(self, o: dict, cap: float | None, weights: dict) -> None:
+        """Write every observation array of a new episode (static features, padding, episode
+        context; the dynamic columns start at their static values) into the padded arrays ``o``."""
+        n, m = self.n, self.m
+        for key, rows, val in (("node_features", n, self.node_static), ("action_features", n, self.act_static),
+                               ("edge_features", m, self.edge_static), ("edge_index", m, self.problem.edges),
+                               ("edge_mask", m, 1), ("node_mask", n, 1)):
+            o[key][:rows] = val
+            o[key][rows:] = 0
+        ctx, N = o["node_features"][:n], NODE_INDEX
+        ctx[:, N["cap_ratio"]] = 0.0 if cap is None else min(cap / self.ref_peak, 10.0)
+        ctx[:, N["has_cap"]] = float(cap is not None)
+        for k in ("time", "memory", "redundancy", "balance"):
+            ctx[:, N["weight_" + k]] = weights[k]
 
 
 def as_source(workloads, clusters, memory_cap_bytes) -> tuple[list | None, Callable | None]:

@@ -68,11 +68,10 @@ from env.compiled import (
     spaces_and_buffers,
 )
 from env.features import ACTION_INDEX, EDGE_INDEX, NODE_INDEX
+from env.obs_pool import ObservationPool
 from env.types import Episode
 
 _N_DECIDED, _N_CURRENT = NODE_INDEX["decided"], NODE_INDEX["current"]
-_N_CAP, _N_HASCAP = NODE_INDEX["cap_ratio"], NODE_INDEX["has_cap"]
-_N_WT, _N_WM, _N_WR, _N_WB = (NODE_INDEX[f"weight_{k}"] for k in ("time", "memory", "redundancy", "balance"))
 _N_DCOST, _N_DMEM, _N_DRESH = NODE_INDEX["decided_cost"], NODE_INDEX["decided_memory"], NODE_INDEX["decided_reshard"]
 _A_CHOSEN, _A_PEAK, _A_BEST = ACTION_INDEX["chosen"], ACTION_INDEX["peak_rise"], ACTION_INDEX["best_incremental"]
 _A_RESH, _A_INCR = ACTION_INDEX["reshard_decided"], ACTION_INDEX["incremental"]
@@ -120,6 +119,8 @@ class ShardingEnv(gym.Env):
             check_fits(p, self.N, self.E, self.K)
 
         self.observation_space, self.action_space, self._obs = spaces_and_buffers(self.N, self.E, self.K)
+        self._pool = ObservationPool(self._obs) if copy_obs else None   # fresh read-only obs per call
+        self._chg: tuple[set, set, set] = (set(), set(), set())   # node / action / edge rows written since the last obs
         self._c: Compiled | None = None
         self._episode: Episode | None = None
         self._problem: Problem | None = None
@@ -175,26 +176,10 @@ class ShardingEnv(gym.Env):
         self._c, self._problem = c, p
         cap = p.usage_limit
         self._cap = None if cap is None or not math.isfinite(cap) else float(cap)
-        n, m, K = c.n, c.m, self.K
-        o = self._obs
-        o["node_features"][:n] = c.node_static
-        o["node_features"][n:] = 0
-        o["action_features"][:n] = c.act_static
-        o["action_features"][n:] = 0
-        o["edge_features"][:m] = c.edge_static
-        o["edge_features"][m:] = 0
-        o["edge_index"][:m] = c.problem.edges
-        o["edge_index"][m:] = 0
-        o["edge_mask"][:m] = 1
-        o["edge_mask"][m:] = 0
-        o["node_mask"][:n] = 1
-        o["node_mask"][n:] = 0
-        ctx = o["node_features"][:n]
-        w = self.weights
-        ctx[:, _N_CAP] = 0.0 if self._cap is None else min(self._cap / c.ref_peak, 10.0)
-        ctx[:, _N_HASCAP] = float(self._cap is not None)
-        ctx[:, _N_WT], ctx[:, _N_WM] = w["time"], w["memory"]
-        ctx[:, _N_WR], ctx[:, _N_WB] = w["redundancy"], w["balance"]
+        n, K = c.n, self.K
+        if self._pool is not None:
+            self._obs = self._pool.begin_episode()
+        c.write_episode(self._obs, self._cap, self.weights)
         self._strat = [-1] * n
         # _dyn[j, s] = [resharding cost to decided neighbours, node cost + that] / cost_unit (float64)
         self._dyn = np.zeros((n, K, 2))
@@ -227,7 +212,10 @@ class ShardingEnv(gym.Env):
         c = self._c
         a = int(action)
         i = self._cur
-        if not (0 <= a < self.K) or not self._obs["action_mask"][a]:
+        valid = 0 <= a < self.K and self._obs["action_mask"][a]
+        if self._pool is not None:
+            self._obs = self._pool.begin()
+        if not valid:
             self._steps += 1
             return self._observation(), -self.invalid_penalty, False, False, {
                 "invalid_action": True, "node": i}
@@ -260,9 +248,11 @@ class ShardingEnv(gym.Env):
 
     # ---- internals -----------------------------------------------------------------------------
     def _observation(self) -> dict:
-        if self.copy_obs:
-            return {k: v.copy() for k, v in self._obs.items()}
-        return dict(self._obs)
+        chg = self._chg
+        self._chg = (set(), set(), set())
+        if self._pool is None:
+            return dict(self._obs)
+        return self._pool.publish(chg)
 
     def _apply(self, i: int, s: int) -> float:
         """Fix node i to strategy s; update state and features; return the step's reward.
@@ -273,6 +263,10 @@ class ShardingEnv(gym.Env):
         strat[i] = s
         ki = c.k_list[i]
         ef = o["edge_features"]
+        chg = self._chg
+        chg[0].add(i)
+        chg[1].add(i)
+        chg[2].update(c.incident_edges[i])
         iSRC, iDST, iREAL = _E_SRC, _E_DST, _E_REAL
         cu = c.cost_unit
         edge_time = 0.0
@@ -332,6 +326,7 @@ class ShardingEnv(gym.Env):
             return
         c, af = self._c, self._obs["action_features"]
         rows = np.fromiter(self._dirty, np.int64, len(self._dirty))
+        self._chg[1].update(self._dirty)
         self._dirty.clear()
         t = self._dyn[rows]
         if c.negative_costs:
@@ -361,6 +356,8 @@ class ShardingEnv(gym.Env):
         i = order[self._ptr]
         self._ptr += 1
         self._cur = i
+        self._chg[0].add(i)
+        self._chg[1].add(i)
         o["current_node"][0] = i
         o["node_features"][i, _N_CURRENT] = 1.0
         k = c.k_list[i]

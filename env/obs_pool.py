@@ -1,0 +1,130 @@
+"""Fresh observations without copying the whole padded observation every step: recycled buffers.
+
+Every call of ``reset``/``step`` must return new memory (gymnasium's ``check_env`` asserts that no
+two returned observations share memory, with ``np.shares_memory``, so read-only views of one
+buffer fail it), but copying the 2.3 MB of a 2,000-node observation costs ~70 us a step, 4x the
+step itself, while a step changes a few rows (the decided node, its neighbours, its edges).
+
+``ObservationPool`` keeps a few buffers (*slots*). The env writes each step's changes into the
+*current* slot and hands the caller read-only views of it (built on read-only memoryviews, so
+``setflags(write=True)`` is refused; a caller that wants to modify an observation copies it). At
+the next step the env switches to a slot the caller has dropped: one whose views no Python object
+other than the pool refers to (``sys.getrefcount``; a kept observation dict, a kept array, a view
+or slice of one, a memoryview or a torch/JAX zero-copy alias all hold a reference, so a buffer
+the caller can still read is never rewritten). That slot is brought up to date by copying only the
+rows written since it was last current (the env reports the node, action and edge rows it writes;
+the log keeps the last ``max_lag`` steps), in full otherwise. In a loop that keeps only the latest
+observation this copies one step's rows (~10 rows of <= 1 KB); a caller that keeps every
+observation gets a new slot and a full copy per step, as ``{k: v.copy()}`` did, and the pool
+forgets the slots it cannot reuse (it tracks at most ``max_slots``).
+
+Observations are therefore exactly the env's state at the step that returned them, and stay so
+while the caller holds them; they differ from plain copies only in being read-only.
+"""
+from __future__ import annotations
+
+import sys
+from collections import deque
+
+import numpy as np
+
+ROW_KEYS = ("node_features", "action_features", "edge_features")   # rows change per step
+WHOLE_KEYS = ("current_node", "action_mask")                         # tiny: copied whole every step
+
+
+def _refs(handles: tuple) -> int:
+    """Total references to ``handles``; never below its value when only the pool holds them."""
+    return sum(map(sys.getrefcount, handles))
+
+
+class _Slot:
+    """One buffer: writable arrays (the env's), read-only views of them (the caller's), and the
+    total refcount of those views and their memoryviews when only the pool holds them."""
+
+    def __init__(self, template: dict):
+        self.arrays = {k: np.empty_like(v) for k, v in template.items()}
+        mvs = {k: memoryview(a.reshape(-1)).toreadonly() for k, a in self.arrays.items()}
+        self.views = {k: np.frombuffer(mvs[k], a.dtype).reshape(a.shape) for k, a in self.arrays.items()}
+        self.handles = tuple(self.views.values()) + tuple(mvs.values())
+        del mvs
+        self.idle_refs = _refs(self.handles)
+        self.version = -1
+
+    def idle(self) -> bool:
+        return _refs(self.handles) == self.idle_refs
+
+
+class ObservationPool:
+    """Recycled observation buffers (see the module docstring). ``begin_episode()`` /
+    ``begin()`` return the writable arrays the env updates for the coming reset / step;
+    ``publish(rows)`` returns the caller's read-only observation, where ``rows`` = the sets of node
+    rows, action rows and edge rows the env wrote since ``begin()``."""
+
+    def __init__(self, template: dict, max_slots: int = 4, max_lag: int = 8):
+        self.template = template
+        self.max_slots = max_slots
+        self.slots: list[_Slot] = []   # least recently current first; the last is the current one
+        self.log: deque = deque(maxlen=max_lag)   # rows written at each version (the latest last)
+        self.version = 0
+        self.episode_start = 0        # slots older than this need a full copy
+        self.full_copies = self.partial_copies = 0
+
+    def _free_slot(self) -> _Slot:
+        slots = self.slots
+        for pos, s in enumerate(slots):
+            if s.idle():
+                slots.append(slots.pop(pos))
+                return s
+        s = _Slot(self.template)
+        slots.append(s)
+        if len(slots) > self.max_slots:   # the caller keeps its observations: forget the oldest
+            slots.pop(0)
+        return s
+
+    def begin_episode(self) -> dict:
+        """A slot for ``reset``, which rewrites every array (nothing is copied into it)."""
+        self.log.clear()
+        self.episode_start = self.version + 1
+        return self._free_slot().arrays
+
+    def begin(self) -> dict:
+        """A slot holding the current state, for a step to update."""
+        cur = self.slots[-1]
+        s = self._free_slot()
+        if s is cur:
+            return s.arrays
+        dst, src = s.arrays, cur.arrays
+        lag = self.version - s.version
+        if s.version < self.episode_start or lag > len(self.log):
+            for k, a in dst.items():
+                np.copyto(a, src[k])
+            self.full_copies += 1
+            return dst
+        self.partial_copies += 1
+        log = self.log
+        if lag == 1:
+            changed = log[-1]
+        else:
+            changed = (set(), set(), set())
+            for back in range(1, lag + 1):
+                for acc, rows in zip(changed, log[-back]):
+                    acc |= rows
+        for key, rows in zip(ROW_KEYS, changed):
+            d, a = dst[key], src[key]
+            if len(rows) <= 8:   # ~0.2 us a row; fancy indexing costs ~2 us whatever the count
+                for r in rows:
+                    d[r] = a[r]
+            else:
+                idx = np.fromiter(rows, np.int64, len(rows))
+                d[idx] = a[idx]
+        for key in WHOLE_KEYS:
+            dst[key][:] = src[key]
+        return dst
+
+    def publish(self, rows: tuple) -> dict:
+        """The caller's observation of the current slot (a new dict of read-only arrays)."""
+        self.version += 1
+        self.log.append(rows)
+        cur = self.slots[-1]
+        cur.version = self.version
+        return dict(cur.views)
