@@ -150,6 +150,8 @@ class Compiled:
         self.kmask = np.zeros((K + 1, K), np.int8)
         for kk in range(K + 1):
             self.kmask[kk, :kk] = 1
+        self.kmask_mv = [memoryview(row) for row in self.kmask]
+        self.ecosts_mv = memoryview(np.ascontiguousarray(self.ecosts, np.float64))   # indexing gives a float
         self.ecosts_n = self.ecosts / self.cost_unit
         self.cost_n = self.cost / self.cost_unit
         self.negative_costs = bool((problem.node_costs < 0).any() or (problem.edge_costs < 0).any())
@@ -163,6 +165,20 @@ class Compiled:
             self.incident_mats = [[(j, self.ecosts_n[eo[e]:eo[e + 1]].reshape(k_l[i], kj) if src
                                     else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
                                    for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
+
+    def forward_check(self, i: int, incr: np.ndarray, strat: list, dyn_rows: list) -> np.ndarray | None:
+        """The forbidden-cost mask of node i (None: nothing masked): strategies whose incremental
+        cost ``incr`` (/ cost_unit) is below FORBIDDEN_COST and that leave each undecided neighbour
+        (``strat[j] < 0``; ``dyn_rows[j][:, 1]``: its incremental costs) an allowed strategy,
+        skipping a neighbour's check where it would mask everything."""
+        big = FORBIDDEN_COST / self.cost_unit
+        ok = incr < big
+        for j, mat in self.incident_mats[i]:
+            if strat[j] < 0:
+                ok_j = ((mat + dyn_rows[j][:, 1]) < big).any(axis=1)
+                if (ok & ok_j).any():
+                    ok &= ok_j
+        return ok if not ok.all() and ok.any() else None
 
     def write_episode(self, o: dict, cap: float | None, weights: dict) -> None:
         """Write every observation array of a new episode (static features, padding, episode

@@ -37,17 +37,30 @@ def _refs(handles: tuple) -> int:
     return sum(map(sys.getrefcount, handles))
 
 
-class _Slot:
-    """One buffer: writable arrays (the env's), read-only views of them (the caller's), and the
-    total refcount of those views and their memoryviews when only the pool holds them."""
+def layout(template: dict) -> dict:
+    """Byte offset of each array in a slot's buffer (64-byte aligned)."""
+    offsets, size = {}, 0
+    for k, v in template.items():
+        offsets[k] = size
+        size += -(-v.nbytes // 64) * 64
+    offsets[None] = size
+    return offsets
 
-    def __init__(self, template: dict):
-        self.arrays = {k: np.empty_like(v) for k, v in template.items()}
-        self.bytes = {k: memoryview(a).cast("B") for k, a in self.arrays.items()}   # for row copies
-        mvs = {k: memoryview(a.reshape(-1)).toreadonly() for k, a in self.arrays.items()}
-        self.views = {k: np.frombuffer(mvs[k], a.dtype).reshape(a.shape) for k, a in self.arrays.items()}
-        self.handles = tuple(self.views.values()) + tuple(mvs.values())
-        del mvs
+
+class _Slot:
+    """One buffer: writable arrays in it (the env's), read-only views of them on a read-only
+    memoryview (the caller's; a view of a view refers to that memoryview), and the total refcount
+    of the views and the memoryview when only the pool holds them."""
+
+    def __init__(self, template: dict, offsets: dict):
+        buf = np.empty(offsets[None], np.uint8)
+        self.arrays = {k: np.ndarray(v.shape, v.dtype, buffer=buf, offset=offsets[k]) for k, v in template.items()}
+        self.bytes = memoryview(buf)   # for row copies
+        self.mv = {k: memoryview(a) for k, a in self.arrays.items()}   # the env's scalar writes
+        ro = memoryview(buf).toreadonly()
+        self.views = {k: np.frombuffer(ro, v.dtype, v.size, offsets[k]).reshape(v.shape) for k, v in template.items()}
+        self.handles = (*self.views.values(), ro)
+        del ro
         self.idle_refs = _refs(self.handles)
         self.version = -1
 
@@ -57,12 +70,14 @@ class _Slot:
 
 class ObservationPool:
     """Recycled observation buffers (see the module docstring). ``begin_episode()`` /
-    ``begin()`` return the writable arrays the env updates for the coming reset / step;
+    ``begin()`` return the writable arrays the env updates for the coming reset / step (and
+    memoryviews of them, for fast scalar writes);
     ``publish(rows)`` returns the caller's read-only observation, where ``rows`` = the sets of node
     rows, action rows and edge rows the env wrote since ``begin()``."""
 
     def __init__(self, template: dict, max_slots: int = 4, max_lag: int = 8):
-        self.template = template
+        self.template, self.offsets = template, layout(template)
+        self.row_bytes = {k: template[k].strides[0] for k in ROW_KEYS}
         self.max_slots = max_slots
         self.slots: list[_Slot] = []   # least recently current first; the last is the current one
         self.log: deque = deque(maxlen=max_lag)   # rows written at each version (the latest last)
@@ -76,7 +91,7 @@ class ObservationPool:
             if s.idle():
                 slots.append(slots.pop(pos))
                 return s
-        s = _Slot(self.template)
+        s = _Slot(self.template, self.offsets)
         slots.append(s)
         if len(slots) > self.max_slots:   # the caller keeps its observations: forget the oldest
             slots.pop(0)
@@ -86,21 +101,23 @@ class ObservationPool:
         """A slot for ``reset``, which rewrites every array (nothing is copied into it)."""
         self.log.clear()
         self.episode_start = self.version + 1
-        return self._free_slot().arrays
+        s = self._free_slot()
+        return s.arrays, s.mv
 
-    def begin(self) -> dict:
-        """A slot holding the current state, for a step to update."""
+    def begin(self, whole: bool = True) -> dict:
+        """A slot holding the current state, for a step to update. ``whole=False``: the step
+        rewrites ``current_node`` and ``action_mask`` entirely, so they are not copied."""
         cur = self.slots[-1]
         s = self._free_slot()
         if s is cur:
-            return s.arrays
+            return s.arrays, s.mv
         dst, src = s.arrays, cur.arrays
         lag = self.version - s.version
         if s.version < self.episode_start or lag > len(self.log):
             for k, a in dst.items():
                 np.copyto(a, src[k])
             self.full_copies += 1
-            return dst
+            return dst, s.mv
         self.partial_copies += 1
         log = self.log
         if lag == 1:
@@ -110,18 +127,20 @@ class ObservationPool:
             for back in range(1, lag + 1):
                 for acc, rows in zip(changed, log[-back]):
                     acc |= rows
+        d, a, offsets, row_bytes = s.bytes, cur.bytes, self.offsets, self.row_bytes
         for key, rows in zip(ROW_KEYS, changed):
             if len(rows) <= 32:   # a memoryview slice copy is ~0.1 us a row; fancy indexing ~2 us and up
-                d, a, rb = s.bytes[key], cur.bytes[key], dst[key].strides[0]
+                off, rb = offsets[key], row_bytes[key]
                 for r in rows:
-                    o = r * rb
+                    o = off + r * rb
                     d[o:o + rb] = a[o:o + rb]
             else:
                 idx = np.fromiter(rows, np.int64, len(rows))
                 dst[key][idx] = src[key][idx]
-        for key in WHOLE_KEYS:
-            s.bytes[key][:] = cur.bytes[key]
-        return dst
+        if whole:
+            for key in WHOLE_KEYS:
+                dst[key][:] = src[key]
+        return dst, s.mv
 
     def publish(self, rows: tuple) -> dict:
         """The caller's observation of the current slot (a new dict of read-only arrays)."""
