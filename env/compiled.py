@@ -158,6 +158,10 @@ class Compiled:
         self.step_static_list = self.step_static.tolist()
         self.cost_list = self.cost.tolist()
         self.usage_list = self.usage.tolist()
+        # a decided node's decided_cost / decided_memory feature per strategy (env/features.py)
+        cu, mu = self.cost_unit, self.mem_unit
+        self.dcost_list = [[math.log1p(x / cu) if x > 0 else 0.0 for x in row] for row in self.cost_list]
+        self.dmem_list = [[min(max(u / mu, 0.0), 10.0) for u in row] for row in self.usage_list]
         big = FORBIDDEN_COST
         self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
         if self.has_forbidden:

@@ -63,9 +63,20 @@ class _Slot:
         del ro
         self.idle_refs = _refs(self.handles)
         self.version = -1
+        self.reuses = 0
+        self.rows = None   # per ROW_KEYS array, a memoryview of each row (built once the slot is reused)
 
     def idle(self) -> bool:
         return _refs(self.handles) == self.idle_refs
+
+    def row_views(self, geometry: tuple) -> tuple:
+        """Row memoryviews: ``rows[a][r][:] = other.rows[a][r]`` copies a row in ~0.07 us against
+        ~0.17 us when both slices are made per copy (~8k views, ~1.5 MB for 2,000 nodes)."""
+        if self.rows is None:
+            b = self.bytes
+            self.rows = tuple([b[off + r * rb: off + (r + 1) * rb] for r in range(count)]
+                              for _, off, rb, count in geometry)
+        return self.rows
 
 
 class ObservationPool:
@@ -77,7 +88,8 @@ class ObservationPool:
 
     def __init__(self, template: dict, max_slots: int = 4, max_lag: int = 8):
         self.template, self.offsets = template, layout(template)
-        self.row_bytes = {k: template[k].strides[0] for k in ROW_KEYS}
+        # (key, byte offset, row bytes, rows) of the arrays whose rows are copied
+        self.geometry = tuple((k, self.offsets[k], template[k].strides[0], len(template[k])) for k in ROW_KEYS)
         self.max_slots = max_slots
         self.slots: list[_Slot] = []   # least recently current first; the last is the current one
         self.log: deque = deque(maxlen=max_lag)   # rows written at each version (the latest last)
@@ -111,11 +123,10 @@ class ObservationPool:
         s = self._free_slot()
         if s is cur:
             return s.arrays, s.mv
-        dst, src = s.arrays, cur.arrays
+        dst, src, d, a = s.arrays, cur.arrays, s.bytes, cur.bytes
         lag = self.version - s.version
         if s.version < self.episode_start or lag > len(self.log):
-            for k, a in dst.items():
-                np.copyto(a, src[k])
+            d[:] = a
             self.full_copies += 1
             return dst, s.mv
         self.partial_copies += 1
@@ -127,16 +138,21 @@ class ObservationPool:
             for back in range(1, lag + 1):
                 for acc, rows in zip(changed, log[-back]):
                     acc |= rows
-        d, a, offsets, row_bytes = s.bytes, cur.bytes, self.offsets, self.row_bytes
-        for key, rows in zip(ROW_KEYS, changed):
-            if len(rows) <= 32:   # a memoryview slice copy is ~0.1 us a row; fancy indexing ~2 us and up
-                off, rb = offsets[key], row_bytes[key]
+        s.reuses += 1
+        views = s.reuses > 1 and cur.rows is not None   # both slots in steady rotation: row views
+        if s.reuses > 1 and s.rows is None:
+            s.row_views(self.geometry)
+        for (key, off, rb, _), rows, d_rows, a_rows in zip(self.geometry, changed, s.rows or ROW_KEYS, cur.rows or ROW_KEYS):
+            if len(rows) > 32:   # fancy indexing: ~2 us and up
+                idx = np.fromiter(rows, np.int64, len(rows))
+                dst[key][idx] = src[key][idx]
+            elif views:
+                for r in rows:
+                    d_rows[r][:] = a_rows[r]
+            else:
                 for r in rows:
                     o = off + r * rb
                     d[o:o + rb] = a[o:o + rb]
-            else:
-                idx = np.fromiter(rows, np.int64, len(rows))
-                dst[key][idx] = src[key][idx]
         if whole:
             for key in WHOLE_KEYS:
                 dst[key][:] = src[key]

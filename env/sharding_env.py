@@ -312,11 +312,10 @@ class ShardingEnv(gym.Env):
                     self._peak = top
         # features of node i
         nf = self._mv["node_features"]
-        ci = c.cost_list[i][s]
         nf[i, _N_DECIDED] = 1.0
         nf[i, _N_CURRENT] = 0.0
-        nf[i, _N_DCOST] = math.log1p(ci / cu) if ci > 0 else 0.0
-        nf[i, _N_DMEM] = min(max(u / c.mem_unit, 0.0), 10.0)
+        nf[i, _N_DCOST] = c.dcost_list[i][s]
+        nf[i, _N_DMEM] = c.dmem_list[i][s]
         nf[i, _N_DRESH] = math.log1p(edge_time / cu) if edge_time > 0 else 0.0
         self._mv["action_features"][i, s, _A_CHOSEN] = 1.0
         return -reward / c.reference_cost
