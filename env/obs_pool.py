@@ -49,18 +49,25 @@ def layout(template: dict) -> dict:
 
 class _Slot:
     """One buffer: writable arrays in it (the env's), read-only views of them on a read-only
-    memoryview (the caller's; a view of a view refers to that memoryview), and the total refcount
-    of the views and the memoryview when only the pool holds them."""
+    memoryview (the caller's), and the total refcount of the views and their bases (numpy makes a
+    view of a view refer to the first base that does not own its data) when only the pool holds them."""
 
     def __init__(self, template: dict, offsets: dict):
         buf = np.empty(offsets[None], np.uint8)
         self.arrays = {k: np.ndarray(v.shape, v.dtype, buffer=buf, offset=offsets[k]) for k, v in template.items()}
         self.bytes = memoryview(buf)   # for row copies
         self.mv = {k: memoryview(a) for k, a in self.arrays.items()}   # the env's scalar writes
-        ro = memoryview(buf).toreadonly()
-        self.views = {k: np.frombuffer(ro, v.dtype, v.size, offsets[k]).reshape(v.shape) for k, v in template.items()}
-        self.handles = (*self.views.values(), ro)
+        ro = np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
+        self.views = {k: ro[offsets[k]:offsets[k] + v.nbytes].view(v.dtype).reshape(v.shape) for k, v in template.items()}
         del ro
+        # each view and its chain of bases: a view or slice of a view refers to one of them
+        handles: dict[int, object] = {}
+        for obj in self.views.values():
+            while obj is not None and id(obj) not in handles:
+                handles[id(obj)] = obj
+                obj = obj.base if isinstance(obj, np.ndarray) else None
+        self.handles = tuple(handles.values())
+        del handles, obj
         self.idle_refs = _refs(self.handles)
         self.version = -1
         self.reuses = 0
@@ -99,7 +106,10 @@ class ObservationPool:
 
     def _free_slot(self) -> _Slot:
         slots = self.slots
-        for pos, s in enumerate(slots):
+        n = len(slots)
+        # the least lag first: the previous slot (the caller holds the current one), the current, older
+        for pos in (n - 2, n - 1, *range(n - 3, -1, -1)) if n > 1 else range(n):
+            s = slots[pos]
             if s.idle():
                 slots.append(slots.pop(pos))
                 return s
