@@ -213,7 +213,7 @@ class ShardingEnv(gym.Env):
         c = self._c
         a = int(action)
         i = self._cur
-        valid = 0 <= a < self.K and self._obs["action_mask"][a]
+        valid = 0 <= a < self.K and self._mv["action_mask"][a]
         if self._pool is not None:
             self._obs, self._mv = self._pool.begin(whole=not valid)   # a valid step rewrites current_node, action_mask
         if not valid:
