@@ -129,16 +129,28 @@ class ObservationPool:
     def begin(self, whole: bool = True) -> dict:
         """A slot holding the current state, for a step to update. ``whole=False``: the step
         rewrites ``current_node`` and ``action_mask`` entirely, so they are not copied."""
-        cur = self.slots[-1]
-        s = self._free_slot()
-        if s is cur:
-            return s.arrays, s.mv
-        dst, src, d, a = s.arrays, cur.arrays, s.bytes, cur.bytes
+        slots = self.slots
+        cur = slots[-1]
+        if len(slots) > 1 and slots[-2].idle():   # the usual case: the caller holds the latest observation
+            s = slots[-2]
+            slots[-2], slots[-1] = cur, s
+        else:
+            s = self._free_slot()
+            if s is cur:
+                return s.arrays, s.mv
         lag = self.version - s.version
         if s.version < self.episode_start or lag > len(self.log):
-            d[:] = a
+            s.bytes[:] = cur.bytes
             self.full_copies += 1
-            return dst, s.mv
+        else:
+            self._catch_up(s, cur, lag)
+            if whole:
+                for key in WHOLE_KEYS:
+                    s.arrays[key][:] = cur.arrays[key]
+        return s.arrays, s.mv
+
+    def _catch_up(self, s: _Slot, cur: _Slot, lag: int) -> None:
+        """Copy into slot ``s`` the rows written in the last ``lag`` steps, from ``cur``."""
         self.partial_copies += 1
         log = self.log
         if lag == 1:
@@ -148,14 +160,16 @@ class ObservationPool:
             for back in range(1, lag + 1):
                 for acc, rows in zip(changed, log[-back]):
                     acc |= rows
-        s.reuses += 1
-        views = s.reuses > 1 and cur.rows is not None   # both slots in steady rotation: row views
-        if s.reuses > 1 and s.rows is None:
-            s.row_views(self.geometry)
+        if s.rows is None:
+            s.reuses += 1
+            if s.reuses > 1:   # in rotation: worth its row views
+                s.row_views(self.geometry)
+        views = s.rows is not None and cur.rows is not None
+        d, a = s.bytes, cur.bytes
         for (key, off, rb, _), rows, d_rows, a_rows in zip(self.geometry, changed, s.rows or ROW_KEYS, cur.rows or ROW_KEYS):
             if len(rows) > 32:   # fancy indexing: ~2 us and up
                 idx = np.fromiter(rows, np.int64, len(rows))
-                dst[key][idx] = src[key][idx]
+                s.arrays[key][idx] = cur.arrays[key][idx]
             elif views:
                 for r in rows:
                     d_rows[r][:] = a_rows[r]
@@ -163,10 +177,6 @@ class ObservationPool:
                 for r in rows:
                     o = off + r * rb
                     d[o:o + rb] = a[o:o + rb]
-        if whole:
-            for key in WHOLE_KEYS:
-                dst[key][:] = src[key]
-        return dst, s.mv
 
     def publish(self, rows: tuple) -> dict:
         """The caller's observation of the current slot (a new dict of read-only arrays)."""
