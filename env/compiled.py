@@ -150,8 +150,7 @@ class Compiled:
         self.kmask = np.zeros((K + 1, K), np.int8)
         for kk in range(K + 1):
             self.kmask[kk, :kk] = 1
-        self.kmask_mv = [memoryview(row) for row in self.kmask]
-        self.ecosts_mv = memoryview(np.ascontiguousarray(self.ecosts, np.float64))   # indexing gives a float
+        self.memoryviews()
         self.ecosts_n = self.ecosts / self.cost_unit
         self.cost_n = self.cost / self.cost_unit
         self.negative_costs = bool((problem.node_costs < 0).any() or (problem.edge_costs < 0).any())
@@ -169,6 +168,19 @@ class Compiled:
             self.incident_mats = [[(j, self.ecosts_n[eo[e]:eo[e + 1]].reshape(k_l[i], kj) if src
                                     else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
                                    for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
+
+    def memoryviews(self) -> None:
+        """The hot path's memoryviews (not picklable: ``__getstate__`` drops them, ``__setstate__``
+        makes them again): action-mask rows, and the edge costs (indexing one gives a float)."""
+        self.kmask_mv = [memoryview(row) for row in self.kmask]
+        self.ecosts_mv = memoryview(np.ascontiguousarray(self.ecosts, np.float64))
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in ("kmask_mv", "ecosts_mv")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.memoryviews()
 
     def forward_check(self, i: int, incr: np.ndarray, strat: list, dyn_rows: list) -> np.ndarray | None:
         """The forbidden-cost mask of node i (None: nothing masked): strategies whose incremental

@@ -178,6 +178,18 @@ class ObservationPool:
                     o = off + r * rb
                     d[o:o + rb] = a[o:o + rb]
 
+    def __getstate__(self):   # slots hold memoryviews: a copy starts without them (see adopt)
+        return dict(self.__dict__, slots=[], log=deque(maxlen=self.log.maxlen))
+
+    def adopt(self, arrays: dict) -> tuple:
+        """A pickled or copied pool's first slot: a copy of the env's ``arrays`` as the current state
+        (returns its arrays and memoryviews, as ``begin``)."""
+        s = self._free_slot()
+        for k, a in arrays.items():
+            s.arrays[k][...] = a
+        self.episode_start = s.version = self.version
+        return s.arrays, s.mv
+
     def publish(self, rows: tuple) -> dict:
         """The caller's observation of the current slot (a new dict of read-only arrays)."""
         self.version += 1

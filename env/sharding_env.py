@@ -243,6 +243,16 @@ class ShardingEnv(gym.Env):
                         memory_scale=c.mem_scale, redundancy_scale=c.red_scale)
         return self._observation(), float(reward), terminated, False, info
 
+    def __getstate__(self):   # memoryviews do not pickle; the copy makes its own
+        return {k: v for k, v in self.__dict__.items() if k != "_mv"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self._pool is not None:
+            self._obs, self._mv = self._pool.adopt(self._obs)
+        else:
+            self._mv = {k: memoryview(v) for k, v in self._obs.items()}
+
     def action_masks(self) -> np.ndarray:
         """The current action mask as bools (the method sb3-contrib's MaskablePPO looks for)."""
         return self._obs["action_mask"].astype(bool)

@@ -88,3 +88,24 @@ def test_observations_never_share_memory_and_dropped_buffers_are_reused():
         obs, *_ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
         buffers.add(id(obs["node_features"].base))
     assert pool.partial_copies - before == 20 and len(buffers) == 2
+
+
+def test_env_copies_and_pickles_between_episodes():
+    import copy
+    import pickle
+    p = random_problem(np.random.default_rng(2), 40, 5, memory_cap_fraction=0.5)
+    env = ShardingEnv(p)
+    obs, _ = env.reset(seed=0)
+    env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+    for other in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
+        runs = []
+        for e in (env, other):
+            obs, _ = e.reset(seed=3)
+            seen = [obs]
+            while True:
+                obs, r, term, *_ = e.step(int(np.flatnonzero(obs["action_mask"])[-1]))
+                seen.append(obs)
+                if term:
+                    break
+            runs.append(seen)
+        assert len(runs[0]) == len(runs[1]) and all(_equal(a, b) for a, b in zip(*runs))
