@@ -113,6 +113,9 @@ class Compiled:
         self.step_static = (w["time"] * self.cost + w["balance"] * self.imbalance
                             + w["redundancy"] * self.red_scale * self.redundant)
         self.trivial = self.k == 1
+        # with skip_trivial, the last node the agent decides (the last in order when all are trivial)
+        nontrivial = np.nonzero(~self.trivial[self.order])[0]
+        self.last_decision = int(self.order[nontrivial[-1] if len(nontrivial) else -1])
 
         # time grid for the live-usage profile (the points where evaluate's profile changes)
         st, en = problem.intervals[:, 0], problem.intervals[:, 1]

@@ -91,6 +91,8 @@ class ShardingEnv(gym.Env):
     weights: dict(time=1, memory=0, redundancy=0, balance=0) (missing keys take these defaults).
     memory_cap_bytes: tightens every problem's usage_limit to min(usage_limit, memory_cap_bytes)
         (``costmodel.limits.Limits``: None keeps the problem's own; otherwise a finite number > 0).
+    copy_obs: True (default): a fresh read-only observation per call (env/obs_pool.py); False: the
+        env's in-place arrays (env/types.py).
     """
 
     metadata = {"render_modes": []}
@@ -197,11 +199,7 @@ class ShardingEnv(gym.Env):
         self._pending = 0.0    # reward of auto-applied nodes not yet handed out
         self._steps = 0
         self._done = False
-        # last node that the agent decides (when every node is trivial, the last node in order)
-        if self.skip_trivial and not c.trivial.all():
-            self._last_decision = int(c.order[np.nonzero(~c.trivial[c.order])[0][-1]])
-        else:
-            self._last_decision = int(c.order[-1])
+        self._last_decision = c.last_decision if self.skip_trivial else int(c.order[-1])   # the agent decides it
         self._advance()
         info = {"problem": p.name, "memory_cap_bytes": self._cap, "reference_cost": c.reference_cost, "reference": c.reference_name,
                 "num_nodes": n}
