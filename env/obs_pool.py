@@ -9,14 +9,17 @@ step itself, while a step changes a few rows (the decided node, its neighbours, 
 *current* slot and hands the caller read-only views of it (built on read-only memoryviews, so
 ``setflags(write=True)`` is refused; a caller that wants to modify an observation copies it). At
 the next step the env switches to a slot the caller has dropped: one whose views no Python object
-other than the pool refers to (``sys.getrefcount``; a kept observation dict, a kept array, a view
-or slice of one, a memoryview or a torch/JAX zero-copy alias all hold a reference, so a buffer
-the caller can still read is never rewritten). That slot is brought up to date by copying only the
-rows written since it was last current (the env reports the node, action and edge rows it writes;
-the log keeps the last ``max_lag`` steps), in full otherwise. In a loop that keeps only the latest
-observation this copies one step's rows (~10 rows of <= 1 KB); a caller that keeps every
-observation gets a new slot and a full copy per step, as ``{k: v.copy()}`` did, and the pool
-forgets the slots it cannot reuse (it tracks at most ``max_slots``).
+other than the pool refers to (``sys.getrefcount`` of the views and their bases; a kept
+observation dict, a kept array, a view or slice of one, a memoryview or a ``torch.from_numpy``
+alias all hold a reference, so a buffer the caller can still read is never rewritten; a reference
+cycle only delays reuse). That slot is brought up to date by copying only the rows written since it
+was last current (the env reports the node, action and edge rows it writes; the log keeps the last
+``max_lag`` steps), in full otherwise. In a loop that keeps only the latest observation this
+copies one step's rows (~10 rows of <= 1 KB, ~3 us a step with the bookkeeping on the 2,000-node
+problem of experiments/bench_env.py); a caller that keeps the last k observations (a frame stack)
+rotates k + 1 slots; one that keeps every observation gets a new slot and a full copy per step,
+as ``{k: v.copy()}`` did, and the pool forgets the slots it cannot reuse (it tracks at most
+``max_slots``).
 
 Observations are therefore exactly the env's state at the step that returned them, and stay so
 while the caller holds them; they differ from plain copies only in being read-only.
@@ -93,7 +96,7 @@ class ObservationPool:
     ``publish(rows)`` returns the caller's read-only observation, where ``rows`` = the sets of node
     rows, action rows and edge rows the env wrote since ``begin()``."""
 
-    def __init__(self, template: dict, max_slots: int = 4, max_lag: int = 8):
+    def __init__(self, template: dict, max_slots: int = 8, max_lag: int = 16):
         self.template, self.offsets = template, layout(template)
         # (key, byte offset, row bytes, rows) of the arrays whose rows are copied
         self.geometry = tuple((k, self.offsets[k], template[k].strides[0], len(template[k])) for k in ROW_KEYS)
