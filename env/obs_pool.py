@@ -32,7 +32,7 @@ from collections import deque
 import numpy as np
 
 ROW_KEYS = ("node_features", "action_features", "edge_features")   # rows change per step
-WHOLE_KEYS = ("current_node", "action_mask")                         # tiny: copied whole every step
+WHOLE_KEYS = ("current_node", "action_mask")                         # tiny: copied whole (begin(whole=True))
 
 
 def _refs(handles: tuple) -> int:
@@ -122,14 +122,14 @@ class ObservationPool:
             slots.pop(0)
         return s
 
-    def begin_episode(self) -> dict:
+    def begin_episode(self) -> tuple[dict, dict]:
         """A slot for ``reset``, which rewrites every array (nothing is copied into it)."""
         self.log.clear()
         self.episode_start = self.version + 1
         s = self._free_slot()
         return s.arrays, s.mv
 
-    def begin(self, whole: bool = True) -> dict:
+    def begin(self, whole: bool = True) -> tuple[dict, dict]:
         """A slot holding the current state, for a step to update. ``whole=False``: the step
         rewrites ``current_node`` and ``action_mask`` entirely, so they are not copied."""
         slots = self.slots
@@ -184,7 +184,7 @@ class ObservationPool:
     def __getstate__(self):   # slots hold memoryviews: a copy starts without them (see adopt)
         return dict(self.__dict__, slots=[], log=deque(maxlen=self.log.maxlen))
 
-    def adopt(self, arrays: dict) -> tuple:
+    def adopt(self, arrays: dict) -> tuple[dict, dict]:
         """A pickled or copied pool's first slot: a copy of the env's ``arrays`` as the current state
         (returns its arrays and memoryviews, as ``begin``)."""
         s = self._free_slot()
