@@ -30,7 +30,7 @@ from costmodel.edge_memory import CopyTracker
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
 from costmodel.profile import step_sum
 from env import workloads as wl
-from env.features import ACTION_FEATURES, EDGE_FEATURES, NODE_FEATURES, static_features, unit_of
+from env.features import ACTION_FEATURES, EDGE_FEATURES, NODE_FEATURES, NODE_INDEX, static_features, unit_of
 from solvers.baselines import baseline_plan
 from solvers.local import decision_order, greedy_by_cost, incidence
 
@@ -113,6 +113,9 @@ class Compiled:
         self.step_static = (w["time"] * self.cost + w["balance"] * self.imbalance
                             + w["redundancy"] * self.red_scale * self.redundant)
         self.trivial = self.k == 1
+        # with skip_trivial, the last node the agent decides (the last in order when all are trivial)
+        nontrivial = np.nonzero(~self.trivial[self.order])[0]
+        self.last_decision = int(self.order[nontrivial[-1] if len(nontrivial) else -1])
 
         # time grid for the live-usage profile (the points where evaluate's profile changes)
         st, en = problem.intervals[:, 0], problem.intervals[:, 1]
@@ -142,6 +145,7 @@ class Compiled:
         k_l, eo = self.k_list, self.eoffs.tolist()
         self.incident = [[(int(self.eid[p]), int(self.nbr[p]), bool(self.is_src[p]), eo[int(self.eid[p])],
                            k_l[int(self.nbr[p])]) for p in range(self.ptr[i], self.ptr[i + 1])] for i in range(n)]
+        self.incident_edges = [tuple(t[0] for t in inc) for inc in self.incident]
         self.usage_n = self.usage / self.mem_unit
         self.cost_rows = [self.cost[i, :kk] for i, kk in enumerate(self.k_list)]
         self.usage_n_rows = [self.usage_n[i, :kk] for i, kk in enumerate(self.k_list)]
@@ -149,12 +153,17 @@ class Compiled:
         self.kmask = np.zeros((K + 1, K), np.int8)
         for kk in range(K + 1):
             self.kmask[kk, :kk] = 1
+        self.memoryviews()
         self.ecosts_n = self.ecosts / self.cost_unit
         self.cost_n = self.cost / self.cost_unit
         self.negative_costs = bool((problem.node_costs < 0).any() or (problem.edge_costs < 0).any())
         self.step_static_list = self.step_static.tolist()
         self.cost_list = self.cost.tolist()
         self.usage_list = self.usage.tolist()
+        # a decided node's decided_cost / decided_memory feature per strategy (env/features.py)
+        cu, mu = self.cost_unit, self.mem_unit
+        self.dcost_list = [[math.log1p(x / cu) if x > 0 else 0.0 for x in row] for row in self.cost_list]
+        self.dmem_list = [[min(max(u / mu, 0.0), 10.0) for u in row] for row in self.usage_list]
         big = FORBIDDEN_COST
         self.has_forbidden = bool((problem.node_costs >= big).any() or (problem.edge_costs >= big).any())
         if self.has_forbidden:
@@ -163,7 +172,47 @@ class Compiled:
                                     else self.ecosts_n[eo[e]:eo[e + 1]].reshape(kj, k_l[i]).T)
                                    for e, j, src, _, kj in self.incident[i] if j != i] for i in range(n)]
 
+    def memoryviews(self) -> None:
+        """The hot path's memoryviews (not picklable: ``__getstate__`` drops them, ``__setstate__``
+        makes them again): action-mask rows, and the edge costs (indexing one gives a float)."""
+        self.kmask_mv = [memoryview(row) for row in self.kmask]
+        self.ecosts_mv = memoryview(np.ascontiguousarray(self.ecosts, np.float64))
 
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in ("kmask_mv", "ecosts_mv")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.memoryviews()
+
+    def forward_check(self, i: int, incr: np.ndarray, strat: list, dyn_rows: list) -> np.ndarray | None:
+        """The forbidden-cost mask of node i (None: nothing masked): strategies whose incremental
+        cost ``incr`` (/ cost_unit) is below FORBIDDEN_COST and that leave each undecided neighbour
+        (``strat[j] < 0``; ``dyn_rows[j][:, 1]``: its incremental costs) an allowed strategy,
+        skipping a neighbour's check where it would mask everything."""
+        big = FORBIDDEN_COST / self.cost_unit
+        ok = incr < big
+        for j, mat in self.incident_mats[i]:
+            if strat[j] < 0:
+                ok_j = ((mat + dyn_rows[j][:, 1]) < big).any(axis=1)
+                if (ok & ok_j).any():
+                    ok &= ok_j
+        return ok if not ok.all() and ok.any() else None
+
+    def write_episode(self, o: dict, cap: float | None, weights: dict) -> None:
+        """Write every observation array of a new episode (static features, padding, episode
+        context; the dynamic columns start at their static values) into the padded arrays ``o``."""
+        n, m = self.n, self.m
+        for key, rows, val in (("node_features", n, self.node_static), ("action_features", n, self.act_static),
+                               ("edge_features", m, self.edge_static), ("edge_index", m, self.problem.edges),
+                               ("edge_mask", m, 1), ("node_mask", n, 1)):
+            o[key][:rows] = val
+            o[key][rows:] = 0
+        ctx, N = o["node_features"][:n], NODE_INDEX
+        ctx[:, N["cap_ratio"]] = 0.0 if cap is None else min(cap / self.ref_peak, 10.0)
+        ctx[:, N["has_cap"]] = float(cap is not None)
+        for k in ("time", "memory", "redundancy", "balance"):
+            ctx[:, N["weight_" + k]] = weights[k]
 
 
 def as_source(workloads, clusters, memory_cap_bytes) -> tuple[list | None, Callable | None]:

@@ -9,12 +9,14 @@ Observation (all Boxes, padded to max_nodes N, max_edges E, max_strategies K; se
 for each feature): node_features (N, F_node), action_features (N, K, F_act), edge_index (E, 2)
 int32 (producer, consumer), edge_features (E, F_edge), edge_mask (E,), node_mask (N,),
 current_node (1,) int64, action_mask (K,) int8. At the terminal step current_node is 0 and
-action_mask is [1, 0, ...] (a dummy; the episode is over). Obs arrays are copies
-(``copy_obs=True``, default, required by check_env's "data not reused" check) or, with
-``copy_obs=False``, the env's persistent arrays, updated in place in O(degree x K) per step: copy
-them if you keep them. gymnasium's vector envs copy into their own (or shared-memory) buffers, so
-``copy_obs=False`` is safe and ~4x faster there. Episode context (memory cap / mem_unit, objective
-weights) is broadcast into every node row (see NODE_FEATURES).
+action_mask is [1, 0, ...] (a dummy; the episode is over). By default (``copy_obs=True``) every
+``reset``/``step`` returns new, read-only arrays that stay as they were while you hold them (as
+check_env's "data not reused" check requires; env/obs_pool.py recycles the buffers you drop, so
+this costs ~3 us a step, not a 2.3 MB copy: copy an array before modifying it). With
+``copy_obs=False`` they are the env's persistent arrays, updated in place in O(degree x K) per
+step: copy them if you keep them (gymnasium's vector envs copy into their own or shared-memory
+buffers; agent/ uses this mode). Episode context (memory cap / mem_unit, objective weights) is
+broadcast into every node row (see NODE_FEATURES).
 """
 from __future__ import annotations
 

@@ -5,13 +5,17 @@
 Rows: CartPole-v1 (gymnasium.make, random actions from action_space.sample()) and
 shardgym/Sharding-v0 on ``random_problem(rng, 2000, max_strategies=16, min_strategies=8)``, random
 valid actions (uniform over ``np.flatnonzero(obs["action_mask"])``), single env with persistent
-observation arrays (``copy_obs=False``) and with a fresh copy per step (the default), and both
+observation arrays (``copy_obs=False``) and with a fresh observation per step (the default, as
+``check_env`` requires: read-only arrays in buffers recycled once the caller drops them,
+env/obs_pool.py), and both
 vectorised with SyncVectorEnv(copy=False) (4 envs; steps/s counts env steps = 4 x vector
 steps; the vector env still copies each env's observation into its batch buffer) and with
 AsyncVectorEnv(shared_memory=True, copy=False) (workers write into shared memory). Episodes
 reset as they end (2,000-node episodes are ~1,800 decisions). steps/s counts the whole loop
-(action choice included); step_only_per_s times env.step alone. Rows run in interleaved rounds and
-report medians, since the machine may be shared. Writes results/bench_env.json.
+(action choice included); step_only_per_s times env.step alone; cpu_steps_per_s counts the
+process's CPU time instead of wall time (less sensitive to other jobs on a shared machine). Rows run
+in interleaved rounds and report medians (vs_cartpole: the median of the per-round ratios), since
+the machine may be shared. Writes results/bench_env.json.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ def bench_single(e, seconds: float, masked: bool) -> dict:
     act = _masked_sampler(np.random.default_rng(0)) if masked else (lambda obs: e.action_space.sample())
     steps = episodes = 0
     step_time = 0.0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for _ in range(200):
@@ -57,7 +62,9 @@ def bench_single(e, seconds: float, masked: bool) -> dict:
                 obs, _ = e.reset()
                 episodes += 1
     wall = time.perf_counter() - t0
-    return {"steps": steps, "episodes": episodes, "steps_per_s": steps / wall, "step_only_per_s": steps / step_time}
+    cpu = time.process_time() - c0
+    return {"steps": steps, "episodes": episodes, "steps_per_s": steps / wall, "step_only_per_s": steps / step_time,
+            "cpu_steps_per_s": steps / cpu}
 
 
 def bench_vector(venv, seconds: float, masked: bool) -> dict:
@@ -82,12 +89,13 @@ def bench_vector(venv, seconds: float, masked: bool) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds per row, split over the rounds")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--max-strategies", type=int, default=16)
     ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    load_before = os.getloadavg()
 
     t = time.perf_counter()
     problem = random_problem(np.random.default_rng(args.seed), args.nodes, args.max_strategies,
@@ -129,23 +137,24 @@ def main(argv=None) -> dict:
         out = {"steps": int(sum(r["steps"] for r in runs)),
                "steps_per_s": float(np.median([r["steps_per_s"] for r in runs])),
                "vs_cartpole": float(np.median([r["steps_per_s"] / b["steps_per_s"] for r, b in zip(runs, base)]))}
-        if "step_only_per_s" in runs[0]:
-            out["step_only_per_s"] = float(np.median([r["step_only_per_s"] for r in runs]))
-            out["step_only_vs_cartpole"] = float(np.median(
-                [r["step_only_per_s"] / b["step_only_per_s"] for r, b in zip(runs, base)]))
+        for key in ("step_only", "cpu_steps"):
+            if f"{key}_per_s" in runs[0]:
+                out[f"{key}_per_s"] = float(np.median([r[f"{key}_per_s"] for r in runs]))
+                out[f"{key}_vs_cartpole"] = float(np.median(
+                    [r[f"{key}_per_s"] / b[f"{key}_per_s"] for r, b in zip(runs, base)]))
         out["rounds_steps_per_s"] = [r["steps_per_s"] for r in runs]
         return out
 
     rows = [
         {"env": "CartPole-v1", "mode": "single", **summary(single["cart"], single["cart"])},
         {"env": "Sharding-v0", "mode": "single, copy_obs=False", **summary(single["shard"], single["cart"])},
-        {"env": "Sharding-v0", "mode": "single, copy_obs=True", **summary(single["shard_copy"], single["cart"])},
+        {"env": "Sharding-v0", "mode": "single, copy_obs=True (default)", **summary(single["shard_copy"], single["cart"])},
         {"env": "CartPole-v1", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["cart"], vec["cart"])},
         {"env": "Sharding-v0", "mode": f"SyncVectorEnv x{args.num_envs}", **summary(vec["shard"], vec["cart"])},
         {"env": "CartPole-v1", "mode": f"AsyncVectorEnv x{args.num_envs}", **summary(avec["cart"], avec["cart"])},
         {"env": "Sharding-v0", "mode": f"AsyncVectorEnv x{args.num_envs}", **summary(avec["shard"], avec["cart"])},
     ]
-    print_table(rows, ["env", "mode", "steps", "steps_per_s", "vs_cartpole", "step_only_per_s", "step_only_vs_cartpole"],
+    print_table(rows, ["env", "mode", "steps", "steps_per_s", "vs_cartpole", "step_only_vs_cartpole", "cpu_steps_vs_cartpole"],
                 title=f"env steps/s: {problem.num_nodes}-node problem, K<={args.max_strategies}, {problem.num_edges} edges")
     obs_bytes = sum(v.nbytes for v in make(copy_obs=False).observation_space.sample().values())
     print(f"problem generation {gen_s:.2f}s, env build (reference plan, features) {build_s:.2f}s, "
@@ -153,8 +162,8 @@ def main(argv=None) -> dict:
     payload = {"rows": rows, "problem": {"nodes": problem.num_nodes, "edges": problem.num_edges,
                                          "strategies": int(len(problem.node_costs))},
                "generate_s": gen_s, "build_s": build_s, "observation_bytes": obs_bytes,
-               "single_vs_cartpole": rows[1]["vs_cartpole"],
-               "load_average": os.getloadavg(), "goal": 0.3}
+               "single_vs_cartpole": rows[1]["vs_cartpole"], "default_obs_vs_cartpole": rows[2]["vs_cartpole"],
+               "load_average_before": load_before, "load_average": os.getloadavg(), "goal": 0.3}
     path = write_results("bench_env", payload, config=vars(args), seed=args.seed)
     print(f"wrote {path}")
     return payload
