@@ -173,7 +173,8 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
     """Exact block move on a random induced forest (see the module docstring)."""
     g = lc
     n = g.n
-    parent = np.arange(n)
+    nbrs, nedges = g.neighbour_lists()
+    parent = list(range(n))
 
     def find(a):
         while parent[a] != a:
@@ -181,16 +182,20 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
             a = parent[a]
         return a
 
-    inf = np.zeros(n, dtype=bool)
-    ptr, adj = g.adj_ptr, g.adj
+    infl = [False] * n
     for i in rng.permutation(n).tolist():
-        nb = adj[ptr[i]:ptr[i + 1]]
-        nb = nb[inf[nb]]
-        roots = [find(int(j)) for j in nb]
-        if len(set(roots)) == len(roots):
-            inf[i] = True
+        roots = []
+        for j in nbrs[i]:
+            if infl[j]:
+                r = find(j)
+                if r in roots:          # a second path into one tree (or a parallel edge): a cycle
+                    break
+                roots.append(r)
+        else:
+            infl[i] = True
             for r in roots:
                 parent[r] = i
+    inf = np.asarray(infl, dtype=bool)
     # unary costs: node cost (+ self-loops) + edges that leave the forest
     in_edge = inf[g.eu] & inf[g.ev]
     L = node_cost.astype(np.float64, copy=True)
@@ -207,8 +212,8 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
                          minlength=len(L))
     U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
     # DFS order over forest edges
-    seen = ~inf
-    order, par, pedge = [], np.full(n, -1), np.full(n, -1)
+    seen = [not x for x in infl]
+    order, par, pedge = [], [-1] * n, [-1] * n
     for r in np.nonzero(inf)[0].tolist():
         if seen[r]:
             continue
@@ -217,28 +222,29 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         while stack:
             i = stack.pop()
             order.append(i)
-            for q in range(ptr[i], ptr[i + 1]):
-                j = int(adj[q])
-                if inf[j] and not seen[j]:
+            for j, e in zip(nbrs[i], nedges[i]):
+                if infl[j] and not seen[j]:
                     seen[j] = True
                     par[j] = i
-                    pedge[j] = g.adj_edge[q]
+                    pedge[j] = e
                     stack.append(j)
         if time.perf_counter() > deadline:
             return s
     arg = {}
+    eu, eoff, k, ec = g.eu.tolist(), g.eoff.tolist(), g.k.tolist(), g.ec
     for i in reversed(order):
         p = par[i]
         if p < 0:
             continue
-        e = int(pedge[i])
-        M = g.matrix(e)
-        if g.eu[e] != i:
-            M = M.T           # rows: i's strategies
+        e = pedge[i]
+        if eu[e] == i:
+            M = ec[eoff[e]:eoff[e + 1]].reshape(k[i], k[p])
+        else:                 # rows: i's strategies
+            M = ec[eoff[e]:eoff[e + 1]].reshape(k[p], k[i]).T
         tot = U[i][:, None] + M
-        a = np.argmin(tot, axis=0)
+        a = tot.argmin(axis=0)
         arg[i] = a
-        U[p] = U[p] + tot[a, np.arange(tot.shape[1])]
+        U[p] = U[p] + tot.min(axis=0)
     out = s.copy()
     for i in order:
         p = par[i]
