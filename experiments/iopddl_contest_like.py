@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 FORBID = 1e18
+PARAM_LOG2 = 4                    # parameters hold 2**this x the bytes of other leaves
 DIM_LOG2 = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12])         # log2 of a tensor dim's size
 DIM_P = np.array([0.3, 0.12, 0.1, 0.08, 0.08, 0.06, 0.06, 0.05, 0.05, 0.05, 0.05])
 
@@ -141,7 +142,7 @@ def contest_like(shape: ContestShape):
             keep = np.concatenate([[0], np.argsort(-deg, kind="stable")[:3], rng.permutation(len(L[i]))])
             L[i] = L[i][np.sort(_first_unique(keep, shape.k_max))]
     param = is_leaf & (rng.random(n) < shape.param_p)
-    nbytes = 2.0 ** (np.asarray([sum(d) for d in dims]) + rng.integers(1, 4, n) + 4 * param)
+    nbytes = 2.0 ** (np.asarray([sum(d) for d in dims]) + rng.integers(1, 4, n) + PARAM_LOG2 * param)
     prods: list[list[int]] = [[] for _ in range(n)]
     tied_to = np.full(n, -1)
     hubs = spine[:max(2, len(spine) // 500)]

@@ -18,7 +18,9 @@
   moves with positive gain are applied greedily, best first, skipping any that touches a node
   already moved or next to one (so every applied gain is exact).
 * ``forest_dp(lc, s, node_cost, rng, deadline)``: a random induced forest re-optimised exactly by
-  tree dynamic programming, every other node held at ``s`` (their edges become unary costs).
+  tree dynamic programming, every other node held at ``s`` (their edges become unary costs); the
+  forest's leaves send their messages in one numpy batch, the rest node by node (contest-41k-thin's
+  component graph: 0.30 s a call -> 0.26 s, the same plans).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from solvers.local.costs import LocalCosts
+from solvers.local.costs import LocalCosts, starts
 
 
 def _independent(cand: np.ndarray, gain: np.ndarray, lc: LocalCosts, prio_base: np.ndarray):
@@ -210,7 +212,6 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         su = s[g.eu[g.gv_edge[m]]]
         L += np.bincount(g.gv_flat[m], g.ec[g.eoff[g.gv_edge[m]] + su * g.k[g.ev[g.gv_edge[m]]] + g.gv_loc[m]],
                          minlength=len(L))
-    U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
     # DFS order over forest edges
     seen = [not x for x in infl]
     order, par, pedge = [], [-1] * n, [-1] * n
@@ -230,11 +231,14 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
                     stack.append(j)
         if time.perf_counter() > deadline:
             return s
+    # forest leaves at once (most nodes of a contest graph): each one's message to its parent
+    leaf_arg, leaf_seg, L = _leaf_messages(g, L, np.asarray(par), np.asarray(pedge))
+    U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
     arg = {}
     eu, eoff, k, ec = g.eu.tolist(), g.eoff.tolist(), g.k.tolist(), g.ec
     for i in reversed(order):
         p = par[i]
-        if p < 0:
+        if p < 0 or leaf_seg[i] >= 0:
             continue
         e = pedge[i]
         if eu[e] == i:
@@ -248,5 +252,41 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
     out = s.copy()
     for i in order:
         p = par[i]
-        out[i] = int(np.argmin(U[i])) if p < 0 else int(arg[i][out[p]])
+        if p < 0:
+            out[i] = int(np.argmin(U[i]))
+        elif leaf_seg[i] >= 0:
+            out[i] = int(leaf_arg[leaf_seg[i] + out[p]])
+        else:
+            out[i] = int(arg[i][out[p]])
     return out
+
+
+def _leaf_messages(g: LocalCosts, L: np.ndarray, par: np.ndarray, pedge: np.ndarray):
+    """The tree DP's step for every forest leaf i (a parent p, no children) at once: the message
+    m[b] = min_a L_i[a] + E[a, b] (E oriented i -> p) added to p's unary costs, and its first argmin.
+    (best a per (leaf, b) flat, where leaf i's row starts (-1: not a leaf), L with the messages)."""
+    n = g.n
+    has_child = np.zeros(n, dtype=bool)
+    has_child[par[par >= 0]] = True
+    leaves = np.nonzero((par >= 0) & ~has_child)[0]
+    seg = np.full(n, -1, dtype=np.int64)
+    if not len(leaves):
+        return np.zeros(0, np.int64), seg, L
+    p, e = par[leaves], pedge[leaves]
+    ki, kp = g.k[leaves], g.k[p]
+    seg[leaves] = starts(kp)
+    size = ki * kp
+    rep = np.repeat(np.arange(len(leaves)), size)
+    t = np.arange(int(size.sum())) - np.repeat(starts(size), size)     # (b, a), a fastest
+    kir, kpr = ki[rep], kp[rep]
+    b, a = t // kir, t % kir
+    fwd = (g.eu[e] == leaves)[rep]                                     # the leaf produces: E is k_i x k_p
+    entry = g.eoff[e][rep] + np.where(fwd, a * kpr + b, b * kir + a)
+    vals = L[g.offs[leaves][rep] + a] + g.ec[entry]
+    seg_start = np.nonzero(a == 0)[0]                                  # one segment per (leaf, b)
+    best = np.minimum.reduceat(vals, seg_start)
+    seg_of = np.cumsum(a == 0) - 1
+    first = np.minimum.reduceat(np.where(vals == best[seg_of], a, np.iinfo(np.int64).max), seg_start)
+    L = L.copy()
+    np.add.at(L, np.repeat(g.offs[p], kp) + (np.arange(int(kp.sum())) - np.repeat(starts(kp), kp)), best)
+    return first, seg, L
