@@ -27,28 +27,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from costmodel.problem import Problem  # noqa: E402
 from solvers.local import prepare  # noqa: E402
+from solvers.local.moves import dfs_forest  # noqa: E402
 
 
 def spanning_forest(gc):
     """(DFS order, parent, parent edge, in-forest mask per edge) of a spanning forest of ``gc``."""
-    n = gc.n
-    nbrs, nedges = gc.neighbour_lists()
-    seen = [False] * n
-    order, par, pedge = [], [-1] * n, [-1] * n
+    order, par, pedge = dfs_forest(gc, [True] * gc.n)
     tree = np.zeros(len(gc.eu), dtype=bool)
-    for r in range(n):
-        if seen[r]:
-            continue
-        seen[r] = True
-        stack = [r]
-        while stack:
-            i = stack.pop()
-            order.append(i)
-            for j, e in zip(nbrs[i], nedges[i]):
-                if not seen[j]:
-                    seen[j], par[j], pedge[j] = True, i, e
-                    tree[e] = True
-                    stack.append(j)
+    tree[[e for e in pedge if e >= 0]] = True
     return order, par, pedge, tree
 
 

@@ -212,25 +212,10 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         su = s[g.eu[g.gv_edge[m]]]
         L += np.bincount(g.gv_flat[m], g.ec[g.eoff[g.gv_edge[m]] + su * g.k[g.ev[g.gv_edge[m]]] + g.gv_loc[m]],
                          minlength=len(L))
-    # DFS order over forest edges
-    seen = [not x for x in infl]
-    order, par, pedge = [], [-1] * n, [-1] * n
-    for r in np.nonzero(inf)[0].tolist():
-        if seen[r]:
-            continue
-        seen[r] = True
-        stack = [r]
-        while stack:
-            i = stack.pop()
-            order.append(i)
-            for j, e in zip(nbrs[i], nedges[i]):
-                if infl[j] and not seen[j]:
-                    seen[j] = True
-                    par[j] = i
-                    pedge[j] = e
-                    stack.append(j)
-        if time.perf_counter() > deadline:
-            return s
+    walk = dfs_forest(g, infl, deadline)
+    if walk is None:
+        return s
+    order, par, pedge = walk
     # forest leaves at once (most nodes of a contest graph): each one's message to its parent
     leaf_arg, leaf_seg, L = _leaf_messages(g, L, np.asarray(par), np.asarray(pedge))
     U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
@@ -259,6 +244,33 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         else:
             out[i] = int(arg[i][out[p]])
     return out
+
+
+def dfs_forest(lc: LocalCosts, member: list, deadline: float = float("inf")):
+    """(DFS order, parent, parent edge) over the nodes with ``member[i]`` true and the edges between
+    them, from each unvisited member in index order (-1: a root); on a forest (an induced forest, or
+    every node when the walk is wanted as a spanning forest) each member is reached once. None when
+    ``deadline`` (``time.perf_counter``) passes, checked per tree."""
+    nbrs, nedges = lc.neighbour_lists()
+    seen = [not x for x in member]
+    order, par, pedge = [], [-1] * lc.n, [-1] * lc.n
+    for r in range(lc.n):
+        if seen[r]:
+            continue
+        seen[r] = True
+        stack = [r]
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            for j, e in zip(nbrs[i], nedges[i]):
+                if not seen[j]:
+                    seen[j] = True
+                    par[j] = i
+                    pedge[j] = e
+                    stack.append(j)
+        if time.perf_counter() > deadline:
+            return None
+    return order, par, pedge
 
 
 def _leaf_messages(g: LocalCosts, L: np.ndarray, par: np.ndarray, pedge: np.ndarray):
