@@ -14,10 +14,14 @@ Three families, each deterministic from its seed:
   impossible shardings; 34-68 % of the shared instances' edge entries are) and some edges are permutation ties (the contest's "sharding must propagate").
   Integer costs, as in the contest. Large: written to experiments/iopddl_bench/generated/
   (git-ignored) by ``python experiments/iopddl_gen.py``.
+* ``contest``: contest-like graphs built from tensor layouts on a mesh, with the shared instances'
+  statistics (limit 1.1 x the least peak, edge-borne costs, ties, forbidden pairs, long-lived values;
+  ``experiments/iopddl_contest_like.py`` says what and how): a 41k-node long thin graph (up to 41
+  strategies) and a 50k-node one (up to 129). Committed, gzipped.
 * ``perturbed``: the shared contest instances (../shared/iopddl) with node costs scaled by
   lognormal noise (sigma 0.2) and the limit pulled half way down towards the lowest-usage peak.
 
-``python experiments/iopddl_gen.py [--families zoo,synth,perturbed] [--only NAME,...]``
+``python experiments/iopddl_gen.py [--families zoo,synth,contest,perturbed] [--only NAME,...]``
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from costmodel.problem import Problem, evaluate  # noqa: E402
+from experiments.iopddl_contest_like import CONTEST_SHAPES, contest_like  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH_DIR = os.path.join(HERE, "iopddl_bench")
@@ -185,7 +190,7 @@ def zoo_instance(model: str, size: str, cluster: str, frac: float) -> Problem:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="zoo,synth,perturbed")
+    ap.add_argument("--families", default="zoo,synth,contest,perturbed")
     ap.add_argument("--only", default="", help="comma-separated instance names")
     a = ap.parse_args(argv)
     fams = set(a.families.split(","))
@@ -199,6 +204,9 @@ def main(argv=None) -> None:
         for sh in SHAPES:
             d = BENCH_DIR if sh.name in COMMITTED else GEN_DIR
             jobs.append((sh.name, d, lambda sh=sh: synth(sh)))
+    if "contest" in fams:
+        for cs in CONTEST_SHAPES:
+            jobs.append((cs.name, BENCH_DIR, lambda cs=cs: contest_like(cs)))
     if "perturbed" in fams:
         for letter, seed, f in PERTURBED:
             jobs.append((f"{letter}-perturbed-s{seed}", GEN_DIR, lambda L=letter, sd=seed, f=f: perturbed(L, sd, f)))

@@ -46,13 +46,16 @@ the copies any plan holds; HiGHS's rows hold the copies;
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
-streams its plans and is killed at the limit, so the answer is never late.
+streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the
+MILP, when a core is idle, a second search process (another seed) uses it for the whole budget
+(the child runs toulbar2, then its search, on one core).
 """
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
 
 import numpy as np
 
@@ -90,6 +93,8 @@ class CappedConfig:
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
     lagrange_share: float = 0.45         # with copies, MILP-sized: of the budget (at most 70 % of the time left) for the
                                          # Lagrangian bound (solvers.lagrange): the capped MILP's root LP does not finish there
+    second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
+    second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
 
 
 DEFAULT = CappedConfig()
@@ -303,40 +308,68 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         send.send(("done", r))
 
     proc, recv = start_child(body)
-    best, best_cost, done, bound = None, float("inf"), None, -float("inf")
-    while True:
+    second = None
+    if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
+        spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
+        if spare >= 1.0:
+            second = _second_search(problem, time_limit_s - config.guard_margin_s)
+        say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
+    best, best_cost, done, bound, from_second = None, float("inf"), None, -float("inf"), False
+    conns = [recv] + ([second[1]] if second is not None else [])
+    while conns:
         wait = deadline - time.perf_counter()
-        if wait <= 0 or not recv.poll(wait):
+        ready = mp_wait(conns, wait) if wait > 0 else []
+        if not ready:
             say(f"deadline: stopping the solver ({time.perf_counter() - t0:.1f}s)")
             break
-        try:
-            msg = recv.recv()
-        except EOFError:
-            break
-        if msg[0] == "done":
-            done = msg[1]
-            break
-        if msg[0] == "log":     # the child's progress, said here (a caller's list sees it)
-            say(msg[1])
-            continue
-        if msg[0] == "bound":
-            bound = max(bound, msg[1])
-        elif msg[1] < best_cost:
-            best, best_cost = msg
-    stop_child(proc)
+        for conn in ready:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                conns.remove(conn)
+                continue
+            if conn is not recv:          # the second search: (plan, cost)
+                if msg[1] < best_cost:
+                    best, best_cost, from_second = msg[0], msg[1], True
+                    say(f"second search: {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
+            elif msg[0] == "done":
+                done = msg[1]
+                conns.remove(conn)
+                if done.status in ("optimal", "infeasible") and second is not None and second[1] in conns:
+                    conns.remove(second[1])   # proven (or nothing fits): the second search cannot help
+            elif msg[0] == "log":     # the child's progress, said here (a caller's list sees it)
+                say(msg[1])
+            elif msg[0] == "bound":
+                bound = max(bound, msg[1])
+            elif msg[1] < best_cost:
+                best, best_cost, from_second = msg[0], msg[1], False
+    for pr_ in (proc,) + (() if second is None else (second[0],)):
+        stop_child(pr_)
     if done is not None and done.plan is not None and done.cost <= best_cost:
-        best, best_cost = done.plan, done.cost
+        best, best_cost, from_second = done.plan, done.cost, False
     if best is not None and not evaluate(problem, best).feasible:
         say("the solver's plan is over the usage limit: not returned")
         best, best_cost = None, float("inf")
     if best is None:
         status = "infeasible" if done is not None and done.status == "infeasible" else "time_limit"
         return CappedResult(None, float("inf"), -float("inf"), None, status, "none", time.perf_counter() - t0)
-    if done is not None:
+    if done is not None and not from_second:
         return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
                             time.perf_counter() - t0, done.milp_info)
-    r = _result([best, best_cost, "streamed"], bound, None, t0, False)   # killed: the streamed bound
+    bound = bound if done is None else max(bound, done.bound)
+    r = _result([best, best_cost, "second search" if from_second else "streamed"], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
+
+
+def _second_search(problem: Problem, time_limit_s: float):
+    """(process, receiving end) of a second large-instance search (``solve_large``, another seed) in
+    a forked child (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost),
+    for an idle core."""
+    def body(send):
+        solve_large(problem, time_limit_s, seed=1, use_lns=False,
+                    on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))
+
+    return start_child(body)
 
 
 def _closed(cost: float, bound: float) -> bool:

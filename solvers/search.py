@@ -92,11 +92,13 @@ def _polish_tied(C: Contraction, gc: LocalCosts, sc: np.ndarray, deadline: float
                     M = M[g.live_mask[M]]
                     du = g.usage[g.offs[M] + C.MAP[g.offs[M] + a]] - g.usage[g.offs[M] + C.MAP[g.offs[M] + sc[c]]]
                     nz = du != 0
-                    if nz.any():
-                        delta = step_sum(g.lo[M[nz]], g.hi[M[nz]], du[nz], len(live))
-                        if (live + delta).max() > g.cap:
+                    if nz.any():   # the change lives on the members' span only
+                        lo, hi = g.lo[M[nz]], g.hi[M[nz]]
+                        a0, a1 = int(lo.min()), int(hi.max())
+                        delta = float(du[nz][0]) if len(lo) == 1 else step_sum(lo - a0, hi - a0, du[nz], a1 - a0)
+                        if (live[a0:a1] + delta).max(initial=-np.inf) > g.cap:
                             continue
-                        live += delta
+                        live[a0:a1] += delta
                 sc[c] = a
                 moved += 1
                 break

@@ -104,6 +104,34 @@ def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
     assert time.perf_counter() - t0 < 28.0
 
 
+@pytest.mark.parametrize("load", [0.0, 64.0])
+def test_second_search_process_plans_are_kept(monkeypatch, load):
+    """On a graph too big for the MILP (here: ``milp_nodes=0``) with an idle core, ``solve_guarded``
+    runs a second search process beside the core's child; its plans reach the answer even when the
+    child gives none (the child is replaced by one that returns at once without a plan), and they
+    fit. On a loaded machine (1-min load 64) it is not started, and nothing comes back."""
+    def nothing(problem, time_limit_s, **kw):
+        return capped.CappedResult(None, float("inf"), -float("inf"), None, "time_limit", "none", 0.0)
+
+    monkeypatch.setattr(capped, "solve_capped", nothing)       # inherited by the forked child
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (load, load, load))
+    p = random_problem(np.random.default_rng(7), 9, kmax=3, edge_p=0.3, limit_q=0.4)
+    from solvers.local import least_usage_plan
+    anchor = evaluate(p, least_usage_plan(p))
+    assert anchor.feasible
+    log = []
+    t0 = time.perf_counter()
+    r = capped.solve_guarded(p, 4.0, progress=log.append,
+                             config=capped.CappedConfig(milp_nodes=0, second_min_s=1.0))
+    assert time.perf_counter() - t0 < 4.5
+    if load > 0:
+        assert r.plan is None and not any(m.startswith("second search:") for m in log)
+        return
+    assert r.plan is not None and r.source == "second search" and evaluate(p, r.plan).feasible
+    assert r.cost == pytest.approx(evaluate(p, r.plan).total) and r.cost <= anchor.total
+    assert any(m.startswith("second search:") for m in log)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_binding_cap_iff_some_plan_breaks_it(seed):
     """``solvers.dispatch.binding_cap`` (its lexsort picks each node's largest usage): without copy

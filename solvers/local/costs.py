@@ -129,6 +129,15 @@ class LocalCosts:
                 c += self.ec[base + s[j] * ki: base + (s[j] + 1) * ki]
         return c
 
+    def neighbour_lists(self) -> tuple[list, list]:
+        """(neighbours, edges): per node, Python lists of its incident edges' other ends and edge
+        ids, in ``incidence`` order (built once: node-by-node walks in Python index them faster)."""
+        if getattr(self, "_nbr_lists", None) is None:
+            cut = self.adj_ptr[1:-1].tolist()
+            self._nbr_lists = ([a.tolist() for a in np.split(self.adj, cut)],
+                               [a.tolist() for a in np.split(self.adj_edge, cut)])
+        return self._nbr_lists
+
     def matrix(self, e: int) -> np.ndarray:
         """Edge e's cost matrix (k_u x k_v view)."""
         return self.ec[self.eoff[e]:self.eoff[e + 1]].reshape(int(self.k[self.eu[e]]), int(self.k[self.ev[e]]))

@@ -18,7 +18,9 @@
   moves with positive gain are applied greedily, best first, skipping any that touches a node
   already moved or next to one (so every applied gain is exact).
 * ``forest_dp(lc, s, node_cost, rng, deadline)``: a random induced forest re-optimised exactly by
-  tree dynamic programming, every other node held at ``s`` (their edges become unary costs).
+  tree dynamic programming, every other node held at ``s`` (their edges become unary costs); the
+  forest's leaves send their messages in one numpy batch, the rest node by node (contest-41k-thin's
+  component graph: 0.30 s a call -> 0.26 s, the same plans).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from solvers.local.costs import LocalCosts
+from solvers.local.costs import LocalCosts, starts
 
 
 def _independent(cand: np.ndarray, gain: np.ndarray, lc: LocalCosts, prio_base: np.ndarray):
@@ -173,7 +175,8 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
     """Exact block move on a random induced forest (see the module docstring)."""
     g = lc
     n = g.n
-    parent = np.arange(n)
+    nbrs, nedges = g.neighbour_lists()
+    parent = list(range(n))
 
     def find(a):
         while parent[a] != a:
@@ -181,16 +184,20 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
             a = parent[a]
         return a
 
-    inf = np.zeros(n, dtype=bool)
-    ptr, adj = g.adj_ptr, g.adj
+    infl = [False] * n
     for i in rng.permutation(n).tolist():
-        nb = adj[ptr[i]:ptr[i + 1]]
-        nb = nb[inf[nb]]
-        roots = [find(int(j)) for j in nb]
-        if len(set(roots)) == len(roots):
-            inf[i] = True
+        roots = []
+        for j in nbrs[i]:
+            if infl[j]:
+                r = find(j)
+                if r in roots:          # a second path into one tree (or a parallel edge): a cycle
+                    break
+                roots.append(r)
+        else:
+            infl[i] = True
             for r in roots:
                 parent[r] = i
+    inf = np.asarray(infl, dtype=bool)
     # unary costs: node cost (+ self-loops) + edges that leave the forest
     in_edge = inf[g.eu] & inf[g.ev]
     L = node_cost.astype(np.float64, copy=True)
@@ -205,11 +212,49 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         su = s[g.eu[g.gv_edge[m]]]
         L += np.bincount(g.gv_flat[m], g.ec[g.eoff[g.gv_edge[m]] + su * g.k[g.ev[g.gv_edge[m]]] + g.gv_loc[m]],
                          minlength=len(L))
+    walk = dfs_forest(g, infl, deadline)
+    if walk is None:
+        return s
+    order, par, pedge = walk
+    # forest leaves at once (most nodes of a contest graph): each one's message to its parent
+    leaf_arg, leaf_seg, L = _leaf_messages(g, L, np.asarray(par), np.asarray(pedge))
     U = [L[g.offs[i]:g.offs[i + 1]] for i in range(n)]
-    # DFS order over forest edges
-    seen = ~inf
-    order, par, pedge = [], np.full(n, -1), np.full(n, -1)
-    for r in np.nonzero(inf)[0].tolist():
+    arg = {}
+    eu, eoff, k, ec = g.eu.tolist(), g.eoff.tolist(), g.k.tolist(), g.ec
+    for i in reversed(order):
+        p = par[i]
+        if p < 0 or leaf_seg[i] >= 0:
+            continue
+        e = pedge[i]
+        if eu[e] == i:
+            M = ec[eoff[e]:eoff[e + 1]].reshape(k[i], k[p])
+        else:                 # rows: i's strategies
+            M = ec[eoff[e]:eoff[e + 1]].reshape(k[p], k[i]).T
+        tot = U[i][:, None] + M
+        a = tot.argmin(axis=0)
+        arg[i] = a
+        U[p] = U[p] + tot.min(axis=0)
+    out = s.copy()
+    for i in order:
+        p = par[i]
+        if p < 0:
+            out[i] = int(np.argmin(U[i]))
+        elif leaf_seg[i] >= 0:
+            out[i] = int(leaf_arg[leaf_seg[i] + out[p]])
+        else:
+            out[i] = int(arg[i][out[p]])
+    return out
+
+
+def dfs_forest(lc: LocalCosts, member: list, deadline: float = float("inf")):
+    """(DFS order, parent, parent edge) over the nodes with ``member[i]`` true and the edges between
+    them, from each unvisited member in index order (-1: a root); on a forest (an induced forest, or
+    every node when the walk is wanted as a spanning forest) each member is reached once. None when
+    ``deadline`` (``time.perf_counter``) passes, checked per tree."""
+    nbrs, nedges = lc.neighbour_lists()
+    seen = [not x for x in member]
+    order, par, pedge = [], [-1] * lc.n, [-1] * lc.n
+    for r in range(lc.n):
         if seen[r]:
             continue
         seen[r] = True
@@ -217,30 +262,43 @@ def forest_dp(lc: LocalCosts, s: np.ndarray, node_cost: np.ndarray, rng, deadlin
         while stack:
             i = stack.pop()
             order.append(i)
-            for q in range(ptr[i], ptr[i + 1]):
-                j = int(adj[q])
-                if inf[j] and not seen[j]:
+            for j, e in zip(nbrs[i], nedges[i]):
+                if not seen[j]:
                     seen[j] = True
                     par[j] = i
-                    pedge[j] = g.adj_edge[q]
+                    pedge[j] = e
                     stack.append(j)
         if time.perf_counter() > deadline:
-            return s
-    arg = {}
-    for i in reversed(order):
-        p = par[i]
-        if p < 0:
-            continue
-        e = int(pedge[i])
-        M = g.matrix(e)
-        if g.eu[e] != i:
-            M = M.T           # rows: i's strategies
-        tot = U[i][:, None] + M
-        a = np.argmin(tot, axis=0)
-        arg[i] = a
-        U[p] = U[p] + tot[a, np.arange(tot.shape[1])]
-    out = s.copy()
-    for i in order:
-        p = par[i]
-        out[i] = int(np.argmin(U[i])) if p < 0 else int(arg[i][out[p]])
-    return out
+            return None
+    return order, par, pedge
+
+
+def _leaf_messages(g: LocalCosts, L: np.ndarray, par: np.ndarray, pedge: np.ndarray):
+    """The tree DP's step for every forest leaf i (a parent p, no children) at once: the message
+    m[b] = min_a L_i[a] + E[a, b] (E oriented i -> p) added to p's unary costs, and its first argmin.
+    (best a per (leaf, b) flat, where leaf i's row starts (-1: not a leaf), L with the messages)."""
+    n = g.n
+    has_child = np.zeros(n, dtype=bool)
+    has_child[par[par >= 0]] = True
+    leaves = np.nonzero((par >= 0) & ~has_child)[0]
+    seg = np.full(n, -1, dtype=np.int64)
+    if not len(leaves):
+        return np.zeros(0, np.int64), seg, L
+    p, e = par[leaves], pedge[leaves]
+    ki, kp = g.k[leaves], g.k[p]
+    seg[leaves] = starts(kp)
+    size = ki * kp
+    rep = np.repeat(np.arange(len(leaves)), size)
+    t = np.arange(int(size.sum())) - np.repeat(starts(size), size)     # (b, a), a fastest
+    kir, kpr = ki[rep], kp[rep]
+    b, a = t // kir, t % kir
+    fwd = (g.eu[e] == leaves)[rep]                                     # the leaf produces: E is k_i x k_p
+    entry = g.eoff[e][rep] + np.where(fwd, a * kpr + b, b * kir + a)
+    vals = L[g.offs[leaves][rep] + a] + g.ec[entry]
+    seg_start = np.nonzero(a == 0)[0]                                  # one segment per (leaf, b)
+    best = np.minimum.reduceat(vals, seg_start)
+    seg_of = np.cumsum(a == 0) - 1
+    first = np.minimum.reduceat(np.where(vals == best[seg_of], a, np.iinfo(np.int64).max), seg_start)
+    L = L.copy()
+    np.add.at(L, np.repeat(g.offs[p], kp) + (np.arange(int(kp.sum())) - np.repeat(starts(kp), kp)), best)
+    return first, seg, L
