@@ -131,18 +131,19 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
             end_callback()
             return done
         h.setOptionValue("time_limit", float(max(time_limit_s - (time.perf_counter() - t_run), 0.05)))
-    # HiGHS 1.16's MIP presolve does not return from ``HPresolve::strengthenInequalities`` on the
-    # copy-memory rows (``model.copies``: long rows of edge-bounded z columns with coefficients from
-    # 3e-5 to 1): gpt tiny on cpu-2x4, memory objective, a 30 s limit still in presolve after 150 s
-    # (py-spy's native stack), while the same model with presolve off stops at its limit. The LP
-    # relaxation above keeps its presolve (it returns).
-    # Without presolve HiGHS checks its clock less often in the root LP and cuts: the same model
-    # stopped at 37.6 s of a 30 s limit (load 3.5), past the watchdog's grace (2 s + 5 %), which
-    # then loses the whole solve. So that MIP gets 80 % of the time left.
-    # Its feasibility-jump heuristic (run before the root LP) was the other place the same solve was
-    # found past its limit under load (py-spy, two such solves side by side): with a start plan
-    # given it has nothing to find, so it is off there.
-    mip_presolve_off = model.copies is not None
+    # The min-M model with copy columns (``model.copies`` and the peak column ``m_col``): HiGHS 1.16's
+    # MIP presolve does not return from ``HPresolve::strengthenInequalities`` on its copy-memory
+    # rows (long rows of edge-bounded z columns, coefficients from 3e-5 to 1): gpt tiny on cpu-2x4,
+    # memory objective, a 30 s limit still in presolve after 150 s (py-spy's native stack), while
+    # the same model with presolve off stops near its limit. The LP relaxation keeps its presolve.
+    # Without presolve HiGHS checks its clock less often in the root LP and cuts (37.6 s of a 30 s
+    # limit at load 3.5, past the watchdog's grace of 2 s + 5 %, which then loses the whole solve),
+    # so that MIP gets 80 % of the time left; and its feasibility-jump heuristic (run before the
+    # root LP), the other place py-spy found it past its limit under load, is off when it starts
+    # from a plan. Only there: with presolve off, 3 of 1,200 tiny time-under-cap steps with a
+    # cutoff (tests/test_edge_memory.py's brute-force check, 2 nodes) stayed undecided for their
+    # whole limit, HiGHS answering "interrupted" with an objective below its own bound.
+    mip_presolve_off = model.copies is not None and model.m_col is not None
     if mip_presolve_off:
         h.setOptionValue("presolve", "off")
         h.setOptionValue("mip_heuristic_run_feasibility_jump", start is None)
