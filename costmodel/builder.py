@@ -24,7 +24,7 @@ own step, [order, order + 1): its aliased outputs are not in node_usages (they a
 donated buffer), so what it holds there is its transient buffers: the head's own result a folded
 chain reads (a weight-gradient conv whose folded update writes the new param), a conv's halo copy,
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
-div). An op computed from the donated state alone (``copy_lists.state_only``: a kernel reversed for
+div). An op computed from the donated state alone (``value_origin.state_only``: a kernel reversed for
 a backward conv) starts at 0: XLA computes it before the forward pass (unet tiny dp 0.93 -> 1.02).
 A group's outputs share one interval (their longest); a transparent node (an unfolded reshape: a bitcast)
 extends its producer's interval to its own end, and so does a node that keeps no buffer
@@ -56,7 +56,6 @@ from costmodel.copy_lists import (
     donated_copy_lists,
     layout_copied_reads,
     layout_copy_lists,
-    state_only,
 )
 from costmodel.cost import (
     Mesh,
@@ -84,6 +83,7 @@ from costmodel.memory import (
 )
 from costmodel.problem import Problem, ProblemMeta
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
+from costmodel.value_origin import state_only
 
 __all__ = ["build_problem", "strategies_of", "EXPENSIVE", "MATERIALISING", "NON_FUSIBLE", "TRANSPARENT",
            "materialised_outputs", "operand_copies"]

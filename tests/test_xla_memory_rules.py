@@ -3,6 +3,10 @@ compiled abstractly: nothing runs). Each rule's docstring (costmodel.copy_lists)
 assignment it was read from; without the rule the ratios here were the ones quoted per test."""
 from __future__ import annotations
 
+import os
+import sys
+
+import jax
 import numpy as np
 import pytest
 
@@ -11,6 +15,11 @@ import zoo
 from costmodel.builder import strategies_of
 from costmodel.copy_lists import combined_all_reduce_lists
 from costmodel.cost import Mesh
+from costmodel.plan import Plan
+from costmodel.value_origin import same_value_source
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
+from outside_steps import STEPS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +136,32 @@ def test_a_buffer_computed_from_the_state_alone_lives_from_the_program_start():
     r = sg.execute(fn, args, graph, plan)
     ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
     assert abs(ratio - 1) <= 0.05, f"unet tiny dp: predicted / XLA memory {ratio:.3f}"
+
+
+def test_a_gather_of_a_scan_residual_starts_at_its_forward_step():
+    """rnn (tests/data/outside_steps.py, lax.scan of 8 steps) under a min-memory plan on cpu-2x4
+    (tests/data/rnn_min_memory_plan.json: the ILP's plan of results/fidelity_outside.json). The
+    scan stacks each step's residual (``concatenate`` of ``broadcast_in_dim``s) and the backward
+    reads step t's back as ``squeeze(slice(...))``. XLA folds slice(concatenate) away, so the
+    all-gather that the plan puts on that squeeze reads the forward ``tanh`` directly and is
+    issued right after the forward step (XLA's live ranges: seven f32[1,16,64] gathers, 4 KiB
+    each, live together at the peak in the backward pass). Predicted / XLA before the copy was
+    started at the forward step (``copy_lists.same_value_source``): 0.53."""
+    step, args = STEPS["rnn"]()
+    graph = sg.trace(step, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    nodes = graph.nodes
+    reads = [nd for nd in nodes if nd.primitive == "squeeze" and len(nd.operands) == 1
+             and nodes[nd.operands[0][0]].primitive == "slice"
+             and nodes[nodes[nd.operands[0][0]].operands[0][0]].primitive == "concatenate"]
+    src = [nodes[same_value_source(graph, nd.id)] for nd in reads]
+    # two stacked residuals of 8 steps: each read walks back to its forward step's node (the
+    # scan's initial state, a broadcast of zeros, for the first step of one of them)
+    assert len(reads) == 16 and all(s.role == "activation" and s.order < nd.order for s, nd in zip(src, reads))
+    assert sum(s.primitive == "dot_general" for s in src) == 15
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "rnn_min_memory_plan.json"))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args))
+    r = sg.execute(step, abstract, graph, plan)
+    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
+    assert abs(ratio - 1) <= 0.10, f"rnn min-memory plan: predicted / XLA memory {ratio:.3f}"
