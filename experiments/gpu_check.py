@@ -24,6 +24,8 @@ import traceback
 def save(a, out: dict) -> None:
     """Write the rows so far (after every model: a run stopped at its limit keeps what it measured)."""
     if a.out_dir:
+        from experiments.common import git_rev
+        out = {**out, "git_rev": git_rev(), "seed": None}
         os.makedirs(a.out_dir, exist_ok=True)
         with open(os.path.join(a.out_dir, "gpu_check.json"), "w") as f:
             json.dump(out, f, indent=1, default=str)
