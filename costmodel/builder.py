@@ -332,7 +332,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0], alias_edges) + (
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0]) + (
             layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,

@@ -11,10 +11,10 @@ import numpy as np
 from costmodel.cost import Mesh, local_bytes, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
-from costmodel.value_origin import same_value_source, state_only
+from costmodel.value_origin import same_value_source
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_edges=()) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
@@ -33,9 +33,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_
     a scan's stacked residual read back in the backward pass as squeeze(slice(concatenate)), which
     XLA folds to the forward value: rnn ilp-memory 0.53 -> 0.99, ilp-memory-1.05 0.72 -> 0.98;
     no zoo row moves),
-    and for a value computed from the donated state alone (``state_only`` of ``alias_edges``, the
-    builder's (input, producer, output) triples; no batch input among its ancestors: Adam's
-    ``m * b1`` folded into a weight-gradient conv) at the program's start:
+    and for a value computed from the donated state alone (``value_origin.state_only``: no batch
+    input among its ancestors; Adam's ``m * b1`` folded into a weight-gradient conv) at the
+    program's start, which ``start_of`` already says: the builder starts those nodes at 0, and the
+    source of such a node is state-only or an input too:
     XLA computes it and issues the collective before the forward pass (unet tiny FSDP, XLA's live
     ranges: the moments of UNet/mid/conv_1 all-gathered at positions 319-320 of 800, the forward
     from about 360, live to the backward conv at 739). Re-priced (experiments.fidelity
@@ -47,7 +48,6 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_
     """
     nodes = graph.nodes
     groups: dict = {}
-    from_inputs = state_only(graph, alias_edges)
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
@@ -69,7 +69,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of, alias_
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   0 if from_inputs[u] else int(start_of[same_value_source(graph, u)]), sent > 0, sent)
+                                   int(start_of[same_value_source(graph, u)]), sent > 0, sent)
             g[2].append((v, int(nd.order), want, free))
     return list(groups.values())
 

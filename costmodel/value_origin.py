@@ -56,7 +56,7 @@ def state_only(graph: OpGraph, alias_edges) -> list[bool]:
     ``alias_edges``), with no batch input among its ancestors (and not from literals alone: a
     broadcast zeros is built where it is used; not an update written over a donated input, which
     waits for that input's readers)? XLA's schedule computes such values before the forward pass
-    (``copy_group_lists``; the builder starts their buffers at 0)."""
+    (the builder starts them at 0; ``copy_group_lists`` starts their collective copies there)."""
     nodes = graph.nodes
     state, updates = {w for w, *_ in alias_edges}, {u for _, u, _ in alias_edges}
     out = [False] * len(nodes)   # operands have lower ids
