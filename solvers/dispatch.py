@@ -28,6 +28,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp import solve_ilp
+from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
@@ -101,20 +102,13 @@ def best_seed_plan(problem: Problem, objective: str, max_step_time_s, seeds, why
     """The best of ``seeds`` for ``objective`` among those that fit the cap (``problem.usage_limit``)
     and the step-time bound, as ``solve_exact``'s answer when the guarded ILP was stopped: status
     "killed", no bound. RuntimeError (with ``why``) when no seed fits."""
-    key = {"time": lambda c: (c.total,), "memory": lambda c: (c.peak_memory_bytes, c.total),
-           "redundancy": lambda c: (c.redundant_memory_bytes, c.total)}.get(objective, lambda c: (c.total,))
-    best = None
-    for plan in seeds:
-        c = evaluate(problem, plan)
-        if c.feasible and (max_step_time_s is None or c.total <= max_step_time_s) and \
-                (best is None or key(c) < key(best[1])):
-            best = (plan, c)
-    if best is None:
+    value = {"memory": lambda c: c.peak_memory_bytes,
+             "redundancy": lambda c: c.redundant_memory_bytes}.get(objective, lambda c: c.total)
+    plan = best_seed(problem, seeds, problem.usage_limit, max_step_time_s, lambda c: (value(c), c.total))
+    if plan is None:
         raise RuntimeError(f"{why}; no seed plan fits")
-    plan, c = best
-    value = {"time": c.total, "memory": c.peak_memory_bytes, "redundancy": c.redundant_memory_bytes}.get(objective, c.total)
-    return plan, {"status": "killed", "objective": float(value), "bound": None, "gap": None, "source": "seed",
-                  "objective_name": objective, "wall_s": time.perf_counter() - t0, "note": why}
+    return plan, {"status": "killed", "objective": float(value(evaluate(problem, plan))), "bound": None, "gap": None,
+                  "source": "seed", "objective_name": objective, "wall_s": time.perf_counter() - t0, "note": why}
 
 
 def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,
@@ -129,7 +123,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
     path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to ``solve_ilp`` (for its
     infeasibility report) when no plan fits."""
-    seeds = ([] if initial_plan is None else [initial_plan]) + list(initial_plans or [])
+    seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
         t = time.perf_counter()
         try:
@@ -143,7 +137,6 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
             seeds.insert(0, pol)
             if progress:
                 progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
-    seeds = [list(getattr(s, "strategies", s)) for s in seeds]
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)

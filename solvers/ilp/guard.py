@@ -42,7 +42,8 @@ def start_child(body):
     being the write end of a one-way pipe (closed when ``body`` returns or raises): -> (process,
     receiving end). The parent's copy of ``send`` is closed, so ``recv`` sees EOF once the child
     is gone. JAX's warning about forking is silenced: the child runs numpy and HiGHS only. One
-    home for both watchdogs (``solve_ilp_guarded`` and ``solvers.capped.solve_guarded``)."""
+    home for the forked solvers (``solve_ilp_guarded``, ``solvers.capped.solve_guarded`` and its
+    second search)."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
 

@@ -131,7 +131,7 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
             end_callback()
             return done
         h.setOptionValue("time_limit", float(max(time_limit_s - (time.perf_counter() - t_run), 0.05)))
-    # The min-M model with copy columns (``model.copies`` and the peak column ``m_col``): HiGHS 1.16's
+    # The min-M model with copy columns (``model.min_peak_with_copies``): HiGHS 1.16's
     # MIP presolve does not return from ``HPresolve::strengthenInequalities`` on its copy-memory
     # rows (long rows of edge-bounded z columns, coefficients from 3e-5 to 1): gpt tiny on cpu-2x4,
     # memory objective, a 30 s limit still in presolve after 150 s (py-spy's native stack), while
@@ -143,7 +143,7 @@ def run_model(model, cost: np.ndarray, time_limit_s: float, start: np.ndarray | 
     # from a plan. Only there: with presolve off, 3 of 1,200 tiny time-under-cap steps with a
     # cutoff (tests/test_edge_memory.py's brute-force check, 2 nodes) stayed undecided for their
     # whole limit, HiGHS answering "interrupted" with an objective below its own bound.
-    mip_presolve_off = model.copies is not None and model.m_col is not None
+    mip_presolve_off = model.min_peak_with_copies
     if mip_presolve_off:
         h.setOptionValue("presolve", "off")
         h.setOptionValue("mip_heuristic_run_feasibility_jump", start is None)

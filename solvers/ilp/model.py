@@ -54,6 +54,13 @@ class Model:
     eb: EdgeBlocks | None = None
     copies: CopyColumns | None = None   # z columns of the shared resharded copies (edge_memory)
 
+    @property
+    def min_peak_with_copies(self) -> bool:
+        """The min-M model (a peak column) with copy columns: the one whose MIP HiGHS 1.16's presolve
+        does not finish (``highs.run_model``) and whose LP relaxation is not tried first
+        (``reduced.solve_reduced``)."""
+        return self.copies is not None and self.m_col is not None
+
 
 def build_model(p: Problem, req: Request, run: RunOptions) -> Model:
     """The model of ``req`` on ``p`` (the module docstring), passed to a fresh HiGHS instance

@@ -103,7 +103,7 @@ def solve_reduced(problem, red: Reduction, req: Request, run: RunOptions):
     # the LP stopped unsolved at 23.5 s and the MIP after it improved nothing (peak 1,280,528 B,
     # bound 714,000 = the copy-free floor, gap 44 %); straight to the MIP, which solves its own root
     # LP: 1,001,648 B, HiGHS's bound 819,577 B, gap 18 % (load 6.5)
-    lp_first = not (need_m and model.copies is not None)
+    lp_first = not model.min_peak_with_copies
     status, x, obj, bound = run_model(model, primary, run.deadline - time.perf_counter(), start, agap, cutoff,
                                       lp_first=lp_first, rounder=rounder, lp_only=req.lp_only,
                                       lp_share=run.config.lp_share)
