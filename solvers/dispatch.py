@@ -88,7 +88,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
                                                    time_limit_s=time_limit_s, **kw)
     except SolveOverrun as exc:   # HiGHS overran its limit natively: the best seed, never a hang
-        return best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0)
+        return best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0, exc.incumbents)
     return strategies, (solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info))
 
 
@@ -98,17 +98,20 @@ def seeds_of(kw: dict) -> list[list[int]]:
     return [list(getattr(p, "strategies", p)) for p in plans]
 
 
-def best_seed_plan(problem: Problem, objective: str, max_step_time_s, seeds, why: str, t0: float):
-    """The best of ``seeds`` for ``objective`` among those that fit the cap (``problem.usage_limit``)
-    and the step-time bound, as ``solve_exact``'s answer when the guarded ILP was stopped: status
-    "killed", no bound. RuntimeError (with ``why``) when no seed fits."""
+def best_seed_plan(problem: Problem, objective: str, max_step_time_s, seeds, why: str, t0: float,
+                   incumbents=()):
+    """The best of ``seeds`` and ``incumbents`` (the plans the stopped child found) for
+    ``objective`` among those that fit the cap (``problem.usage_limit``) and the step-time bound,
+    as ``solve_exact``'s answer when the guarded ILP was stopped: status "killed", no bound, source
+    "incumbent" or "seed". RuntimeError (with ``why``) when none fits."""
     value = {"memory": lambda c: c.peak_memory_bytes,
              "redundancy": lambda c: c.redundant_memory_bytes}.get(objective, lambda c: c.total)
-    plan = best_seed(problem, seeds, problem.usage_limit, max_step_time_s, lambda c: (value(c), c.total))
+    found = [list(p) for p in incumbents]
+    plan = best_seed(problem, found + list(seeds), problem.usage_limit, max_step_time_s, lambda c: (value(c), c.total))
     if plan is None:
         raise RuntimeError(f"{why}; no seed plan fits")
     return plan, {"status": "killed", "objective": float(value(evaluate(problem, plan))), "bound": None, "gap": None,
-                  "source": "seed", "objective_name": objective, "wall_s": time.perf_counter() - t0, "note": why}
+                  "source": "incumbent" if list(plan) in found else "seed", "objective_name": objective, "wall_s": time.perf_counter() - t0, "note": why}
 
 
 def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_plan=None, initial_plans=None,

@@ -106,11 +106,38 @@ def test_solve_exact_answers_the_best_fitting_seed_when_the_ilp_overruns(monkeyp
                              initial_plans=seeds)
 
 
-def test_memory_objective_on_gpt_tiny_returns_at_its_limit_from_highs_itself():
+def test_a_killed_solve_answers_the_best_plan_its_child_found(monkeypatch):
+    """The child streams the plans it finds before its last MIP (``solve_ilp(on_incumbent=)``); when
+    it is killed the answer is the best of those and the seeds (source "incumbent"), so a kill
+    keeps the heuristic work done before HiGHS overran."""
+    from solvers import dispatch
+    from solvers.ilp import guard
+    p = random_problem(np.random.default_rng(0), 6, limit_q=None)
+    plans = sorted((list(s) for s in all_plans(p)), key=lambda s: evaluate(p, s).peak_memory_bytes)
+    lowest, worst = plans[0], plans[-1]
+    assert evaluate(p, lowest).peak_memory_bytes < evaluate(p, worst).peak_memory_bytes
+
+    def finds_then_sticks(problem, time_limit_s=60, on_incumbent=None, **kw):
+        on_incumbent(lowest)
+        time.sleep(60)
+
+    monkeypatch.setattr(guard, "solve_ilp", finds_then_sticks)
+    with pytest.raises(guard.SolveOverrun) as e:
+        guard.solve_ilp_guarded(p, time_limit_s=0.5, grace_s=0.5)
+    assert e.value.incumbents == [lowest]
+    plan, info = dispatch.solve_exact(p, objective="memory", time_limit_s=1.0, initial_plans=[worst])
+    assert info["status"] == "killed" and info["source"] == "incumbent"
+    assert evaluate(p, plan).peak_memory_bytes == evaluate(p, lowest).peak_memory_bytes
+
+
+def test_memory_objective_on_gpt_tiny_returns_at_its_limit_well_below_megatron():
     """The contract's call, ``sg.solve(method="ilp", objective="memory")`` on gpt tiny (cpu-2x4),
     hung in HiGHS 1.16's MIP presolve (``strengthenInequalities`` on the copy-memory rows) far past
-    its limit; with the MIP's presolve off on models with copy columns HiGHS stops at the limit
-    itself. Before that fix this call was stopped by the watchdog (status "killed", 44 s)."""
+    its limit; with the MIP's presolve off on models with copy columns HiGHS stops near the limit
+    itself (39.7 s of 40 here, under two busy loops). On a loaded 2-core CI run it once overran
+    the watchdog's grace (killed at 44.3 s): the answer is then the best plan the child found
+    before its last MIP, not a seed. Either way: back by the limit plus the grace, and at most
+    0.8x Megatron's peak (0.60x at a 2 % gap unloaded, 0.71x under load)."""
     import shardgym as sg
     import zoo
     fn, args = zoo.build("gpt", "tiny", abstract=True)
@@ -118,7 +145,7 @@ def test_memory_objective_on_gpt_tiny_returns_at_its_limit_from_highs_itself():
     assert problem.edge_memory is not None
     t0 = time.perf_counter()
     plan = sg.solve(problem, method="ilp", objective="memory", time_limit_s=40)
-    assert time.perf_counter() - t0 < 40 + 6
-    assert plan.info["status"] in ("optimal", "time_limit")
+    assert time.perf_counter() - t0 < 40 + 2 + 0.05 * 40 + 3
+    assert plan.info["status"] in ("optimal", "time_limit") or plan.info["source"] == "incumbent"
     megatron = sg.evaluate(problem, sg.solve(problem, method="megatron")).peak_memory_bytes
-    assert sg.evaluate(problem, plan).peak_memory_bytes < megatron
+    assert sg.evaluate(problem, plan).peak_memory_bytes <= 0.8 * megatron

@@ -5,7 +5,9 @@ process), and a native call cannot be interrupted from Python.
 ``solve_ilp_guarded(problem, time_limit_s=60, grace_s=None, **kw)`` runs ``solve_ilp`` in a forked
 child and returns its answer, or raises its error; when the child has not answered ``grace_s``
 after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and ``SolveOverrun`` (a
-RuntimeError, as ``solve_ilp`` raises when HiGHS finds no plan in time) is raised. Without fork (not POSIX) it calls
+RuntimeError, as ``solve_ilp`` raises when HiGHS finds no plan in time) is raised, carrying the
+plans the child streamed back before (``solve_ilp(on_incumbent=)``: the best seed, the memory
+objective's heuristic plans), so a kill loses none of the work done before the last MIP. Without fork (not POSIX) it calls
 ``solve_ilp`` inline. ``fresh_highs_scheduler`` is what a forked child runs first (also the
 capped core's guard, ``solvers.capped.solve_guarded``).
 """
@@ -34,7 +36,13 @@ def fresh_highs_scheduler() -> None:
 
 
 class SolveOverrun(RuntimeError):
-    """The guarded solve gave no answer by its time limit plus grace and was stopped."""
+    """The guarded solve gave no answer by its time limit plus grace and was stopped.
+    ``incumbents``: the plans the child found before (``solve_ilp``'s ``on_incumbent``), oldest
+    first; the caller answers the best of them and its seeds."""
+
+    def __init__(self, message: str, incumbents=()):
+        super().__init__(message)
+        self.incumbents = [list(p) for p in incumbents]
 
 
 def start_child(body):
@@ -77,8 +85,10 @@ def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None =
     grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
 
     def body(send):
+        def on_incumbent(plan):
+            send.send(("incumbent", plan))
         try:
-            out = ("ok", solve_ilp(problem, time_limit_s=time_limit_s, **kw))
+            out = ("ok", solve_ilp(problem, time_limit_s=time_limit_s, on_incumbent=on_incumbent, **kw))
         except Exception as exc:      # noqa: BLE001 -- handed to the parent, raised there
             out = ("error", exc)
         try:
@@ -88,17 +98,21 @@ def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None =
 
     proc, recv = start_child(body)
     deadline = time.perf_counter() + float(time_limit_s) + grace
-    msg = None
+    msg, incumbents = None, []
     try:
-        if recv.poll(max(deadline - time.perf_counter(), 0.0)):
-            msg = recv.recv()
+        while msg is None and recv.poll(max(deadline - time.perf_counter(), 0.0)):
+            got = recv.recv()
+            if got[0] == "incumbent":
+                incumbents.append(got[1])
+            else:
+                msg = got
     except EOFError:                  # the child died without an answer
         msg = None
     finally:
         stop_child(proc)
     if msg is None:
         raise SolveOverrun(f"solve_ilp gave no answer within {time_limit_s:g} s + {grace:g} s "
-                           f"(HiGHS overran its time limit): stopped")
+                           f"(HiGHS overran its time limit): stopped", incumbents)
     if msg[0] == "error":
         raise msg[1]
     return msg[1]

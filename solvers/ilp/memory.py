@@ -55,6 +55,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
                                         o.until(time.perf_counter() + o.config.copy_free_share * o.left()),
                                         cap, max_time, seeds)
             seeds = seeds + [free_plan]
+            o.offer(free_plan)
         except (RuntimeError, InfeasibleError):
             pass   # no copy-free plan within T in that time: the seeds stand
     if copies:   # the min-usage plan's peak is then only an upper bound: M* needs the min-M model
@@ -69,6 +70,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
     if not copies and (max_time is None or c0.total <= max_time):
         polished = PeakShaver(problem).shave(p0, mstar, time.perf_counter() + 0.1 * o.left())
         start = best_seed(problem, seeds + ([polished] if polished else []), mstar, None, time_key)
+        o.offer(start)
         out = core(problem, o, Request(cap=mstar, start=start))
         assert out is not None, "the min-usage plan fits its own peak"
         plan, info = out
@@ -114,6 +116,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
         if got is not None and (got[1].peak_memory_bytes, got[1].total) < (ub, bc.total):
             best, bc, ub = got[0], got[1], got[1].peak_memory_bytes
             lexi_done = False
+            o.offer(best)
         else:
             h_lo = c       # not a proof: only steers the heuristic
 
@@ -139,6 +142,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
                 if (pc.peak_memory_bytes, pc.total) < (ub, bc.total):
                     best, bc, ub = plan, pc, pc.peak_memory_bytes
                     lexi_done = info.status == "optimal"
+                    o.offer(best)
             elif info.status == "optimal" or info.bound > max_time:
                 lb, lb_strict, res = c, True, "none within T"
             else:
@@ -210,6 +214,7 @@ def min_peak_model(problem, o: RunOptions, cap, seeds, m_lo):
             best, ub = r, rp
         else:
             c_lo = c
+    o.offer(best)
     out = core(problem, o, Request(weights=MEMORY, objective="memory", lexi=True,
                                    cap=ub if cap is None else min(ub, cap), need_m=True, start=best, m_lo=m_lo))
     if out is None and best is None:

@@ -36,7 +36,8 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
               time_limit_s: float = 60, weights: dict | None = None, verbose: bool = False,
               reduce: bool = True, mip_rel_gap: float = 1e-6, threads: int = 2,
               initial_plan=None, forbid: bool = True, initial_plans=None,
-              relax_cap: bool = True, config: IlpConfig = IlpConfig()) -> tuple[list[int], SolveInfo]:
+              relax_cap: bool = True, config: IlpConfig = IlpConfig(),
+              on_incumbent=None) -> tuple[list[int], SolveInfo]:
     """Plan ``problem`` exactly (see the module docstring). Returns (strategies, SolveInfo).
 
     ``memory_cap_bytes``: tightens ``problem.usage_limit`` (the effective cap is the smaller of
@@ -49,7 +50,9 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     ``relax_cap``: with the time objective under a memory cap, first solve without the cap
     (``relax_cap``); worth it when the cap often does not bind (traced models on big devices),
     a waste of up to ``config.relax_share`` of the time limit where it always binds (IOPDDL
-    instances). ``config``: the solver's tuning (``IlpConfig``).
+    instances). ``config``: the solver's tuning (``IlpConfig``). ``on_incumbent(plan)``: called with
+    plans found before the last MIP ends (the best seed, the memory objective's heuristic plans);
+    ``solve_ilp_guarded`` answers the best of them when HiGHS overruns its limit.
 
     Raises InfeasibleError when no plan meets the memory cap / step-time bound, LimitError (a
     ValueError) on a cap or bound that is not a number > 0, and RuntimeError when HiGHS finds no
@@ -69,7 +72,7 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
         cap = None  # no plan can reach the cap: dropping it is exact and unlocks the reductions
     o = RunOptions(t0=t0, deadline=t0 + float(time_limit_s), reduce=reduce, threads=threads,
                    rel_gap=mip_rel_gap, verbose=verbose, forbid=forbid,
-                   memory_cap_bytes=limits.memory_cap_bytes, config=config)
+                   memory_cap_bytes=limits.memory_cap_bytes, config=config, on_incumbent=on_incumbent)
     if lexi and objective == "memory":
         return solve_memory(problem, o, cap, max_step_time_s, seeds)
     if lexi:
@@ -79,6 +82,7 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     if need_m:   # a proven lower bound on the peak
         m_lo = node_min_peak(problem) if problem.edge_memory is not None else min_usage(problem)[1]
     start = best_seed(problem, seeds, cap, max_step_time_s, w.key)
+    o.offer(start)
     out = None
     if relax_cap and cap is not None and not need_m:
         out = _relax_cap(problem, o, w, objective, cap, max_step_time_s)

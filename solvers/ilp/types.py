@@ -84,9 +84,16 @@ class RunOptions:
     forbid: bool               # leave entries >= FORBIDDEN_COST out of the model (re-solve if infeasible)
     memory_cap_bytes: float | None = None   # the caller's cap, for the error messages
     config: IlpConfig = IlpConfig()
+    on_incumbent: object = None   # called with each plan found on the way (the watchdog's fallback)
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
+
+    def offer(self, plan) -> None:
+        """Hand ``plan`` (a full strategy list, or None: ignored) to ``on_incumbent``: a guarded
+        solve's parent keeps the plans its child found, so a kill answers the best of them."""
+        if plan is not None and self.on_incumbent is not None:
+            self.on_incumbent([int(k) for k in plan])
 
     def until(self, deadline: float) -> RunOptions:
         """These options with the deadline moved earlier to ``deadline`` (never later)."""
