@@ -14,10 +14,11 @@ from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_prod
 from costmodel.value_origin import same_value_source
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=frozenset()) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
-    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
+    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read;
+    ``intervals``: the nodes' (start, end) steps (the builder's liveness);
     the comm matrix being the bytes each device sends for (producer strategy, consumer strategy).
     Per (u, oi, destination layout L) one group: the copy of u's output in layout L, of L's
     per-device bytes; its members are the reads (v, k) that some strategy of v takes in layout L,
@@ -25,17 +26,26 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
     stores L, and — for an element-wise (fusible) consumer, which fuses a slice of its operand
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
-    copy). The member's step is the consumer's ``order``. Transitions into an output that
+    copy). The member's step is the consumer's ``order``, except for a consumer in ``held_reads``
+    (the builder passes the transparent reshapes not computed from the state alone): its step is
+    its interval's last, since XLA keeps the copy as the reshape's buffer for the reshape's readers
+    (vit tiny min-memory plan, XLA's buffer assignment: q and k all-gathered into a reshape, then
+    written out transposed for the attention dots and that copy kept from the forward score dot to
+    the backward dots). Re-priced (experiments.fidelity --reprice): zoo memory within 10% 40 -> 43
+    of 48 (vit megatron 0.90 -> 0.93, ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt
+    ilp-memory 0.94 -> 1.04, policy 0.91 -> 0.99); outside unchanged. A state-only reshape's copy
+    is not held (fno's spectral weight slices: XLA gathers them before the forward pass and slices
+    each reader's layout out at once; holding them took fno megatron 1.07 -> 1.23). Transitions into an output that
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
     A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
-    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input),
+    after its producer (``intervals[u, 0]``, the producer's interval start; 0 for a program input),
     or after the earlier node whose output holds the same elements (``value_origin.same_value_source``:
     a scan's stacked residual read back in the backward pass as squeeze(slice(concatenate)), which
     XLA folds to the forward value: rnn ilp-memory 0.53 -> 0.99, ilp-memory-1.05 0.72 -> 0.98;
     no zoo row moves),
     and for a value computed from the donated state alone (``value_origin.state_only``: no batch
     input among its ancestors; Adam's ``m * b1`` folded into a weight-gradient conv) at the
-    program's start, which ``start_of`` already says: the builder starts those nodes at 0, and the
+    program's start, which ``intervals`` already says: the builder starts those nodes at 0, and the
     source of such a node is state-only or an input too:
     XLA computes it and issues the collective before the forward pass (unet tiny FSDP, XLA's live
     ranges: the moments of UNet/mid/conv_1 all-gathered at positions 319-320 of 800, the forward
@@ -69,8 +79,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   int(start_of[same_value_source(graph, u)]), sent > 0, sent)
-            g[2].append((v, int(nd.order), want, free))
+                                   int(intervals[same_value_source(graph, u), 0]), sent > 0, sent)
+            g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
     return list(groups.values())
 
 
