@@ -27,15 +27,21 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
     copy). The member's step is the consumer's ``order``, except for a consumer in ``held_reads``
-    (the builder passes the transparent reshapes not computed from the state alone): its step is
-    its interval's last, since XLA keeps the copy as the reshape's buffer for the reshape's readers
-    (vit tiny min-memory plan, XLA's buffer assignment: q and k all-gathered into a reshape, then
-    written out transposed for the attention dots and that copy kept from the forward score dot to
-    the backward dots). Re-priced (experiments.fidelity --reprice): zoo memory within 10% 40 -> 43
-    of 48 (vit megatron 0.90 -> 0.93, ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt
-    ilp-memory 0.94 -> 1.04, policy 0.91 -> 0.99); outside unchanged. A state-only reshape's copy
-    is not held (fno's spectral weight slices: XLA gathers them before the forward pass and slices
-    each reader's layout out at once; holding them took fno megatron 1.07 -> 1.23). Transitions into an output that
+    (the builder's transparent reshapes not computed from the state alone): its interval's last,
+    as XLA keeps the copy as the reshape's buffer (vit tiny min-memory plan: q and k gathered into
+    a reshape, written out transposed for the score dot and kept to the backward dots). Re-priced
+    (experiments.fidelity --reprice): zoo within 10% 40 -> 43 of 48 (vit megatron 0.90 -> 0.93,
+    ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt ilp-memory 0.94 -> 1.04, policy
+    0.91 -> 0.99). Not a state-only reshape (fno's spectral weight slices, gathered before the
+    forward pass and sliced per reader at once: fno megatron 1.07 -> 1.23 if held). A gradient
+    whose all-reduce XLA CPU's combiner merges (``combined_candidates``) under a reduce-scatter
+    strategy holds the whole reduced tensor (``lowered_kind``): XLA serves every reader from it, so
+    the read is a copy at the reader's step, not a gather from the producer's (gpt tiny dp, XLA's
+    buffer assignment: the lm_head and attention kernels' gradients, one buffer each, read by the
+    optimizer's transposes without an all-gather). Re-priced: gpt dp 1.117 -> 1.040, vit dp 1.093
+    -> 1.071, fsdp 1.053 -> 1.045; zoo 43 -> 44 of 48. Taking every reduce-scatter so (vit megatron's
+    forward dots too, whose slices XLA does gather after the LayerNorm) took vit megatron to 0.8997
+    (out). Transitions into an output that
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
     A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
     after its producer (``intervals[u, 0]``, the producer's interval start; 0 for a program input),
@@ -58,11 +64,14 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     """
     nodes = graph.nodes
     groups: dict = {}
+    merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
         buffer_read = k < nh and non_fusible(nd)
         src = [s.out_specs[oi] for s in strats[u]]
+        whole = np.array([u in merged and any(lowered_kind(c, mesh) != c for c, _, _ in s.collectives)
+                          for s in strats[u]], dtype=bool)
         dst = [s.operand_specs[k] for s in strats[v]]
         ten = nd.operand_types[k]
         itemsize = np.dtype(ten.dtype).itemsize
@@ -79,7 +88,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   int(intervals[same_value_source(graph, u), 0]), sent > 0, sent)
+                                   int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
     return list(groups.values())
 
@@ -353,7 +362,8 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     (cpu_compiler.cc: ``CpuAllReduceCombiner(kCombineBytes = int64 max, kCombineCount = 256)``;
     more than 256 candidates make several all-reduces, charged here as one); the GPU combiner
     stops at a byte threshold (30 MiB by default), which is not modelled: no charge there."""
-    if mesh.backend != "cpu":
+    cand = combined_candidates(graph, strats, mesh, exclude)
+    if len(cand) < 2:   # nothing to combine with
         return []
     nodes = graph.nodes
     used = graph.consumer_nodes()
@@ -361,13 +371,6 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     def operand_bytes(st):
         return sum(B for k, _, B in st.collectives if lowered_kind(k, mesh) == "all-reduce")
 
-    reducing = [any(operand_bytes(st) > 0 for st in ss) for ss in strats]
-    reaches = [False] * len(nodes)   # some descendant may all-reduce (consumers have higher ids)
-    for i in range(len(nodes) - 1, -1, -1):
-        reaches[i] = any(reducing[c] or reaches[c] for c in used.get(i, ()))
-    cand = [i for i in range(len(nodes)) if reducing[i] and not reaches[i] and i not in exclude]
-    if len(cand) < 2:   # nothing to combine with
-        return []
     t_ar = max(int(nodes[i].order) for i in cand)
     groups = []
     for i in cand:
@@ -379,3 +382,17 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
             groups.append((i, b, [(c, t_ar, np.ones(len(strats[c]), dtype=bool), ops != b)], int(nodes[i].order),
                            np.zeros(k, dtype=bool), np.zeros(k)))
     return groups
+
+
+def combined_candidates(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset()) -> list:
+    """The nodes whose all-reduce XLA CPU's combiner merges (``combined_all_reduce_lists``): a
+    strategy all-reduces (a reduce-scatter too, lowered so on CPU) and no descendant's does."""
+    if mesh.backend != "cpu":
+        return []
+    used = graph.consumer_nodes()
+    reducing = [any(lowered_kind(k, mesh) == "all-reduce" and B > 0 for st in ss for k, _, B in st.collectives)
+                for ss in strats]
+    reaches = [False] * len(graph.nodes)   # some descendant may all-reduce (consumers have higher ids)
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        reaches[i] = any(reducing[c] or reaches[c] for c in used.get(i, ()))
+    return [i for i in range(len(graph.nodes)) if reducing[i] and not reaches[i] and i not in exclude]

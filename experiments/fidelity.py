@@ -94,12 +94,10 @@ PLANS = ("replicated", "dp", "megatron", "fsdp", "ilp-time", "ilp-memory", "ilp-
 REAL_SIZES = {"gpt": "125m", "vit": "base", "unet": "large", "fno": "large", "meshgraphnet": "large", "mlp": "large"}
 MEM_TOL = 0.10
 COMM_TOL = 0.05
-#: the measured cause of each row still outside the memory target (re-priced at 8a843c5): XLA's
+#: the measured cause of each row still outside the memory target (session 10, re-priced): XLA's
 #: buffer assignment of the row (--xla_dump_to, *live-range.txt) against the model's live set at
 #: XLA's peak. "over" / "under": the model's figure is above / below XLA's.
 CAUSES = {
-    ("gpt", "dp"): "over: 3 early all-gathers of layer-2 attention projections for backward transposes "
-                   "(64 KiB each) held beside their producers at the lm_head gradient step; XLA holds one of each",
     ("fno", "ilp-time"): "over: fc1 + GELU dot charged 3 buffers (result, tanh, output: 1.5 MiB) at its step; "
                          "XLA holds 0.625 MiB there (memory.materialised_outputs)",
     ("fno", "policy"): "over: fc1 + GELU dot charged 3 buffers at its step, XLA about 1 (as fno ilp-time)",
