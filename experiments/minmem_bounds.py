@@ -84,7 +84,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     mega = sg.solve(problem, method="megatron")
     mega_s = sg.evaluate(problem, mega).step_time_s
     seeds = [list(mega.strategies), [0] * problem.num_nodes]
-    rows, dumps = [], {}
+    rows, peaks = [], {}
     for plan_name in PLANS:
         t0 = time.perf_counter()
         if plan_name.startswith("ilp"):
@@ -94,10 +94,10 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         else:
             plan = mega if plan_name == "megatron" else sg.solve(problem, method=plan_name)
         solve_s = time.perf_counter() - t0
-        d = tempfile.mkdtemp(prefix=f"minmem-{name}-{size}-{plan_name}-")
-        rep = execute(fn, args, graph, plan, problem=problem, compiler_options={"xla_dump_to": d})
+        with tempfile.TemporaryDirectory(prefix="minmem-") as d:   # the dump is read here, then removed
+            rep = execute(fn, args, graph, plan, problem=problem, compiler_options={"xla_dump_to": d})
+            peaks[plan_name] = peak_by_kind(d, cfg.top)
         c = sg.evaluate(problem, plan)
-        dumps[plan_name] = d
         rows.append({"plan": plan_name, "pred_MiB": c.peak_memory_bytes / 2 ** 20,
                      "xla_MiB": rep.xla_memory_bytes / 2 ** 20, "xla_breakdown": rep.xla_memory_breakdown,
                      "step_time_vs_megatron": c.step_time_s / mega_s, "step_time_s": c.step_time_s,
@@ -118,7 +118,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
             "best_plan": best["plan"], "best_saving_vs_megatron_xla": best["saving_vs_megatron_xla"],
             "best_within_bound_plan": best_within["plan"],
             "best_within_bound_saving_vs_megatron_xla": best_within["saving_vs_megatron_xla"],
-            "peak_buffers": {p: peak_by_kind(dumps[p], cfg.top) for p in {"megatron", best["plan"], best_within["plan"]}}}
+            "peak_buffers": {p: peaks[p] for p in {"megatron", best["plan"], best_within["plan"]}}}
 
 
 def main(argv=None) -> list[dict]:
