@@ -226,7 +226,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
 
     intervals[in_place_nodes(graph, kept, transparent, intervals), 0] += 1   # written over a dying operand
-    intervals[np.nonzero(state_only(graph, alias_edges))[0], 0] = 0   # computed before the forward pass
+    intervals[np.nonzero(from_state := state_only(graph, alias_edges))[0], 0] = 0   # before the forward pass
 
     # ---- edges ----
     edge_parts: dict = {}
@@ -332,8 +332,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals[:, 0]) + (
-            layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
+            i for i in transparent if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
     )

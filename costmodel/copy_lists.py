@@ -14,10 +14,11 @@ from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_prod
 from costmodel.value_origin import same_value_source
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=frozenset()) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
-    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read,
+    ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read;
+    ``intervals``: the nodes' (start, end) steps (the builder's liveness);
     the comm matrix being the bytes each device sends for (producer strategy, consumer strategy).
     Per (u, oi, destination layout L) one group: the copy of u's output in layout L, of L's
     per-device bytes; its members are the reads (v, k) that some strategy of v takes in layout L,
@@ -25,17 +26,32 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
     stores L, and — for an element-wise (fusible) consumer, which fuses a slice of its operand
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
-    copy). The member's step is the consumer's ``order``. Transitions into an output that
+    copy). The member's step is the consumer's ``order``, except for a consumer in ``held_reads``
+    (the builder's transparent reshapes not computed from the state alone): its interval's last,
+    as XLA keeps the copy as the reshape's buffer (vit tiny min-memory plan: q and k gathered into
+    a reshape, written out transposed for the score dot and kept to the backward dots). Re-priced
+    (experiments.fidelity --reprice): zoo within 10% 40 -> 43 of 48 (vit megatron 0.90 -> 0.93,
+    ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt ilp-memory 0.94 -> 1.04, policy
+    0.91 -> 0.99). Not a state-only reshape (fno's spectral weight slices, gathered before the
+    forward pass and sliced per reader at once: fno megatron 1.07 -> 1.23 if held). A gradient
+    whose all-reduce XLA CPU's combiner merges (``combined_candidates``) under a reduce-scatter
+    strategy holds the whole reduced tensor (``lowered_kind``): XLA serves every reader from it, so
+    the read is a copy at the reader's step, not a gather from the producer's (gpt tiny dp, XLA's
+    buffer assignment: the lm_head and attention kernels' gradients, one buffer each, read by the
+    optimizer's transposes without an all-gather). Re-priced: gpt dp 1.117 -> 1.040, vit dp 1.093
+    -> 1.071, fsdp 1.053 -> 1.045; zoo 43 -> 44 of 48. Taking every reduce-scatter so (vit megatron's
+    forward dots too, whose slices XLA does gather after the LayerNorm) took vit megatron to 0.8997
+    (out). Transitions into an output that
     aliases an input (the updated parameter) are not copies: the output buffer is the copy.
     A copy that needs a collective (bytes sent for u's strategy) is *early*: XLA issues it right
-    after its producer (``start_of[u]``, the producer's interval start; 0 for a program input),
+    after its producer (``intervals[u, 0]``, the producer's interval start; 0 for a program input),
     or after the earlier node whose output holds the same elements (``value_origin.same_value_source``:
     a scan's stacked residual read back in the backward pass as squeeze(slice(concatenate)), which
     XLA folds to the forward value: rnn ilp-memory 0.53 -> 0.99, ilp-memory-1.05 0.72 -> 0.98;
     no zoo row moves),
     and for a value computed from the donated state alone (``value_origin.state_only``: no batch
     input among its ancestors; Adam's ``m * b1`` folded into a weight-gradient conv) at the
-    program's start, which ``start_of`` already says: the builder starts those nodes at 0, and the
+    program's start, which ``intervals`` already says: the builder starts those nodes at 0, and the
     source of such a node is state-only or an input too:
     XLA computes it and issues the collective before the forward pass (unet tiny FSDP, XLA's live
     ranges: the moments of UNet/mid/conv_1 all-gathered at positions 319-320 of 800, the forward
@@ -48,11 +64,14 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
     """
     nodes = graph.nodes
     groups: dict = {}
+    merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
         buffer_read = k < nh and non_fusible(nd)
         src = [s.out_specs[oi] for s in strats[u]]
+        whole = np.array([u in merged and any(lowered_kind(c, mesh) != c for c, _, _ in s.collectives)
+                          for s in strats[u]], dtype=bool)
         dst = [s.operand_specs[k] for s in strats[v]]
         ten = nd.operand_types[k]
         itemsize = np.dtype(ten.dtype).itemsize
@@ -69,8 +88,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, start_of) -> lis
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   int(start_of[same_value_source(graph, u)]), sent > 0, sent)
-            g[2].append((v, int(nd.order), want, free))
+                                   int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
+            g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
     return list(groups.values())
 
 
@@ -343,7 +362,8 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     (cpu_compiler.cc: ``CpuAllReduceCombiner(kCombineBytes = int64 max, kCombineCount = 256)``;
     more than 256 candidates make several all-reduces, charged here as one); the GPU combiner
     stops at a byte threshold (30 MiB by default), which is not modelled: no charge there."""
-    if mesh.backend != "cpu":
+    cand = combined_candidates(graph, strats, mesh, exclude)
+    if len(cand) < 2:   # nothing to combine with
         return []
     nodes = graph.nodes
     used = graph.consumer_nodes()
@@ -351,13 +371,6 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     def operand_bytes(st):
         return sum(B for k, _, B in st.collectives if lowered_kind(k, mesh) == "all-reduce")
 
-    reducing = [any(operand_bytes(st) > 0 for st in ss) for ss in strats]
-    reaches = [False] * len(nodes)   # some descendant may all-reduce (consumers have higher ids)
-    for i in range(len(nodes) - 1, -1, -1):
-        reaches[i] = any(reducing[c] or reaches[c] for c in used.get(i, ()))
-    cand = [i for i in range(len(nodes)) if reducing[i] and not reaches[i] and i not in exclude]
-    if len(cand) < 2:   # nothing to combine with
-        return []
     t_ar = max(int(nodes[i].order) for i in cand)
     groups = []
     for i in cand:
@@ -369,3 +382,17 @@ def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
             groups.append((i, b, [(c, t_ar, np.ones(len(strats[c]), dtype=bool), ops != b)], int(nodes[i].order),
                            np.zeros(k, dtype=bool), np.zeros(k)))
     return groups
+
+
+def combined_candidates(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset()) -> list:
+    """The nodes whose all-reduce XLA CPU's combiner merges (``combined_all_reduce_lists``): a
+    strategy all-reduces (a reduce-scatter too, lowered so on CPU) and no descendant's does."""
+    if mesh.backend != "cpu":
+        return []
+    used = graph.consumer_nodes()
+    reducing = [any(lowered_kind(k, mesh) == "all-reduce" and B > 0 for st in ss for k, _, B in st.collectives)
+                for ss in strats]
+    reaches = [False] * len(graph.nodes)   # some descendant may all-reduce (consumers have higher ids)
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        reaches[i] = any(reducing[c] or reaches[c] for c in used.get(i, ()))
+    return [i for i in range(len(graph.nodes)) if reducing[i] and not reaches[i] and i not in exclude]

@@ -165,3 +165,63 @@ def test_a_gather_of_a_scan_residual_starts_at_its_forward_step():
     r = sg.execute(step, abstract, graph, plan)
     ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
     assert abs(ratio - 1) <= 0.10, f"rnn min-memory plan: predicted / XLA memory {ratio:.3f}"
+
+
+def test_a_gather_read_through_a_reshape_is_held_to_the_reshapes_last_reader():
+    """vit tiny under a min-memory plan on cpu-2x4 (tests/data/vit_min_memory_plan.json: the ILP's
+    plan of results/fidelity.json). Each attention block's q and k projections are all-gathered
+    into the reshape to (batch, seq, heads, dim); XLA writes the gathered value out transposed
+    for the score dot and keeps that one buffer to the backward dots that read the reshape again
+    (XLA's buffer assignment: ``transpose_copy_fusion.16 = fusion(all-gather.4)`` read by the
+    forward ``ynn_fusion.82`` and the backward ``dot.80``). So a copy read by a reshape lives to
+    the reshape's last reader. Predicted / XLA before (the copy freed at the reshape's step): 0.80."""
+    fn, args = zoo.build("vit", "tiny", seed=0, abstract=True)
+    graph = sg.trace(fn, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "vit_min_memory_plan.json"))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    s = np.asarray(plan.strategies)
+    em = problem.edge_memory
+    act = em.active(s)
+    dots = {}   # reshape -> the dots reading it
+    for nd in graph.nodes:
+        for u, _ in nd.operands:
+            if nd.primitive == "dot_general" and u >= 0 and graph.nodes[u].primitive == "reshape":
+                dots.setdefault(u, set()).add(nd.id)
+    held = [m for m in np.nonzero(act)[0] if len(dots.get(int(em.member_node[m]), ())) >= 2
+            and em.early(int(em.member_group[m]), int(s[em.group_node[em.member_group[m]]]))]
+    # the gathered reshapes are read again in the backward pass: each copy's member sits at the
+    # reshape's last reader, far past the reshape's own step
+    assert len(held) >= 4 and all(em.member_time[m] == problem.intervals[em.member_node[m], 1] - 1
+                        > graph.nodes[int(em.member_node[m])].order for m in held)
+    r = sg.execute(fn, args, graph, plan)
+    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
+    assert abs(ratio - 1) <= 0.10, f"vit tiny min-memory plan: predicted / XLA memory {ratio:.3f}"
+
+
+def test_a_merged_gradients_cpu_reduce_scatter_serves_its_readers_whole():
+    """gpt tiny dp on cpu-2x4: the dp baseline gives the lm_head and attention kernels' gradient
+    dots a reduce-scatter strategy. XLA CPU runs it as the combined all-reduce and the optimizer's
+    transposes read the whole reduced buffer: XLA's buffer assignment holds one buffer per such
+    gradient and no all-gather of it. So the read is no gather held from the gradient's step (a
+    copy at the reader's step only). Predicted / XLA before (the gathered copy held beside the
+    reduced buffer from the gradient's step to the optimizer): 1.117."""
+    from costmodel.copy_lists import combined_candidates
+
+    fn, args = zoo.build("gpt", "tiny", seed=0, abstract=True)
+    graph = sg.trace(fn, *args)
+    cluster = sg.Cluster.preset("cpu-2x4")
+    problem = sg.build_problem(graph, cluster)
+    plan = sg.solve(problem, method="dp")
+    s = np.asarray(plan.strategies)
+    names = problem.meta.strategy_names
+    merged = set(combined_candidates(graph, strategies_of(graph, cluster), Mesh(cluster)))
+    scattered = [i for i in merged if "reduce-scatter" in names[i][s[i]]]
+    em = problem.edge_memory
+    act = em.active(s)
+    reads = [g for g in set(em.member_group[act].tolist()) if int(em.group_node[g]) in scattered]
+    assert len(scattered) >= 3 and reads
+    assert not any(em.early(g, int(s[em.group_node[g]])) for g in reads)
+    r = sg.execute(fn, args, graph, plan)
+    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
+    assert abs(ratio - 1) <= 0.10, f"gpt tiny dp: predicted / XLA memory {ratio:.3f}"
