@@ -39,3 +39,12 @@ def env_episode(problem, plan):
     assert info["plan"] == [int(s) for s in plan.strategies]
     assert info["cost"].total == evaluate(problem, plan).total
     return info["cost"]
+
+
+def fidelity_line(label: str, report) -> str:
+    """One line of an executed plan's figures (numerics, collective bytes, memory), printed by the
+    plan tests (``pytest -s``) and read into results/ai4s_fidelity.json."""
+    r = report
+    return (f"FIDELITY {label}: rel {r.max_rel_err:.2g}, collectives {r.collective_wire_bytes:,.0f} B XLA vs "
+            f"{r.predicted_comm_bytes:,.0f} predicted, memory {r.predicted_memory_bytes:,.0f} B predicted vs "
+            f"{r.xla_memory_bytes:,.0f} XLA ({r.predicted_memory_bytes / r.xla_memory_bytes:.3f})")

@@ -23,7 +23,7 @@ from runtime import dist_fft
 from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
-from plan_helpers import env_episode  # noqa: E402
+from plan_helpers import env_episode, fidelity_line  # noqa: E402
 
 CASES = {
     "rfft2": (lambda x: jnp.fft.rfft2(x), (2, 4, 16, 16), jnp.float32),
@@ -144,9 +144,7 @@ def test_fno_plan_with_distributed_ffts_executes(case):
     r = sg.execute(fn, args, g, plan, problem=p, iters=1)
     meas = {c["kind"]: c for c in r.collectives}
     pred = {c["kind"]: c for c in r.predicted_collectives}
-    print(f"{_fno_case_id(case)}: rel {r.max_rel_err:.2g}, collectives {r.collective_wire_bytes:,.0f} B XLA vs "
-          f"{r.predicted_comm_bytes:,.0f} predicted, memory {r.predicted_memory_bytes:,.0f} B predicted vs "
-          f"{r.xla_memory_bytes:,.0f} XLA ({r.predicted_memory_bytes / r.xla_memory_bytes:.3f})")
+    print(fidelity_line(_fno_case_id(case), r))
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
     fft_a2a = pred.get("all-to-all", {"wire_bytes": 0.0, "count": 0})
     xla_a2a = meas.get("all-to-all", {"wire_bytes": 0.0, "count": 0})

@@ -20,7 +20,7 @@ from costmodel.trace import flatten_program
 from runtime.hlo import parse_collectives, summarize
 
 sys.path.insert(0, os.path.dirname(__file__))
-from plan_helpers import env_episode, forced_plan  # noqa: E402
+from plan_helpers import env_episode, fidelity_line, forced_plan  # noqa: E402
 
 
 def test_halo_widths_by_hand():
@@ -171,6 +171,7 @@ def test_spatial_plan_executes():
     plan, chosen = forced_plan(p, g, "conv_general_dilated", "collective-permute")
     assert len(chosen) == 5 and all("collective-permute" in c for c in chosen)
     r = sg.execute(step, args, g, plan, problem=p)
+    print(fidelity_line("spatial-conv", r))
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
     kinds = {c["kind"]: c for c in r.collectives}
     assert kinds["collective-permute"]["count"] >= 5
