@@ -11,7 +11,8 @@ replicated only, as XLA runs it, see ``SearchSpace.xla_fft_replicated``, else tr
 runtime runs with shard_map), gather (index batch dims and full-slice window dims ``par``,
 point-indexed operand dims ``sum``: masked lookup + all-reduce, Megatron's vocab-parallel
 embedding), scatter-add (window dims and scattered-into operand dims ``par``: each device applies
-the updates that land in its rows; update/index dims ``sum``: partial results all-reduced; plain
+the updates that land in its rows, except a dim the update covers as a partial block, which XLA
+all-gathers, so ``fixed``; update/index dims ``sum``: partial results all-reduced; plain
 scatter: update dims ``fixed``; a row gather / scatter-add also gets costmodel.graph_part's halo
 strategies in the full space: nodes and edges sharded on the same axes, the halo rows moved by
 collective-permutes, run by shard_map), transpose (permuted), reshape/squeeze/expand_dims (dims that
@@ -260,15 +261,21 @@ def _gather(prim, p, ops, out0, nh, search, new):
 
 
 def _scatter(prim, p, ops, out0, nh, search, new):
-    """scatter(-add): window and scattered-into dims ``par``; update / index dims ``sum`` (combining) or ``fixed``."""
+    """scatter(-add): window and scattered-into dims ``par`` (``fixed`` where the update is a partial block of
+    the dim); update / index dims ``sum`` (combining) or ``fixed``."""
     dn = p["dimension_numbers"]
     uwd = [int(a) for a in dn["update_window_dims"]]
     iwd = [int(a) for a in dn["inserted_window_dims"]]
     obd = [int(a) for a in dn.get("operand_batching_dims", ()) or ()]
     opnd, idx, upd = ops[0], ops[1], ops[2]
-    om = tuple(new(out0[d]) for d in range(len(out0)))
-    um = [None] * len(upd)
     window_op = [d for d in range(len(opnd)) if d not in iwd and d not in obd]
+    sdod = {int(a) for a in dn.get("scatter_dims_to_operand_dims", ()) or ()}
+    # a scattered-into dim whose update window is a partial block (1 < window < dim, e.g. FNO's
+    # out_ft.at[:, :m, :m].set(block)): XLA's partitioner all-gathers the operand (measured on the
+    # 2x4 CPU mesh, set and add alike; a window of the whole dim or a row scatter is run sharded)
+    block = {d_op for d_op, d_up in zip(window_op, uwd) if d_op in sdod and 1 < upd[d_up] < opnd[d_op]}
+    om = tuple(new(out0[d], "fixed" if d in block else "par") for d in range(len(out0)))
+    um = [None] * len(upd)
     for d_op, d_up in zip(window_op, uwd):
         if upd[d_up] == opnd[d_op]:
             um[d_up] = om[d_op]

@@ -54,9 +54,12 @@ def random_policy_plan(problem, seed: int) -> list[int]:
 
 def finish(problem, plan, polish_it: bool, refine_time_s: float = 0.0):
     """Memory-repair (if needed) then, with ``polish_it``, what the planner does to its own decode
-    (``solvers.local.improve``: polish, then refine for ``refine_time_s``); None when no repair fits."""
+    (``solvers.local.improve``: polish, then refine for ``refine_time_s``); None when no repair fits
+    or there is no plan to start from."""
     from costmodel.problem import evaluate
     from solvers.local import improve, repair_memory
+    if plan is None:   # e.g. bp_plan when nothing fits the limit
+        return None
     if polish_it:
         return improve(problem, plan, refine_time_limit_s=refine_time_s)
     return plan if evaluate(problem, plan).feasible else repair_memory(problem, plan)

@@ -19,7 +19,7 @@ from zoo import meshgraphnet as mg
 from zoo.common import build_step
 
 sys.path.insert(0, os.path.dirname(__file__))
-from plan_helpers import env_episode  # noqa: E402
+from plan_helpers import env_episode, fidelity_line  # noqa: E402
 
 CFG = mg.MeshGraphNetConfig(n_nodes=64, n_edges=256, latent=8, n_blocks=1, mlp_hidden_layers=1)
 
@@ -146,6 +146,7 @@ def test_message_passing_plan_executes(mgn):
     # halo; the 2 scatter-adds into receivers (segment_sum, x[receivers]'s transpose) edge-sharded
     assert sum("(halo)" in x for x in names.values()) == 4 and sum("reduce-scatter" in x for x in names.values()) == 2
     r = sg.execute(fn, args, g, plan, problem=p, iters=1)
+    print(fidelity_line("message-passing", r))
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
     # the halo exchanges are exactly the collective-permutes XLA runs
     xla_perm = sum(c["wire_bytes"] for c in r.collectives if c["kind"] == "collective-permute")

@@ -8,7 +8,9 @@ the last)] -> projection MLP. Spectral conv: jnp.fft.rfft2 over the two spatial 
 einsum over channels (weights stored as two real params, `w_real`/`w_imag`), scatter into a zero
 spectrum, jnp.fft.irfft2 back. 3-D (``SpectralConv3d``): jnp.fft.rfftn over the three spatial axes,
 the four low-mode corner blocks (positive/negative on the first two axes, [:modes] of the half
-spectrum on the last), irfftn back. Loss = MSE against the target field.
+spectrum on the last), irfftn back. ``complex_fft=True``: the same on complex FFTs (fftn of the input
+cast to complex64, the same low-mode blocks of the full spectrum, the real part of ifftn back), so
+a plan's fft nodes are FFT / IFFT rather than RFFT / IRFFT. Loss = MSE against the target field.
 
 Scientific sizes (batch below the device count, as PDE / weather training runs): hires-512 and
 hires-1024 (2-D, batch 2 and 1), 3d-tiny (runs on the CPU mesh) and 3d-128 (a 128^3 field).
@@ -36,6 +38,9 @@ class FNOConfig:
     proj: int = 128
     diffusivity: float = 0.01  # heat-equation time x diffusivity of the target operator
     dims: int = 2  # spatial dims: 2 or 3
+    #: the spectral conv on complex FFTs (fftn of the input cast to complex64, the same low-mode blocks of
+    #: the full spectrum, the real part of ifftn back) instead of rfftn / irfftn: the fft2 / fftn variant
+    complex_fft: bool = False
 
 
 SIZES = {
@@ -48,9 +53,22 @@ SIZES = {
 }
 
 
+def _forward(x, k: int, complex_fft: bool):
+    """The spectrum over spatial axes 1..k: rfftn (half spectrum on the last axis) or fftn of complex64 x."""
+    axes = tuple(range(1, k + 1))
+    return jnp.fft.fftn(x.astype(jnp.complex64), axes=axes) if complex_fft else jnp.fft.rfftn(x, axes=axes)
+
+
+def _inverse(out_ft, s: tuple, complex_fft: bool):
+    """Back to the field: irfftn to size ``s``, or the real part of ifftn."""
+    axes = tuple(range(1, len(s) + 1))
+    return jnp.real(jnp.fft.ifftn(out_ft, axes=axes)) if complex_fft else jnp.fft.irfftn(out_ft, s=s, axes=axes)
+
+
 class SpectralConv2d(nn.Module):
     features: int
     modes: int
+    complex_fft: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -60,17 +78,18 @@ class SpectralConv2d(nn.Module):
         init = lambda key, shape: scale * jax.random.uniform(key, shape, jnp.float32)
         shape = (2, m, m, c, self.features)  # [positive, negative] first-axis frequency blocks
         weights = jax.lax.complex(self.param("w_real", init, shape), self.param("w_imag", init, shape))
-        x_ft = jnp.fft.rfft2(x, axes=(1, 2))  # (b, h, w//2+1, c) complex64
+        x_ft = _forward(x, 2, self.complex_fft)  # (b, h, w//2+1, c) complex64 (w, not w//2+1, if complex)
         low = jnp.einsum("bxyi,xyio->bxyo", x_ft[:, :m, :m, :], weights[0])
         high = jnp.einsum("bxyi,xyio->bxyo", x_ft[:, h - m:, :m, :], weights[1])
-        out_ft = jnp.zeros((b, h, w // 2 + 1, self.features), jnp.complex64)
+        out_ft = jnp.zeros((b, h, w if self.complex_fft else w // 2 + 1, self.features), jnp.complex64)
         out_ft = out_ft.at[:, :m, :m, :].set(low).at[:, h - m:, :m, :].set(high)
-        return jnp.fft.irfft2(out_ft, s=(h, w), axes=(1, 2))
+        return _inverse(out_ft, (h, w), self.complex_fft)
 
 
 class SpectralConv3d(nn.Module):
     features: int
     modes: int
+    complex_fft: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -80,13 +99,13 @@ class SpectralConv3d(nn.Module):
         init = lambda key, shape: scale * jax.random.uniform(key, shape, jnp.float32)
         shape = (4, m, m, m, c, self.features)  # corners: (+,+), (-,+), (+,-), (-,-) on the first two axes
         weights = jax.lax.complex(self.param("w_real", init, shape), self.param("w_imag", init, shape))
-        x_ft = jnp.fft.rfftn(x, axes=(1, 2, 3))  # (b, d1, d2, d3//2+1, c) complex64
-        out_ft = jnp.zeros((b, d1, d2, d3 // 2 + 1, self.features), jnp.complex64)
+        x_ft = _forward(x, 3, self.complex_fft)  # (b, d1, d2, d3//2+1, c) complex64 (d3 if complex)
+        out_ft = jnp.zeros((b, d1, d2, d3 if self.complex_fft else d3 // 2 + 1, self.features), jnp.complex64)
         for k, (s1, s2) in enumerate([(slice(0, m), slice(0, m)), (slice(d1 - m, d1), slice(0, m)),
                                       (slice(0, m), slice(d2 - m, d2)), (slice(d1 - m, d1), slice(d2 - m, d2))]):
             block = jnp.einsum("bxyzi,xyzio->bxyzo", x_ft[:, s1, s2, :m, :], weights[k])
             out_ft = out_ft.at[:, s1, s2, :m, :].set(block)
-        return jnp.fft.irfftn(out_ft, s=(d1, d2, d3), axes=(1, 2, 3))
+        return _inverse(out_ft, (d1, d2, d3), self.complex_fft)
 
 
 class FNO(nn.Module):
@@ -101,7 +120,7 @@ class FNO(nn.Module):
         x = nn.Dense(cfg.width, name="lift")(jnp.concatenate([batch["a"], grid], axis=-1))
         spectral = SpectralConv2d if cfg.dims == 2 else SpectralConv3d
         for i in range(cfg.n_layers):
-            y = spectral(cfg.width, cfg.modes, name=f"spectral_{i}")(x)
+            y = spectral(cfg.width, cfg.modes, cfg.complex_fft, name=f"spectral_{i}")(x)
             y = y + nn.Dense(cfg.width, name=f"skip_{i}")(x)
             x = nn.gelu(y) if i < cfg.n_layers - 1 else y
         x = nn.gelu(nn.Dense(cfg.proj, name="proj_0")(x))
