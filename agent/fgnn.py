@@ -324,7 +324,7 @@ class FGNN:
                 snap = unpad(cp, carry[0], carry[1])
                 snaps.append(snap)
                 pending += [snap] if on_snap else []
-                ratio = g.profile(g.seg_argmin(mp.belief(*snap))) / g.cap
+                ratio = mp.price_profile(g.seg_argmin(mp.belief(*snap))) / g.cap
                 lam = np.asarray(jax.device_get(carry[2]), np.float64)[:Tg]
                 if not (ratio > 1.0).any() and not lam.any():
                     binding = False
@@ -358,15 +358,15 @@ class FGNN:
         exists (the least-usage plan breaks the cap). No polish, no refine."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
-        found, last = (None, float("inf")), None
+        cands = bp.Candidates(problem, inputs.back)
+        variants = (False, True) if self.base == "lagrangian" and problem.usage_limit is not None \
+            and problem.edge_memory is not None else (False,)
 
-        def consider(cand):     # each snapshot's decode runs while the network computes the next block
-            nonlocal found, last
-            x = bp.decode(inputs.mp, *cand)
-            last = last if x is None else x if inputs.back is None else inputs.back(x)
-            found = bp.best_fit(problem, x, inputs.back, found)
+        def consider(cand):     # each snapshot's decodes run while the network computes the next block
+            for copies in variants:      # as bp_solve: the plain decode and the copy-aware one
+                cands.add(bp.decode(inputs.mp, *cand, copies=copies))
         consider(self._run(inputs, params, on_snap=consider)[0])
-        best = found[0]
+        best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:

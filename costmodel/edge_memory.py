@@ -304,8 +304,12 @@ class CopyTracker:
         t.short = set()
         return t
 
-    def decide(self, i: int, si: int, strategies) -> list:
+    def decide(self, i: int, si: int, strategies, log: list | None = None) -> list:
+        """The ranges (see the class docstring); ``log``: records what ``undo(log)`` restores."""
         em, out = self.em, []
+        if log is not None:     # per touched member: its group's span and whether its step's short copy was made
+            log.extend((g, self.lo[g], self.hi[g], (g, self.mlo[m]), (g, self.mlo[m]) in self.short)
+                       for m in self.touch[i] for g in (int(self.g_of[m]),))
         for m in self.touch[i]:
             g = int(self.g_of[m])
             u, v = int(em.group_node[g]), int(em.member_node[m])
@@ -332,3 +336,10 @@ class CopyTracker:
                 out.append((hi, b, float(em.group_bytes[g])))
                 self.hi[g] = b
         return out
+
+    def undo(self, log: list) -> None:
+        """Back to the state before the ``decide`` calls that filled ``log``."""
+        for g, lo, hi, key, had in reversed(log):
+            self.lo[g], self.hi[g] = lo, hi
+            if not had:
+                self.short.discard(key)
