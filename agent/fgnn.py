@@ -29,11 +29,11 @@ parameter at zero; an untrained network is there too, as every MLP's output laye
 is Lagrangian BP: its messages are bp.py's to float32 rounding and its plan equals
 ``bp_plan(rounds=config.rounds, memory_prices=True)``'s (tests/test_fgnn.py; plain BP's for
 ``base="plain"`` or an uncapped problem). In ``plan`` the price rule reads the argmin plan's
-profile with its resharded copies (``LocalCosts.profile``), as bp.py does, between jitted blocks of
-rounds; the differentiable training forward (``logits``) runs the same rule inside one jit on node
-usages alone, so on problems with copy groups its prices can differ from the plan's (copies only
-add memory: they raise λ sooner); it also never switches the rule off once the plan fits and λ is
-0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
+node usages (``bp.Messages.price_profile``), as bp.py does, between jitted blocks of rounds, and
+each decode point decodes plainly and copy-aware (``bp.Candidates``, as bp_solve); the
+differentiable training forward (``logits``) runs the same rule inside one jit on node usages
+too, but on the grid points alone (no copy-aware decode), and it never switches the rule off once
+the plan fits and λ is 0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
 
 Shapes are padded to buckets (agent/fgnn_pack.py): one compiled forward serves similar sizes.
 """
