@@ -53,7 +53,6 @@ from solvers.bp_decode import decode
 from solvers.local import LocalCosts, fit_with_copies, prune
 
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
-COPY_PRICES = False
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
 #                            only up to this many nodes; otherwise at the start and the end
 
@@ -154,10 +153,10 @@ class Messages:
         return self._copies.fresh()
 
     def price_profile(self, x: np.ndarray) -> np.ndarray:
-        """The profile the price rule reads for the beliefs' argmin plan ``x``: node usages only
-        (``COPY_PRICES`` False) or with the plan's resharded copies."""
+        """The profile the price rule reads for the beliefs' argmin plan ``x``: its node usages, not
+        its resharded copies (``g.profile(x)`` with them was tried: see the module docstring)."""
         g = self.g
-        return g.profile(x) if COPY_PRICES else g.profile_of(g.live_usage[g.offs[:-1] + x])
+        return g.profile_of(g.live_usage[g.offs[:-1] + x])
 
     def belief(self, c: np.ndarray, to_u: np.ndarray, to_v: np.ndarray) -> np.ndarray:
         n = len(c)
