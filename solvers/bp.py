@@ -158,13 +158,16 @@ class Messages:
         g = self.g
         return g.profile_of(g.live_usage[g.offs[:-1] + x])
 
-    def unpriced_decodes(self, rounds: int, damping: float = DAMPING, copies: bool = False) -> list:
+    def unpriced_decodes(self, rounds: int, damping: float = DAMPING, copies: bool = False,
+                         deadline: float | None = None) -> list:
         """The decodes (plain and, with ``copies``, copy-aware) of plain BP's beliefs after ``rounds``
         rounds without memory prices: Lagrangian BP's extra candidates under a binding cap, for where
         the prices make every decode dear (fno large @ h100-2x8 cap 0.1: 3.92x the ILP label with
-        the prices, 1.42x plain BP's plan)."""
+        the prices, 1.42x plain BP's plan). Fewer rounds if ``deadline`` (perf_counter) passes."""
         to_u, to_v = np.zeros(int(self.su[-1])), np.zeros(int(self.sv[-1]))
         for _ in range(rounds):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
             to_u, to_v = self.update(self.cost, to_u, to_v, damping)
         return [decode(self, self.cost, to_u, to_v, copies=c) for c in ((False, True) if copies else (False,))]
 
@@ -343,7 +346,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
             c = priced()
     consider(c)
     if g.cap is not None and memory_prices and (deadline is None or time.perf_counter() < deadline):
-        for x in mp.unpriced_decodes(rounds, damping, copies=len(variants) > 1):
+        for x in mp.unpriced_decodes(rounds, damping, copies=len(variants) > 1, deadline=deadline):
             cands.add(x)
     best, best_cost = cands.best(None if deadline is None else max(deadline - time.perf_counter(), 0.1))
     if bound:
