@@ -29,11 +29,11 @@ parameter at zero; an untrained network is there too, as every MLP's output laye
 is Lagrangian BP: its messages are bp.py's to float32 rounding and its plan equals
 ``bp_plan(rounds=config.rounds, memory_prices=True)``'s (tests/test_fgnn.py; plain BP's for
 ``base="plain"`` or an uncapped problem). In ``plan`` the price rule reads the argmin plan's
-profile with its resharded copies (``LocalCosts.profile``), as bp.py does, between jitted blocks of
-rounds; the differentiable training forward (``logits``) runs the same rule inside one jit on node
-usages alone, so on problems with copy groups its prices can differ from the plan's (copies only
-add memory: they raise λ sooner); it also never switches the rule off once the plan fits and λ is
-0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
+node usages (``bp.Messages.price_profile``), as bp.py does, between jitted blocks of rounds, and
+each decode point decodes plainly and copy-aware (``bp.Candidates``, as bp_solve); the
+differentiable training forward (``logits``) runs the same rule inside one jit on node usages
+too, but on the grid points alone (no copy-aware decode), and it never switches the rule off once
+the plan fits and λ is 0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
 
 Shapes are padded to buckets (agent/fgnn_pack.py): one compiled forward serves similar sizes.
 """
@@ -324,7 +324,7 @@ class FGNN:
                 snap = unpad(cp, carry[0], carry[1])
                 snaps.append(snap)
                 pending += [snap] if on_snap else []
-                ratio = g.profile(g.seg_argmin(mp.belief(*snap))) / g.cap
+                ratio = mp.price_profile(g.seg_argmin(mp.belief(*snap))) / g.cap
                 lam = np.asarray(jax.device_get(carry[2]), np.float64)[:Tg]
                 if not (ratio > 1.0).any() and not lam.any():
                     binding = False
@@ -358,15 +358,18 @@ class FGNN:
         exists (the least-usage plan breaks the cap). No polish, no refine."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
-        found, last = (None, float("inf")), None
+        cands = bp.Candidates(problem, inputs.back)
+        variants = (False, True) if self.base == "lagrangian" and problem.usage_limit is not None \
+            and problem.edge_memory is not None else (False,)
 
-        def consider(cand):     # each snapshot's decode runs while the network computes the next block
-            nonlocal found, last
-            x = bp.decode(inputs.mp, *cand)
-            last = last if x is None else x if inputs.back is None else inputs.back(x)
-            found = bp.best_fit(problem, x, inputs.back, found)
+        def consider(cand):     # each snapshot's decodes run while the network computes the next block
+            for copies in variants:      # as bp_solve: the plain decode and the copy-aware one
+                cands.add(bp.decode(inputs.mp, *cand, copies=copies))
         consider(self._run(inputs, params, on_snap=consider)[0])
-        best = found[0]
+        if self.base == "lagrangian" and problem.usage_limit is not None:   # as bp_solve: plain BP's decodes too
+            for x in inputs.mp.unpriced_decodes(self.config.rounds, copies=len(variants) > 1):
+                cands.add(x)
+        best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:

@@ -304,8 +304,10 @@ class CopyTracker:
         t.short = set()
         return t
 
-    def decide(self, i: int, si: int, strategies) -> list:
+    def decide(self, i: int, si: int, strategies, log: list | None = None) -> list:
+        """The ranges (see the class docstring); ``log``: records what ``undo(log)`` restores."""
         em, out = self.em, []
+        log = [] if log is None else log     # what changed: (g, lo, hi) before, or the short copy's key
         for m in self.touch[i]:
             g = int(self.g_of[m])
             u, v = int(em.group_node[g]), int(em.member_node[m])
@@ -316,11 +318,14 @@ class CopyTracker:
             if not em.early(g, su):   # a short-lived copy at the member's step (one per step)
                 if (g, a) not in self.short:
                     self.short.add((g, a))
+                    log.append((g, a))
                     out.append((a, b, float(em.group_bytes[g])))
                 continue
             if em.member_time[m] < em.group_time[g]:
                 continue              # read before the producer's step: extends nothing (as intervals)
             a = self.glo[g]           # made by a collective: live from the producer's step
+            if lo is None or a < lo or b > hi:
+                log.append((g, lo, hi))
             if lo is None:
                 out.append((a, b, float(em.group_bytes[g])))
                 self.lo[g], self.hi[g] = a, b
@@ -332,3 +337,11 @@ class CopyTracker:
                 out.append((hi, b, float(em.group_bytes[g])))
                 self.hi[g] = b
         return out
+
+    def undo(self, log: list) -> None:
+        """Back to the state before the ``decide`` calls that filled ``log``."""
+        for rec in reversed(log):
+            if len(rec) == 2:
+                self.short.discard(rec)
+            else:
+                self.lo[rec[0]], self.hi[rec[0]] = rec[1], rec[2]

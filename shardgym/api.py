@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from agent.planner import Planner
+from agent.planner import DEFAULT_POLICY, Planner
 from costmodel.builder import build_problem
 from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
@@ -69,11 +69,13 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     return plan
 
 
-def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoint: str = "pretrained",
+def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoint: str = DEFAULT_POLICY,
                   search: bool = True, **kw) -> tuple[list[int], dict]:
-    """The pretrained policy (``agent.planner.Planner``) under ``problem.usage_limit``;
-    ``search=False`` is the raw decode (one forward pass + the masked decode, no polish/refine).
-    The planner prices the resharded copies itself (its repair and its fallback plan see them)."""
+    """The shipped planner (``agent.planner.DEFAULT_POLICY``: the factor-graph network,
+    agent/pretrained/fgnn.msgpack; ``checkpoint="pretrained"``: the session-4 GNN policy) under
+    ``problem.usage_limit``; ``search=False`` is the raw decode (one forward pass + the masked
+    decode, no polish/refine). The planner prices the resharded copies itself (its repair and its
+    fallback plan see them)."""
     planner = Planner.load(checkpoint)
     if not search:
         kw["polish"] = False

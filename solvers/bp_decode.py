@@ -116,11 +116,15 @@ class _Domains:
         return True
 
 
-def decode(mp, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
+def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False) -> np.ndarray | None:
     """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
     checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
     propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
-    within the limit is taken; if none passes, the cheapest, propagated leniently."""
+    within the limit is taken; if none passes, the cheapest, propagated leniently. ``copies`` (a
+    problem with copy groups under a limit): the floor also carries the resharded copies each
+    decision makes live with its decided neighbours (``CopyTracker``), and a strategy whose copies
+    would break the limit is skipped (any number of them, not only ``tries``); such a decode fits
+    the limit, copies included, unless some node had no strategy left (then it went leniently)."""
     g = mp.g
     b = mp.belief(c, to_u, to_v)
     d = _Domains(g)
@@ -132,6 +136,8 @@ def decode(mp, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
         if d.floor.max(initial=0.0) > cap:
             return None
     x, ec, xs = d.x, mp.ec, [0] * g.n       # xs: x as Python ints (nodes decide in index order)
+    copies = mp.copy_tracker() if copies and d.floor is not None else None
+    sx = [-1] * g.n                          # x for the copy tracker (−1: undecided)
     offs, ks, tlo, thi = g.offs.tolist(), g.k.tolist(), g.lo.tolist(), g.hi.tolist()
     timed = (g.live_mask & (g.hi > g.lo)).tolist() if d.floor is not None else [False] * g.n
     # free: a node's domain changes only when it is decided, so whether it is all alive is known now
@@ -152,20 +158,44 @@ def decode(mp, c, to_u, to_v, tries: int = 4) -> np.ndarray | None:
             sc = np.where(al, sc, np.where(np.isfinite(sc), sc + 1e300, sc))
         order = sc.argsort(kind="stable")
         done = False
-        for s in order[:tries].tolist():
+        for s in order[:tries if copies is None else ki].tolist():
             if not math.isfinite(sc[s]) or not al[s]:
                 break
+            clog, made = None, []
+            if copies is not None:           # the copies s makes live with the decided neighbours
+                clog = []
+                made = copies.decide(i, s, sx, clog)
+                if made and not _add(d.floor, made, cap):
+                    copies.undo(clog)
+                    continue
             if d.free:
                 if d.decide_free(i, s, lo, hi, (tlo[i], thi[i]) if timed[i] else None):
                     done = True
                     break
-                continue
-            log: list = []
-            if d.decide(i, s, strict=True, log=log):
-                done = True
-                break
-            d.undo(log)
+            else:
+                log: list = []
+                if d.decide(i, s, strict=True, log=log):
+                    done = True
+                    break
+                d.undo(log)
+            if clog is not None:
+                _add(d.floor, made, None, -1.0)
+                copies.undo(clog)
         if not done:
             d.decide(i, int(order[0]), strict=False)
-        xs[i] = int(x[i])
+            if copies is not None:
+                _add(d.floor, copies.decide(i, int(order[0]), sx), None)
+        xs[i] = sx[i] = int(x[i])
     return x
+
+
+def _add(floor: np.ndarray, made: list, cap: float | None, sign: float = 1.0) -> bool:
+    """Add (``sign`` −1: remove) the copies ``made`` ([(lo, hi, bytes)] on the grid) to the floor;
+    with ``cap``, False (and the floor as it was) when that puts a point over it."""
+    for lo, hi, b in made:
+        floor[lo:hi] += sign * b
+    if cap is None or all(floor[lo:hi].max() <= cap for lo, hi, _ in made):
+        return True
+    for lo, hi, b in made:
+        floor[lo:hi] -= b
+    return False

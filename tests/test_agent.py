@@ -192,14 +192,16 @@ def test_planner_refines_only_when_the_cap_binds(monkeypatch):
 
 
 def test_solve_policy_search_false_is_the_raw_decode():
-    """sg.solve(method="policy", search=False) is Planner.plan without polish or refine, and it
-    honours memory_cap_bytes."""
+    """sg.solve(method="policy", search=False) is the default planner's plan without polish or
+    refine (the GNN policy's with checkpoint="pretrained"), and it honours memory_cap_bytes."""
     import shardgym as sg
-    from agent.planner import Planner
+    from agent.planner import DEFAULT_POLICY, Planner
     p = random_problem(np.random.default_rng(7), 30, 5)
-    raw = Planner.load("pretrained").plan(p, polish=False)
-    plan = sg.solve(p, method="policy", search=False)
-    assert list(plan.strategies) == list(raw)
+    for name in (DEFAULT_POLICY, "pretrained"):
+        raw = Planner.load(name).plan(p, polish=False)
+        kw = {} if name == DEFAULT_POLICY else {"checkpoint": name}
+        plan = sg.solve(p, method="policy", search=False, **kw)
+        assert list(plan.strategies) == list(raw)
     least = sg.evaluate(p, [int(np.argmin(p.node_usages[a:b])) for a, b in
                             zip(p.strategy_offsets[:-1], p.strategy_offsets[1:])]).peak_memory_bytes
     capped = sg.solve(p, method="policy", search=False, memory_cap_bytes=1.5 * least)

@@ -252,7 +252,8 @@ def test_a_node_feeding_only_aliased_outputs_holds_its_transients_at_its_step():
 def test_copy_intervals_are_never_negative_and_the_env_tracker_adds_up_to_them(seed, n):
     """Random copy groups (members may precede the producer's step, groups may be empty): every
     interval has start < end, and the environment's CopyTracker, deciding nodes in a random
-    order, covers the same bytes at every grid point as ``intervals``."""
+    order, covers the same bytes at every grid point as ``intervals``; a decision tried and undone
+    (``decide(..., log)`` then ``undo(log)``, as bp's copy-aware decode does) before each one changes nothing."""
     from costmodel.edge_memory import CopyTracker
     from costmodel.profile import live_on
     rng = np.random.default_rng(seed)
@@ -274,6 +275,9 @@ def test_copy_intervals_are_never_negative_and_the_env_tracker_adds_up_to_them(s
     dec = np.full(p.num_nodes, -1)
     got = np.zeros(len(grid))
     for i in rng.permutation(p.num_nodes):
+        log: list = []
+        tracker.decide(int(i), int(rng.integers(p.num_strategies[i])), dec, log)
+        tracker.undo(log)
         dec[i] = s[i]
         for a, c, by in tracker.decide(int(i), int(s[i]), dec):
             assert a < c

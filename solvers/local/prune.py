@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
@@ -262,9 +264,14 @@ def prepare(problem: Problem, tie: bool = True, g: LocalCosts | None = None):
 
 def prune(problem: Problem) -> tuple[Problem, object]:
     """(the problem without the strategies no forbidden-free, memory-feasible plan uses, a function
-    mapping its plans back to the original's strategy indices); see ``Pruning``."""
+    mapping its plans back to the original's strategy indices); see ``Pruning``. Unlike
+    ``Pruning.problem`` it keeps the resharded copy groups (``CopyGroups.restrict`` to the kept
+    strategies), so a pruned plan's profile, and whether it fits, are its original plan's."""
     pr = Pruning(LocalCosts(problem))
-    return pr.problem, pr.to_orig
+    if problem.edge_memory is None:
+        return pr.problem, pr.to_orig
+    keep = np.split(pr.orig_local, pr.problem.strategy_offsets[1:-1])
+    return replace(pr.problem, edge_memory=problem.edge_memory.restrict(keep)), pr.to_orig
 
 
 def range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
