@@ -151,3 +151,23 @@ def test_memory_objective_on_gpt_tiny_returns_at_its_limit_well_below_megatron()
     assert plan.info["status"] in ("optimal", "time_limit") or plan.info["source"] == "incumbent"
     megatron = sg.evaluate(problem, sg.solve(problem, method="megatron")).peak_memory_bytes
     assert sg.evaluate(problem, plan).peak_memory_bytes < megatron
+
+
+def test_refine_skips_a_neighbourhood_whose_milp_overruns(monkeypatch):
+    """``solvers.local.refine`` runs each neighbourhood's MILP under the watchdog: a sub-ILP that
+    ignores its limit (a sleep standing in for HiGHS, which once ran 20 minutes past a 1.5 s limit
+    in the policy's refine) is killed and skipped, so refine returns near its own limit with a
+    plan no worse than its start."""
+    from solvers.ilp import guard
+    from solvers.local.lns import refine
+
+    def stuck(problem, time_limit_s=60, **kw):
+        time.sleep(60)
+
+    monkeypatch.setattr(guard, "solve_ilp", stuck)
+    p = random_problem(np.random.default_rng(2), 30, kmax=3, limit_q=None)
+    start = [0] * p.num_nodes
+    t0 = time.perf_counter()
+    plan = refine(p, start, time_limit_s=2.0)
+    assert time.perf_counter() - t0 < 2.0 + 1.0 + 2.0
+    assert list(plan) == start

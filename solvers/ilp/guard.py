@@ -8,7 +8,10 @@ after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and ``Solv
 RuntimeError, as ``solve_ilp`` raises when HiGHS finds no plan in time) is raised, carrying the
 plans the child streamed back before (``solve_ilp(on_incumbent=)``: the best seed, the memory
 objective's heuristic plans), so a kill loses none of the work done before the last MIP. Without fork (not POSIX) it calls
-``solve_ilp`` inline. ``fresh_highs_scheduler`` is what a forked child runs first (also the
+``solve_ilp`` inline, as it does inside a guarded child (a daemon process: its parent's watchdog
+bounds it). ``solvers.local.lns`` runs each neighbourhood's sub-ILP under it: one such sub-ILP of a
+<= 1.5 s limit ran 20 minutes in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5, the policy's
+refine); a fork costs ~7 ms on 2 loaded cores. ``fresh_highs_scheduler`` is what a forked child runs first (also the
 capped core's guard, ``solvers.capped.solve_guarded``).
 """
 from __future__ import annotations
@@ -80,7 +83,9 @@ def stop_child(proc) -> None:
 def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, **kw):
     """``solve_ilp(problem, time_limit_s=time_limit_s, **kw)``, killed ``grace_s`` past its limit
     (the module docstring): then ``SolveOverrun`` (a RuntimeError) is raised."""
-    if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0:
+    if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0 or mp.current_process().daemon:
+        # inline without fork, or inside a guarded child (a daemon may not fork; its parent's
+        # watchdog bounds it already)
         return solve_ilp(problem, time_limit_s=time_limit_s, **kw)
     grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
 

@@ -19,7 +19,7 @@ import numpy as np
 from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
 from costmodel.profile import live_on, step_sum
-from solvers.ilp import solve_ilp
+from solvers.ilp.guard import solve_ilp_guarded
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
@@ -42,7 +42,9 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
     in 5 of 5 runs from a polished plan at 1.27x; meshgraphnet tiny went 1.45x -> 1.22-1.37x.
     Lagrangian rounds (``solvers.search``) before the search, and 30/60/120-node
     neighbourhoods, did no better at this budget. Approximate in time: the last MILP call (given
-    the time left) may overrun by its set-up."""
+    the time left) may overrun by its set-up. Each MILP runs under the ILP watchdog
+    (``solve_ilp_guarded``, killed 0.5-1 s past its limit, the neighbourhood then skipped): one ran
+    20 minutes past a 1.5 s limit in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5)."""
     deadline = time.perf_counter() + float(time_limit_s)
     rng = np.random.default_rng(seed)
     g = LocalCosts(problem)
@@ -80,9 +82,9 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
             break
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
-            plan, _ = solve_ilp(sub, time_limit_s=budget, initial_plan=cur, reduce=True,
-                                relax_cap=False)
-        except Exception:  # infeasible or timed out without a plan: keep the current one
+            plan, _ = solve_ilp_guarded(sub, time_limit_s=budget, grace_s=min(1.0, max(0.5, margin_s)),
+                                        initial_plan=cur, reduce=True, relax_cap=False)
+        except Exception:  # infeasible, timed out without a plan, or overran (killed): keep the current one
             continue
         t = s.copy()
         t[sel] = np.asarray(plan[:len(sel)])
