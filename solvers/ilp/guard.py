@@ -6,8 +6,8 @@ process), and a native call cannot be interrupted from Python.
 child and returns its answer, or raises its error; when the child has not answered ``grace_s``
 after ``time_limit_s`` (default: 2 s + 5 % of the limit) it is killed and ``SolveOverrun`` (a
 RuntimeError, as ``solve_ilp`` raises when HiGHS finds no plan in time) is raised, carrying the
-plans the child streamed back before (``solve_ilp(on_incumbent=)``: the best seed, the memory
-objective's heuristic plans), so a kill loses none of the work done before the last MIP. Without fork (not POSIX) it calls
+plans the child streamed back before (``solve_ilp(on_incumbent=)``: the memory objective's copy-free
+and heuristic plans), so a kill loses none of the work done before the last MIP. Without fork (not POSIX) it calls
 ``solve_ilp`` inline, as it does inside a guarded child (a daemon process: its parent's watchdog
 bounds it). ``solvers.local.lns`` runs each neighbourhood's sub-ILP under it: one such sub-ILP of a
 <= 1.5 s limit ran 20 minutes in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5, the policy's

@@ -51,7 +51,8 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     (``relax_cap``); worth it when the cap often does not bind (traced models on big devices),
     a waste of up to ``config.relax_share`` of the time limit where it always binds (IOPDDL
     instances). ``config``: the solver's tuning (``IlpConfig``). ``on_incumbent(plan)``: called with
-    plans found before the last MIP ends (the best seed, the memory objective's heuristic plans);
+    plans found before the last MIP ends (the memory objective's copy-free and heuristic plans; the
+    caller holds its seeds already);
     ``solve_ilp_guarded`` answers the best of them when HiGHS overruns its limit.
 
     Raises InfeasibleError when no plan meets the memory cap / step-time bound, LimitError (a
@@ -82,7 +83,6 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     if need_m:   # a proven lower bound on the peak
         m_lo = node_min_peak(problem) if problem.edge_memory is not None else min_usage(problem)[1]
     start = best_seed(problem, seeds, cap, max_step_time_s, w.key)
-    o.offer(start)
     out = None
     if relax_cap and cap is not None and not need_m:
         out = _relax_cap(problem, o, w, objective, cap, max_step_time_s)
