@@ -94,7 +94,7 @@ def main(argv=None):
     ap.add_argument("--no-copies", action="store_true",
                     help="--split fg: drop the problems' edge memory (resharded copies), the model the BP family "
                          "prices; writes results/eval_fgnn_nocopies.json")
-    ap.add_argument("--out-name", default="", help="--split fg: results/NAME.json and .png instead of eval_fgnn")
+    ap.add_argument("--out-name", default="", help="results/NAME.json and .png instead of eval_policy (eval_fgnn with --split fg)")
     args = ap.parse_args(argv)
     if args.split == "fg":
         from experiments.eval_fgnn import main as fg_main
@@ -175,6 +175,9 @@ def main(argv=None):
         g = greedy_by_cost(p)
         record("greedy_cost_raw", finish(p, g, False))
         record("greedy_cost", finish(p, g, True, refine_s))
+        for key, search in (("default", True), ("default_raw", False)):   # what solve(method="policy") does today
+            t = time.perf_counter()
+            record(key, _default_plan(p, search), time.perf_counter() - t)
         for key, prices in (("bp", False), ("bp_lagrangian", True)):   # min-sum BP, no learning
             t = time.perf_counter()
             bp = bp_plan(p, rounds=60, memory_prices=prices)
@@ -196,7 +199,7 @@ def main(argv=None):
         big_row = {"nodes": big.num_nodes, "edges": big.num_edges, "plan_s_first_call": first_s,
                    "plan_s_warm": warm_s, "feasible": evaluate(big, big_plan).feasible}
 
-    methods = ["policy_greedy", "policy_greedy_norefine", "policy_best16", "policy_finetuned", "random",
+    methods = ["default", "policy_greedy", "policy_greedy_norefine", "policy_best16", "policy_finetuned", "random",
                "greedy_cost", "bp", "bp_lagrangian"]
 
     def summarise(subset):
@@ -217,7 +220,8 @@ def main(argv=None):
     capped_rows = [r for r in rows if r.get("cap_binds")]
     summary_capped = summarise(capped_rows)
     table = [{"method": k, **{kk: v for kk, v in s.items()}} for k, s in summary.items()]
-    print_table(rows, ["problem", "nodes", "ilp_status", "ilp_s", "policy_greedy_raw", "policy_greedy",
+    print_table(rows, ["problem", "nodes", "ilp_status", "ilp_s", "default_raw", "default", "default_s",
+                       "policy_greedy_raw", "policy_greedy",
                        "policy_best16", "policy_finetuned", "random", "greedy_cost", "bp_raw", "bp_lagrangian_raw",
                        "bp_lagrangian", "policy_greedy_s"],
                 title="cost / ILP cost on the held-out split (lower is better; 1 = ILP)")
@@ -231,14 +235,25 @@ def main(argv=None):
         print(f"{big_row['nodes']}-node problem: first call {big_row['plan_s_first_call']:.2f}s, "
               f"warm {big_row['plan_s_warm']:.2f}s")
     if args.skip_policy:     # a partial run: its own file, the full evaluation's is left alone
-        write_results("eval_policy_baselines", {"rows": rows, "summary": summary, "summary_capped": summary_capped},
+        write_results(args.out_name or "eval_policy_baselines", {"rows": rows, "summary": summary, "summary_capped": summary_capped},
                       config=vars(args), seed=args.seed)
         return
-    write_results("eval_policy", {"rows": rows, "summary": summary, "summary_capped": summary_capped,
+    write_results(args.out_name or "eval_policy", {"rows": rows, "summary": summary, "summary_capped": summary_capped,
                                   "big_problem": big_row,
                                   "planner": base.describe()}, config=vars(args), seed=args.seed)
     plot(rows, methods, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-                                     "eval_policy.png"), big_row)
+                                     (args.out_name or "eval_policy") + ".png"), big_row)
+
+
+def _default_plan(p, search: bool):
+    """``shardgym.solve(p, method="policy", search=search)``'s strategies (the shipped default planner:
+    the factor-graph network; ``search=False`` is its raw decode), None where it raises (no plan fits)."""
+    import shardgym as sg
+    try:
+        return sg.solve(p, method="policy", search=search).strategies
+    except Exception as exc:   # noqa: BLE001 - an unmet cap is a row, not a crash
+        print(f"default planner (search={search}): {type(exc).__name__}: {exc}", flush=True)
+        return None
 
 
 def bars(ax, rows, present, label_of, title, fontsize: int = 8, ncol: int = 1):
