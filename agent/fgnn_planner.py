@@ -10,7 +10,8 @@ repaired with its copies (``fitting_least_usage_plan``) if that fits (on the tra
 tiny @ fg-random-2 cap 0.15: 1.98x the ILP label where every decode broke the cap by 4.2x).
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
 (``solvers.local.improve``: memory repair, local-search polish and, when the cap binds, refine for
-``REFINE_TIME_LIMIT_S``). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
+``REFINE_TIME_LIMIT_S``; when it does not bind, the whole-graph MILP seeded with the plan for
+``WHOLE_MILP_TIME_LIMIT_S`` instead, ``solvers.local.lns.whole_milp``). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
+from solvers.local.lns import WHOLE_MILP_TIME_LIMIT_S
 
 
 class FGPlanner:
@@ -76,7 +78,8 @@ class FGPlanner:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
             out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
-                          if refine_time_limit_s is None else refine_time_limit_s, seed=seed)
+                          if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
+                          whole_time_limit_s=0.0 if binds else WHOLE_MILP_TIME_LIMIT_S)
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:

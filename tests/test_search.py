@@ -245,6 +245,31 @@ def test_refine_makes_the_all_or_nothing_move_that_polish_cannot():
     assert list(out) == [1, 1, 1, 1] and evaluate(p, list(out)).total == 0.0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_whole_milp_reaches_the_optimum_and_never_returns_worse(seed):
+    """The planners' whole-graph MILP (used when the cap does not bind): from the lowest-usage plan
+    of a small random problem it returns the brute-force optimum; a zero time limit and a graph over
+    WHOLE_MILP_MAX_NODES return the seed unchanged; the K4 all-or-nothing move is made."""
+    from solvers.local.lns import whole_milp
+    p = random_problem(np.random.default_rng(300 + seed), 8, kmax=3, edge_p=0.6, limit_q=None)
+    start = np.asarray(least_usage_plan(p))
+    out = whole_milp(p, start, 5.0)
+    _, best = brute_force(p)
+    assert evaluate(p, list(out)).total == pytest.approx(best.total)
+    assert list(whole_milp(p, start, 0.0)) == list(start)
+    edges = [(u, v) for u in range(4) for v in range(u + 1, 4)]
+    k4 = Problem.from_lists("k4", [np.array([1.0, 0.0])] * 4, [np.zeros(2)] * 4,
+                            np.zeros((4, 2), dtype=np.int64), edges, [np.array([0.0, 3.0, 3.0, 0.0])] * 6)
+    assert list(whole_milp(k4, [0, 0, 0, 0], 5.0)) == [1, 1, 1, 1]
+    import solvers.local.lns as lns_mod
+    old = lns_mod.WHOLE_MILP_MAX_NODES
+    try:
+        lns_mod.WHOLE_MILP_MAX_NODES = 3
+        assert list(whole_milp(k4, [0, 0, 0, 0], 5.0)) == [0, 0, 0, 0]
+    finally:
+        lns_mod.WHOLE_MILP_MAX_NODES = old
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_refine_never_worse_stays_feasible_and_is_exact_on_small_graphs(seed):
     """Under a memory limit, from the lowest-usage plan: refine's result fits the limit, is no
