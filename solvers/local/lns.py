@@ -19,13 +19,13 @@ import numpy as np
 from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
 from costmodel.profile import live_on, step_sum
-from solvers.ilp.guard import solve_ilp_guarded
+from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
-WHOLE_MILP_TIME_LIMIT_S = 1.0   # planners: the whole-graph MILP when the memory cap does not bind
+WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
 WHOLE_MILP_MAX_NODES = 2000
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
@@ -221,7 +221,7 @@ def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
 
 def whole_milp(problem: Problem, plan, time_limit_s: float) -> np.ndarray:
     """The whole graph as one neighbourhood: the MILP over every node, seeded with the feasible
-    ``plan``, for ``time_limit_s`` under the watchdog (killed 0.5 s past it). Returns its incumbent
+    ``plan``, for ``time_limit_s`` under the watchdog (killed 1 s past it, its streamed incumbents kept). Returns its incumbent
     when that fits and is cheaper, else ``plan``; never worse. Graphs over ``WHOLE_MILP_MAX_NODES``
     are returned as they are.
 
@@ -233,13 +233,19 @@ def whole_milp(problem: Problem, plan, time_limit_s: float) -> np.ndarray:
     if problem.num_nodes > WHOLE_MILP_MAX_NODES or time_limit_s <= 0:
         return s
     try:
-        out, _ = solve_ilp_guarded(problem, time_limit_s=time_limit_s, grace_s=0.5,
-                                   initial_plan=[int(x) for x in s])
-    except Exception:  # noqa: BLE001 -- no plan in time, infeasible or killed: keep the seed
-        return s
-    t = np.asarray(out, dtype=np.int64)
-    new, old = evaluate(problem, t), evaluate(problem, s)
-    return t if new.feasible and new.total < old.total - 1e-12 * max(1.0, abs(old.total)) else s
+        found = [solve_ilp_guarded(problem, time_limit_s=time_limit_s, grace_s=1.0,
+                                   initial_plan=[int(x) for x in s])[0]]
+    except SolveOverrun as exc:   # killed: what it streamed before
+        found = exc.incumbents
+    except Exception:  # noqa: BLE001 -- no plan in time or infeasible: keep the seed
+        found = []
+    best, best_cost = s, evaluate(problem, s).total
+    for out in found:
+        t = np.asarray(out, dtype=np.int64)
+        c = evaluate(problem, t)
+        if c.feasible and c.total < best_cost - 1e-12 * max(1.0, abs(best_cost)):
+            best, best_cost = t, c.total
+    return best
 
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
