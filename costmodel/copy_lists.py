@@ -62,10 +62,11 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     Approximate: XLA may schedule such a gather later when memory is short; the producer's own
     buffer, if it keeps one, is still charged from its trace step.
     On a CPU mesh an activation's gather whose gathered dim is not major (``cost.gather_relaid``)
-    and that a dot / conv / fft reads is relaid out by one more copy, live beside the gather where
-    it is made: a short-lived group at the first such reader's step (3-D pencil FNO: 0.83 -> 0.97).
-    Not for inputs / state-only values (``group_time`` 0): XLA gathers them just before the reader
-    and the raw gather dies at the copy (convae megatron's kernels; counted: 1.00 -> 1.17).
+    and that a dot / conv / fft reads is relaid out by one more copy, live beside the gather: a
+    short-lived group at the step before its first such reader (XLA makes it just before the
+    reader, whose result is not live yet). Not for inputs / state-only values (``group_time`` 0):
+    XLA gathers them just before the reader and the raw gather dies at the copy (convae megatron's
+    kernels: ``all-gather.1`` 15-18, ``wrapped_copy.2`` 18-20, the conv at 20).
     """
     nodes = graph.nodes
     groups, relayout = {}, {}
@@ -99,9 +100,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 relaid = g[4] & np.array([gather_relaid(ten.shape, s, L, mesh) for s in src])
                 if relaid.any():
                     relayout.setdefault(key, (u, g[1], []))[2].append((v, g[2][-1][1], want, free | ~relaid))
-    for key, (u, b, members) in relayout.items():   # the relayout copy at its first buffer reader's step
+    for key, (u, b, members) in relayout.items():   # the relayout copy just before its first buffer reader
         first = min(t for _, t, _, _ in members)
-        groups[key + ("relayout",)] = (u, b, [m for m in members if m[1] == first])
+        at = max(first - 1, groups[key][3])
+        groups[key + ("relayout",)] = (u, b, [(v, at, w, f) for v, t, w, f in members if t == first])
     return list(groups.values())
 
 

@@ -187,17 +187,18 @@ def gather_relaid(shape, src, dst, mesh: Mesh) -> bool:
     default layout (a buffer read: dot, conv, fft) gets one more copy? On "cpu": XLA CPU's
     all-gather concatenates whole blocks, so layout assignment makes the gathered dim the most major
     (``f32[1,64,32,32]{3,1,0,2}`` gathered on dim 2) and a ``copy`` (``wrapped_copy``,
-    ``copy_bitcast_fusion``) relays it out before the conv / YNNPACK dot; both are live where the
-    copy is made. No copy when every dim before the gathered one has one element. Measured in
-    XLA's buffer assignment (``--xla_dump_to``): probes gathering each dim of 2-D to 5-D operands
-    read by a conv, a dot, an fft (a dim-0 gather: one buffer; any other: two); the 3-D pencil FNO
-    plan (tests/test_dist_fft.py: ``all-gather.7`` and ``copy_bitcast_fusion.6``, 512 KiB each, at
-    XLA's peak; predicted / XLA 0.826 -> 0.968, the 2-D fftn slab plan 0.896 -> 0.917). A small
-    dot XLA runs with Eigen reads the permuted layout in place (f32[4,64,32] @ f32[32,32]: no
-    copy): counted anyway. Re-priced (``experiments.fidelity --reprice``): zoo 38 / 40 and
-    outside 17 / 24 within 10% as before; moe fsdp 0.92 -> 0.98, convae fsdp 0.78 -> 0.87,
-    ilp-memory 0.71 -> 0.79, mlp ilp-memory 0.92 -> 1.04, moe dp 1.02 -> 1.08, rnn ilp-memory
-    0.99 -> 1.03. Elsewhere (GPU, TPU) not measured: False."""
+    ``copy_bitcast_fusion``) relays it out just before the conv / YNNPACK dot; the gather and the
+    copy are both live there. No copy when every dim before the gathered one has one element.
+    Measured in XLA's buffer assignment and live ranges (``--xla_dump_to``): probes gathering each
+    dim of 2-D to 5-D operands read by a conv, a dot, an fft (a dim-0 gather: one buffer; any
+    other: two); the 3-D pencil FNO plan (tests/test_dist_fft.py: ``all-gather.7`` 219-220 and
+    ``copy_bitcast_fusion.6`` 220-221, 512 KiB each, at XLA's peak, the dot at 221; predicted /
+    XLA 0.826 -> 0.964); fno tiny ilp-time (``all-gather.3`` 141-142, ``copy_bitcast_fusion.7``
+    from 142, the fc1 dot at 143). A small dot XLA runs with Eigen reads the permuted layout in
+    place (f32[4,64,32] @ f32[32,32]: no copy): counted anyway. Re-priced (``experiments.fidelity
+    --reprice``): zoo 38 / 40 (fno not re-priceable) and outside 17 / 24 within 10% as before;
+    mlp ilp-memory 0.916 -> 0.996, moe dp 1.024 -> 1.039, convae fsdp 0.781 -> 0.810, ilp-memory
+    0.710 -> 0.738. Elsewhere (GPU, TPU) not measured: False."""
     if mesh.backend != "cpu":
         return False
     lo_src, lo_dst = local_shape(shape, src, mesh), local_shape(shape, dst, mesh)
