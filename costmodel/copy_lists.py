@@ -61,12 +61,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     moved rnn ilp-memory 0.53 -> 1.16: the rnn step's sequence input is no batch by role.)
     Approximate: XLA may schedule such a gather later when memory is short; the producer's own
     buffer, if it keeps one, is still charged from its trace step.
-    On a CPU mesh an activation's gather whose gathered dim is not major (``cost.gather_relaid``)
-    and that a dot / conv / fft reads is relaid out by one more copy, live beside the gather: a
-    short-lived group at the step before its first such reader (XLA makes it just before the
-    reader, whose result is not live yet). Not for inputs / state-only values (``group_time`` 0):
-    XLA gathers them just before the reader and the raw gather dies at the copy (convae megatron's
-    kernels: ``all-gather.1`` 15-18, ``wrapped_copy.2`` 18-20, the conv at 20).
+    On a CPU mesh an activation's gather with a non-major gathered dim (``cost.gather_relaid``) read
+    by a dot / conv / fft has a relayout copy: a short-lived group the step before its first such
+    reader. Not for an input or state-only value (``group_time`` 0): XLA gathers it just before the
+    reader, the raw gather dying at the copy (convae megatron's kernels: counted, 1.00 -> 1.17).
     """
     nodes = graph.nodes
     groups, relayout = {}, {}
@@ -100,10 +98,9 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 relaid = g[4] & np.array([gather_relaid(ten.shape, s, L, mesh) for s in src])
                 if relaid.any():
                     relayout.setdefault(key, (u, g[1], []))[2].append((v, g[2][-1][1], want, free | ~relaid))
-    for key, (u, b, members) in relayout.items():   # the relayout copy just before its first buffer reader
-        first = min(t for _, t, _, _ in members)
-        at = max(first - 1, groups[key][3])
-        groups[key + ("relayout",)] = (u, b, [(v, at, w, f) for v, t, w, f in members if t == first])
+    for key, (u, b, ms) in relayout.items():   # the relayout copy just before its first buffer reader
+        first = min(m[1] for m in ms)
+        groups[key + ("relayout",)] = (u, b, [(v, max(first - 1, groups[key][3]), w, f) for v, t, w, f in ms if t == first])
     return list(groups.values())
 
 
