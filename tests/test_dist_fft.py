@@ -107,10 +107,13 @@ FNO_CASES = [("tiny", False, "batch"), ("tiny", False, "slab"),
 #: pencil plan (0.826 until session 11) held at XLA's peak a gathered activation twice, the
 #: all-gather written with its gathered dim major and its relayout copy for the projection's dot
 #: (``all-gather.7``, ``copy_bitcast_fusion.6``, f32[1,16,16,16,32] each), now priced
-#: (``costmodel.cost.gather_relaid``): 0.964. The 2-D fftn slab plan peaks in XLA at the spectral
-#: weights' gradient pads (two c64[2,8,8,16,16], 256 KiB each, positions 213-221 of ~270, beside the
-#: gathered spectra all-gather / all-gather.1, live 94-262 / 125-215); the model makes those pads
-#: at their trace step (113 and 196: a pad lives 113-197 there) and peaks in the forward fc1 step
+#: (``costmodel.cost.gather_relaid``): 0.964. The 2-D fftn slab plan is XLA's schedule: at its peak
+#: (position 215 of ~270, 3,224,612 B live) XLA holds together the four spectral-weight slices
+#: (slice_bitcast_fusion.1-4, c64[8,8,16,16], live from ~51 to 216-264), two gathered spectra
+#: (all-gather 94-262, all-gather.1 125-215) and two weight-gradient pads (213-221), 1.31 MB; in the
+#: trace order the model prices, the slices' last readers are at steps 109-146 and the pads live
+#: 113-197 and 196-241, so they never coincide (the model's step 196: 2,397,080 B); its peak is the
+#: forward fc1 step (2,891,888 B)
 MEMORY_GAP = {("tiny", True, "slab"): 0.896}
 
 
