@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.cost import Mesh, local_bytes, lowered_kind
+from costmodel.cost import Mesh, gather_relaid, local_bytes, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 from costmodel.value_origin import same_value_source
@@ -61,9 +61,13 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     moved rnn ilp-memory 0.53 -> 1.16: the rnn step's sequence input is no batch by role.)
     Approximate: XLA may schedule such a gather later when memory is short; the producer's own
     buffer, if it keeps one, is still charged from its trace step.
+    On a CPU mesh an activation's gather with a non-major gathered dim (``cost.gather_relaid``) read
+    by a dot / conv / fft has a relayout copy: a short-lived group the step before its first such
+    reader. Not for an input or state-only value (``group_time`` 0): XLA gathers it just before the
+    reader, the raw gather dying at the copy (convae megatron's kernels: counted, 1.00 -> 1.17).
     """
     nodes = graph.nodes
-    groups: dict = {}
+    groups, relayout = {}, {}
     merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
@@ -90,6 +94,13 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
                                    int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
+            if buffer_read and mesh.backend == "cpu" and g[3] > 0:
+                relaid = g[4] & np.array([gather_relaid(ten.shape, s, L, mesh) for s in src])
+                if relaid.any():
+                    relayout.setdefault(key, (u, g[1], []))[2].append((v, g[2][-1][1], want, free | ~relaid))
+    for key, (u, b, ms) in relayout.items():   # the relayout copy just before its first buffer reader
+        first = min(m[1] for m in ms)
+        groups[key + ("relayout",)] = (u, b, [(v, max(first - 1, groups[key][3]), w, f) for v, t, w, f in ms if t == first])
     return list(groups.values())
 
 

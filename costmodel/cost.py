@@ -181,6 +181,33 @@ def lowered_kind(kind: str, mesh: Mesh) -> str:
     return "all-reduce" if kind == "reduce-scatter" and mesh.backend == "cpu" else kind
 
 
+def gather_relaid(shape, src, dst, mesh: Mesh) -> bool:
+    """Does the backend write a gather ``src`` -> ``dst`` (``dst`` shards no dim more than ``src``,
+    one or more dims less) in a layout whose gathered dim is major, so that a reader needing the
+    default layout (a buffer read: dot, conv, fft) gets one more copy? On "cpu": XLA CPU's
+    all-gather concatenates whole blocks, so layout assignment makes the gathered dim the most major
+    (``f32[1,64,32,32]{3,1,0,2}`` gathered on dim 2) and a ``copy`` (``wrapped_copy``,
+    ``copy_bitcast_fusion``) relays it out just before the conv / YNNPACK dot; the gather and the
+    copy are both live there. No copy when every dim before the gathered one has one element.
+    Measured in XLA's buffer assignment and live ranges (``--xla_dump_to``): probes gathering each
+    dim of 2-D to 5-D operands read by a conv, a dot, an fft (a dim-0 gather: one buffer; any
+    other: two); the 3-D pencil FNO plan (tests/test_dist_fft.py: ``all-gather.7`` 219-220 and
+    ``copy_bitcast_fusion.6`` 220-221, 512 KiB each, at XLA's peak, the dot at 221; predicted /
+    XLA 0.826 -> 0.964); fno tiny ilp-time (``all-gather.3`` 141-142, ``copy_bitcast_fusion.7``
+    from 142, the fc1 dot at 143). A small dot XLA runs with Eigen reads the permuted layout in
+    place (f32[4,64,32] @ f32[32,32]: no copy): counted anyway. Re-priced (``experiments.fidelity
+    --reprice``): zoo 38 / 40 (fno not re-priceable) and outside 17 / 24 within 10% as before;
+    mlp ilp-memory 0.916 -> 0.996, moe dp 1.024 -> 1.039, convae fsdp 0.781 -> 0.810, ilp-memory
+    0.710 -> 0.738. Elsewhere (GPU, TPU) not measured: False."""
+    if mesh.backend != "cpu":
+        return False
+    lo_src, lo_dst = local_shape(shape, src, mesh), local_shape(shape, dst, mesh)
+    if any(a < b for a, b in zip(lo_dst, lo_src)):
+        return False  # not a pure gather (an all-to-all or a slice as well)
+    gathered = [d for d, (a, b) in enumerate(zip(lo_dst, lo_src)) if a > b]
+    return bool(gathered) and any(lo_dst[e] > 1 for e in range(max(gathered)))
+
+
 def node_collective(kind: str, axes, B: float, mesh: Mesh) -> tuple[float, float, float]:
     """(seconds, bytes sent per device, extra live bytes) of a node's own collective as the backend
     runs it (``lowered_kind``). Extra live bytes: on CPU a reduce-scatter's whole reduced tensor

@@ -98,10 +98,12 @@ COMM_TOL = 0.05
 #: buffer assignment of the row (--xla_dump_to, *live-range.txt) against the model's live set at
 #: XLA's peak. "over" / "under": the model's figure is above / below XLA's.
 CAUSES = {
-    ("fno", "ilp-time"): "over: the spectral weights' slices charged in the slice's replicated layout from the "
-                         "program start (4 x 128 KiB at the fc1 step) where XLA writes each straight into its "
-                         "reader's sharded layout (64 KiB); the fc1 + GELU buffers match (XLA 1.70, model 1.57 MiB)",
-    ("fno", "policy"): "over: as fno ilp-time (the spectral weights' slices charged replicated from the program start)",
+    ("fno", "ilp-time"): "over (session 11, XLA's buffer assignment at its peak, the fc1 step): the four donated "
+                         "spectral weights, copied at the start (copy.229-232), leave their parameter buffers to "
+                         "other temps (the fc1 operand's relayout copies, a dot result: 3 x 128 KiB), which the "
+                         "model charges apart; and their slices, 4 x 128 KiB replicated + 2 x 64 KiB copies in the "
+                         "model, are 6 x 64 + 2 x 32 KiB in the readers' layouts in XLA",
+    ("fno", "policy"): "over: as fno ilp-time (session 11: today's policy plan reads 1.03)",
     ("unet", "policy"): "under: XLA CPU conv layout copies without metadata (transpose_copy_fusion, 729 KB "
                         "at XLA's peak) beyond the modelled ones",
     ("meshgraphnet", "ilp-memory-1.05"): "under: YNNPACK reduce fusions write out a LayerNorm scale broadcast "

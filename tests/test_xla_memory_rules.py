@@ -225,3 +225,39 @@ def test_a_merged_gradients_cpu_reduce_scatter_serves_its_readers_whole():
     r = sg.execute(fn, args, graph, plan)
     ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
     assert abs(ratio - 1) <= 0.10, f"gpt tiny dp: predicted / XLA memory {ratio:.3f}"
+
+
+@pytest.mark.parametrize("gathered, relaid", [(0, False), (1, True), (2, True)], ids=["N", "H", "W"])
+def test_a_gather_with_a_non_major_gathered_dim_is_relaid_out_for_its_conv(gathered, relaid):
+    """costmodel.cost.gather_relaid by hand, and what XLA CPU compiles: an activation computed
+    sharded on dim ``gathered`` (4 ways), gathered whole for a conv. XLA's temp holds the gathered
+    operand once when dim 0 is gathered (its layout is the default one), twice otherwise (the
+    all-gather, written with the gathered dim major, and its relayout copy for the conv), beside
+    the element-wise producer's local shard. The conv's output is half the operand, so that XLA
+    cannot place the all-gather in the output allocation (which it does when they are the same size,
+    the all-gather being dead before the conv writes)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from costmodel.cluster import Cluster
+    from costmodel.cost import gather_relaid
+    mesh = Mesh(Cluster.preset("cpu-2x4"))
+    shape = (4, 32, 32, 16)
+    src = tuple(("y",) if d == gathered else () for d in range(4))
+    assert gather_relaid(shape, src, ((),) * 4, mesh) is relaid
+    assert not gather_relaid(shape, src, src, mesh)                                 # nothing gathered
+    assert not gather_relaid((1, 16, 16, 8), ((), ("y",), (), ()), ((),) * 4, mesh)  # dims before are 1
+    assert not gather_relaid(shape, src, tuple(("y",) if d == 3 else () for d in range(4)), mesh)  # all-to-all
+    jm = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    spec = P(*[a[0] if a else None for a in src])
+
+    def f(a, k):
+        a = jax.lax.with_sharding_constraint(a * 2.0, NamedSharding(jm, spec))
+        a = jax.lax.with_sharding_constraint(a, NamedSharding(jm, P()))
+        return jax.lax.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    kern = jax.ShapeDtypeStruct((3, 3, 16, 8), np.float32)
+    c = jax.jit(f, in_shardings=(NamedSharding(jm, spec), NamedSharding(jm, P()))).lower(
+        jax.ShapeDtypeStruct(shape, np.float32), kern).compile()
+    whole = 4 * int(np.prod(shape))
+    copies = c.memory_analysis().temp_size_in_bytes / whole
+    assert copies == pytest.approx(2 if relaid else 1, abs=0.3), c.memory_analysis()
