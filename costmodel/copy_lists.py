@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.cost import Mesh, local_bytes, lowered_kind
+from costmodel.cost import Mesh, gathers_minor_dim, local_bytes, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 from costmodel.value_origin import same_value_source
@@ -35,7 +35,12 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     gathered input kept to the LayerNorm gradient, 3 x 32 KiB at XLA's peak; re-priced on
     results/fidelity_s10.json, fno left out: 33 -> 38 of 40 within 10%, gpt / vit / unet /
     meshgraphnet ilp-memory-1.05 0.87 / 0.88 / 0.88 / 0.85 -> 0.95 / 0.93 / 0.96 / 0.93, unet
-    ilp-time 1.02 -> 1.10: see experiments.fidelity CAUSES). Re-priced
+    ilp-time 1.02 -> 1.10). A dot reading a gather of a minor dim (``cost.gathers_minor_dim``)
+    also holds XLA CPU's row-major copy of it at its step, one short-lived group per (value,
+    layout) (mlp tiny, same plan kind: ``all-gather.4 = f32[16,64]{0,1}`` and ``wrapped_copy.11``
+    both at the weight-gradient dot, XLA's peak; re-priced: mlp ilp-memory-1.05 0.84 -> 1.00,
+    ilp-memory 0.91 -> 1.08, zoo 38 -> 39 of 40; outside 17 -> 19 of 24, moe ilp-memory 0.86 ->
+    0.91; a conv's reads are not so charged: convae megatron 1.00 -> 1.17 if they were). Re-priced
     (experiments.fidelity --reprice): zoo within 10% 40 -> 43 of 48 (vit megatron 0.90 -> 0.93,
     ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt ilp-memory 0.94 -> 1.04, policy
     0.91 -> 0.99). Not a state-only reshape (fno's spectral weight slices, gathered before the
@@ -96,6 +101,12 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
                                    int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
+            if buffer_read and nd.primitive == "dot_general" and dot_operand_order(nd, k) is None:
+                # the row-major copy of a gather laid out transposed (unless a layout copy is made anyway)
+                plain = np.array([f or not gathers_minor_dim(ten.shape, s, L, mesh) for f, s in zip(free, src)])
+                if not plain.all():
+                    r = groups.setdefault(("relayout", *key), (u, g[1], []))
+                    r[2].append((v, int(nd.order), want, plain))
     return list(groups.values())
 
 

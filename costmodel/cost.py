@@ -97,6 +97,15 @@ def local_bytes(shape, itemsize: int, nspec, mesh: Mesh) -> float:
     return float(itemsize * math.prod(local_shape(shape, nspec, mesh)))
 
 
+def gathers_minor_dim(shape, src, dst, mesh: Mesh) -> bool:
+    """Does resharding ``src`` -> ``dst`` gather a dim with a non-unit dim before it in ``dst``'s
+    per-device shape? XLA's all-gather puts the gathered dim outermost in its result's layout
+    (``f32[16,64]{0,1}`` gathering dim 1), so a reader that wants row-major gets a transposed
+    buffer and XLA CPU writes a row-major copy (``wrapped_copy``) beside it."""
+    loc = local_shape(shape, dst, mesh)
+    return any(set(a) - set(b) and any(n > 1 for n in loc[:d]) for d, (a, b) in enumerate(zip(src, dst)))
+
+
 def replication(nspec, mesh: Mesh) -> int:
     """How many devices hold each element = Π sizes of the mesh axes the spec does not use."""
     used = {a for e in nspec for a in e}
