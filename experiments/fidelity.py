@@ -127,6 +127,15 @@ CAUSES = {
                        "the session-10 model prices the same plan at 1.146",
     ("moe", "*"): "under: temp fragmentation (ilp-time: XLA's figure 283.0 KB, its live buffers at the peak "
                   "250.1 KB, the model 241.4 KB = 0.965 of them) and layout copies of the batched-expert einsum operands",
+    ("moe", "ilp-memory"): "under: the batched-expert dot's operand all-gathered in full (all-gather.5 "
+                           "f32[4,64,32], 32 KiB) and its slice copied (wrapped_copy.3) at XLA's peak, where the "
+                           "model charges 1 KiB; temp fragmentation 7 KB (XLA 139.5 KB, live 132.3, model 98.4)",
+    ("rnn", "policy"): "under: the unrolled scan's per-step weight-gradient dots (dot.42-54, 4 KiB each) held to "
+                       "the fused sum at the end; the model holds them only when their all-reduces are combined "
+                       "(builder._read_at_fusion_root), not under this plan's replicated / sliced gradients "
+                       "(XLA 132.7 KB, live 130.6, model 117.8)",
+    ("convae", "ilp-memory-1.05"): "under: temp fragmentation (XLA's figure 72.0 KB, its live buffers at the peak "
+                                   "61.4 KB, the model 60.4 KB)",
     ("rnn", "ilp-time"): "under: the scan's per-step states read back by squeeze (4 x 4 KiB) kept by XLA "
                          "to the backward pass; the model frees them after the step",
     ("convae", "fsdp"): "under: replicated outputs not aliased (13.8 KB counted apart) and conv layout "
