@@ -210,6 +210,9 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             start = int(nd.order)
             end = T if i in to_end else (last_use[i] + 1 if last_use[i] >= 0 else start + 1)
             intervals[i] = (start, max(start, end))
+    # fused into their consumers (no buffer): operands and read copies live to their last reader
+    fused = {i for i, nd in enumerate(nodes) if not nd.is_input and i not in transparent and not kept[i]
+             and nd.primitive != "concatenate" and not nd.params.get("synthetic")}
     for i in range(n - 1, -1, -1):  # consumers have higher ids: their ends are final here
         nd = nodes[i]
         if nd.is_input:
@@ -218,7 +221,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             u = nd.operands[0][0]
             if u >= 0 and not nodes[u].is_input:
                 intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
-        elif not kept[i] and nd.primitive != "concatenate" and not nd.params.get("synthetic"):
+        elif i in fused:
             # fused into its consumers: its operands are read where they run (not a concatenate,
             # whose pieces each reader slices apart, nor the trace's scan-unrolling records)
             for u, _ in nd.operands:
@@ -333,7 +336,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
     )

@@ -27,9 +27,15 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
     copy). The member's step is the consumer's ``order``, except for a consumer in ``held_reads``
-    (the builder's transparent reshapes not computed from the state alone): its interval's last,
-    as XLA keeps the copy as the reshape's buffer (vit tiny min-memory plan: q and k gathered into
-    a reshape, written out transposed for the score dot and kept to the backward dots). Re-priced
+    (the builder's transparent reshapes and fused element-wise nodes, not computed from the state
+    alone): its interval's last, as XLA keeps the copy as the reshape's buffer (vit tiny min-memory
+    plan: q and k gathered into a reshape, written out transposed for the score dot and kept to the
+    backward dots) or for every reader that recomputes the fused node (gpt tiny, min-memory plan
+    under 1.05 x Megatron: LayerNorm's ``x - mean`` read from the hidden-sharded residual, its
+    gathered input kept to the LayerNorm gradient, 3 x 32 KiB at XLA's peak; re-priced on
+    results/fidelity_s10.json, fno left out: 33 -> 38 of 40 within 10%, gpt / vit / unet /
+    meshgraphnet ilp-memory-1.05 0.87 / 0.88 / 0.88 / 0.85 -> 0.95 / 0.93 / 0.96 / 0.93, unet
+    ilp-time 1.02 -> 1.10). Re-priced
     (experiments.fidelity --reprice): zoo within 10% 40 -> 43 of 48 (vit megatron 0.90 -> 0.93,
     ilp-memory 0.80 -> 0.92, ilp-memory-1.05 0.81 -> 0.90, gpt ilp-memory 0.94 -> 1.04, policy
     0.91 -> 0.99). Not a state-only reshape (fno's spectral weight slices, gathered before the
