@@ -167,6 +167,23 @@ def test_a_gather_of_a_scan_residual_starts_at_its_forward_step():
     assert abs(ratio - 1) <= 0.10, f"rnn min-memory plan: predicted / XLA memory {ratio:.3f}"
 
 
+def _stored_plan(model: str, fname: str):
+    """(fn, args, graph, problem, plan): zoo ``model`` tiny on cpu-2x4 and the plan stored in
+    tests/data/``fname``, checked to name the same specs (no strategy renumbering since)."""
+    fn, args = zoo.build(model, "tiny", seed=0, abstract=True)
+    graph = sg.trace(fn, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", fname))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    return fn, args, graph, problem, plan
+
+
+def _assert_xla_memory_within_10_percent(fn, args, graph, problem, plan, label: str):
+    r = sg.execute(fn, args, graph, plan)
+    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
+    assert abs(ratio - 1) <= 0.10, f"{label}: predicted / XLA memory {ratio:.3f}"
+
+
 def test_a_gather_read_through_a_reshape_is_held_to_the_reshapes_last_reader():
     """vit tiny under a min-memory plan on cpu-2x4 (tests/data/vit_min_memory_plan.json: the ILP's
     plan of results/fidelity.json). Each attention block's q and k projections are all-gathered
@@ -175,11 +192,7 @@ def test_a_gather_read_through_a_reshape_is_held_to_the_reshapes_last_reader():
     (XLA's buffer assignment: ``transpose_copy_fusion.16 = fusion(all-gather.4)`` read by the
     forward ``ynn_fusion.82`` and the backward ``dot.80``). So a copy read by a reshape lives to
     the reshape's last reader. Predicted / XLA before (the copy freed at the reshape's step): 0.80."""
-    fn, args = zoo.build("vit", "tiny", seed=0, abstract=True)
-    graph = sg.trace(fn, *args)
-    problem = sg.build_problem(graph, "cpu-2x4")
-    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "vit_min_memory_plan.json"))
-    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    fn, args, graph, problem, plan = _stored_plan("vit", "vit_min_memory_plan.json")
     s = np.asarray(plan.strategies)
     em = problem.edge_memory
     act = em.active(s)
@@ -274,11 +287,7 @@ def test_a_gather_read_by_a_fused_element_wise_op_is_held_to_that_ops_last_reade
     32 KiB buffers at XLA's peak). So a copy read by an element-wise op fused into its consumers
     lives to that op's last reader, like a reshape's. Predicted / XLA before (the copy freed at
     the sub's step): 0.872."""
-    fn, args = zoo.build("gpt", "tiny", seed=0, abstract=True)
-    graph = sg.trace(fn, *args)
-    problem = sg.build_problem(graph, "cpu-2x4")
-    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "gpt_min_memory_105_plan.json"))
-    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    fn, args, graph, problem, plan = _stored_plan("gpt", "gpt_min_memory_105_plan.json")
     s = np.asarray(plan.strategies)
     em = problem.edge_memory
     held = [m for m in np.nonzero(em.active(s))[0] if graph.nodes[int(em.member_node[m])].primitive == "sub"
@@ -286,9 +295,7 @@ def test_a_gather_read_by_a_fused_element_wise_op_is_held_to_that_ops_last_reade
     # the three gathered LayerNorm inputs: each copy's member sits at the sub's last reader, in the backward pass
     assert len(held) >= 3 and all(em.member_time[m] == problem.intervals[em.member_node[m], 1] - 1
                                   > graph.nodes[int(em.member_node[m])].order + 100 for m in held)
-    r = sg.execute(fn, args, graph, plan)
-    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
-    assert abs(ratio - 1) <= 0.10, f"gpt tiny min-memory plan: predicted / XLA memory {ratio:.3f}"
+    _assert_xla_memory_within_10_percent(fn, args, graph, problem, plan, "gpt tiny min-memory plan")
 
 
 def test_a_dot_reading_a_gather_of_a_minor_dim_holds_the_row_major_copy_too():
@@ -299,11 +306,7 @@ def test_a_dot_reading_a_gather_of_a_minor_dim_holds_the_row_major_copy_too():
     XLA CPU writes a row-major copy for the dot (``wrapped_copy.11``), both live at the dot, which
     is XLA's peak: ``cost.gather_relaid``'s relayout group. Predicted / XLA before (the gather
     alone): 0.839."""
-    fn, args = zoo.build("mlp", "tiny", seed=0, abstract=True)
-    graph = sg.trace(fn, *args)
-    problem = sg.build_problem(graph, "cpu-2x4")
-    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "mlp_min_memory_105_plan.json"))
-    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    fn, args, graph, problem, plan = _stored_plan("mlp", "mlp_min_memory_105_plan.json")
     s = np.asarray(plan.strategies)
     em = problem.edge_memory
     act = em.active(s)
@@ -313,6 +316,4 @@ def test_a_dot_reading_a_gather_of_a_minor_dim_holds_the_row_major_copy_too():
     pairs = [(u, v) for u, v in dot_reads if sum(1 for m in np.nonzero(act)[0] if int(em.member_node[m]) == v
                                                  and int(em.group_node[em.member_group[m]]) == u) >= 2]
     assert pairs
-    r = sg.execute(fn, args, graph, plan)
-    ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
-    assert abs(ratio - 1) <= 0.10, f"mlp tiny min-memory plan: predicted / XLA memory {ratio:.3f}"
+    _assert_xla_memory_within_10_percent(fn, args, graph, problem, plan, "mlp tiny min-memory plan")
