@@ -147,8 +147,8 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
     r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress)
-    if r.plan is None:
-        return solve_ilp(problem, objective="time", time_limit_s=left)[0], {}
+    if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit)
+        return solve_ilp(problem, objective="time", time_limit_s=max(0.5, time_limit_s - (time.perf_counter() - t0)))[0], {}
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
     info.update({"status": r.status, "objective": r.cost, "bound": r.bound if r.gap is not None else None,
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,

@@ -144,3 +144,26 @@ def test_binding_cap_iff_some_plan_breaks_it(seed):
     for cap in (peaks[0], peaks[len(peaks) // 2], peaks[-1] - 0.5, peaks[-1], peaks[-1] + 1.0):
         q = p.with_usage_limit(float(cap))
         assert (binding_cap(q) is not None) == (peaks[-1] > cap), (cap, peaks[-1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_later_phases_run_when_no_start_found_a_plan(monkeypatch, seed):
+    """With copy groups, the anchor, BP and the search may find no plan that fits while one does: a
+    finite bound (here BP's 0) must not count as proving the missing plan optimal, so the MILP still
+    runs and finds the optimum (it did not: every phase after the search was skipped)."""
+    from types import SimpleNamespace
+
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(700 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(6)]
+    p = p.with_usage_limit(max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5))
+    best, bc = brute_force(p, "time")
+    assert best is not None
+    monkeypatch.setattr(capped, "fitting_least_usage_plan", lambda *a, **k: None)
+    monkeypatch.setattr(capped, "solve_large", lambda *a, **k: None)
+    monkeypatch.setattr(capped, "bp_solve", lambda *a, **k: SimpleNamespace(plan=None, lower_bound=0.0, rounds=0))
+    monkeypatch.setattr(capped, "cfn_available", lambda: False)
+    r = solve_capped(p, 10.0)
+    assert r.plan is not None and evaluate(p, r.plan).feasible
+    assert r.cost == pytest.approx(bc.total)
