@@ -82,7 +82,6 @@ from costmodel.memory import (
     operand_copies,
 )
 from costmodel.problem import Problem, ProblemMeta
-from costmodel.reduce_reads import reduce_broadcast_lists
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 from costmodel.value_origin import state_only
 
@@ -337,9 +336,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied)
-                                                                     + reduce_broadcast_lists(graph, strats, mesh, kept, intervals)
-                                                                     if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
     )
