@@ -117,9 +117,15 @@ CAUSES = {
                           "producers where XLA writes them in the backward pass (XLA: 3.21 MB live there, the "
                           "model 4.39 MB); making those copies late moved unet replicated 1.02 -> 0.85",
     ("gpt", "ilp-memory"): "under: LayerNorm's backward YNNPACK reductions read the scale and rsqrt broadcasts as "
-                           "buffers written out in the forward pass (wrapped_broadcast, bitcast_broadcast_fusion: "
-                           "2 x 32 KiB per ln1, 131 KB at XLA's peak; the model 1342 + 131 = 1473 KB of XLA's "
-                           "1496); a rule charging every reduction's broadcast operands took the zoo to 10 of 40",
+                           "buffers (wrapped_broadcast, bitcast_broadcast_fusion: 4 x 32 KiB at XLA's peak). XLA CPU "
+                           "fuses a broadcast into a YNNPACK reduce (f32, >= 4096 elements per device) only when the "
+                           "reduce is its one user; shared with the forward LayerNorm after CSE, it is written out "
+                           "(tests/test_ynn_reduce.py). Priced as copy groups in commit 42927fb: 0.897 -> 0.985, "
+                           "-1.05 0.885 -> 0.974, replicated 0.914 -> 1.012, but the zoo 36 -> 34 of 40 and reverted: "
+                           "XLA shares the broadcast only when the forward reader, the backward chain and the "
+                           "reduction are in one layout, a three-strategy condition a copy group cannot state "
+                           "(meshgraphnet megatron 0.983 -> 1.225), and vit ilp-time / policy and meshgraphnet "
+                           "policy (1.12 / 1.10 / 1.14) hold other over-counts the missing broadcasts offset",
     ("gpt", "ilp-memory-1.05"): "under: as gpt ilp-memory (LayerNorm scale and rsqrt broadcasts, 131 KB at XLA's "
                                 "peak) and temp fragmentation (XLA's figure 1483 KB, its live buffers at the peak "
                                 "1384 KB, the model 1313 KB)",

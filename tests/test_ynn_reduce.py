@@ -1,0 +1,71 @@
+"""What XLA CPU materialises for a reduction (issues 13 and 15), probed on small programs: the facts
+the cost model would need to price the broadcasts that LayerNorm's backward YNNPACK reductions
+read (gpt tiny ilp-memory / ilp-memory-1.05, experiments/fidelity.py CAUSES). A rule pricing them
+(commit 42927fb, costmodel/reduce_reads.py) was reverted: see the CAUSES entry for why."""
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+
+#: the fewest elements of a reduction's (per-device) operand that XLA CPU offloads to YNNPACK
+YNN_MIN_ELEMENTS = 4096
+
+
+def _hlo(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _broadcasts_read_by_ynn_reductions(hlo: str) -> list[str]:
+    """The fusions that only broadcast (a written-out broadcast) read by a ``__ynn_fusion`` whose
+    computation holds a reduce."""
+    comps = {m.group(1): m.group(2) for m in re.finditer(r"^%(\S+) \(.*?\) -> .*? \{\n(.*?)\n\}", hlo, re.S | re.M)}
+    defs = {}
+    for line in hlo[hlo.index("ENTRY"):].splitlines():
+        m = re.match(r"\s+(?:ROOT )?%(\S+) = \S+ (\w[\w-]*)\((.*?)\)(.*)", line)
+        if m:
+            defs[m.group(1)] = (m.group(2), m.group(3), m.group(4))
+
+    def body(rest):
+        c = re.search(r"calls=%([\w.]+)", rest)
+        return comps.get(c.group(1), "") if c else ""
+
+    out = set()
+    for op, args, rest in defs.values():
+        if op != "fusion" or "__ynn_fusion" not in rest or " reduce(" not in body(rest):
+            continue
+        for a in re.findall(r"%([\w.\-]+)", args):
+            d = defs.get(a)
+            if d and d[0] == "fusion" and "__ynn_fusion" not in d[2] and " broadcast(" in body(d[2]) \
+                    and not re.search(r" (multiply|add|subtract)\(", body(d[2])):
+                out.add(a)
+    return sorted(out)
+
+
+def test_a_broadcast_shared_with_another_reader_is_written_out_for_a_ynn_reduction():
+    """``sum(y * s)`` alone is one YNNPACK fusion reading y and s; with ``x * s * 2`` also
+    computed, the broadcast of s is shared (CSE) and XLA writes it out, full size, for the
+    reduction (``wrapped_broadcast``), while the other reader recomputes it."""
+    x = y = jnp.ones((64, 256))
+    s = jnp.ones((256,))
+    alone = _hlo(lambda x, y, s: jnp.sum(y * s, -1), x, y, s)
+    shared = _hlo(lambda x, y, s: (jnp.sum(y * s, -1), x * s * 2), x, y, s)
+    assert "__ynn_fusion" in alone and not _broadcasts_read_by_ynn_reductions(alone)
+    assert len(_broadcasts_read_by_ynn_reductions(shared)) == 1
+
+
+def test_a_shared_product_read_by_two_reductions_is_written_out_whole():
+    """``x * y * r`` read by two reductions is written out once with the broadcast of r inside
+    it (GroupNorm's backward in unet tiny): no broadcast buffer of its own."""
+    x = y = jnp.ones((8, 16, 16, 8))
+    r = jnp.ones((8, 1, 1, 8))
+    hlo = _hlo(lambda x, y, r: (jnp.sum(x * y * r, (0, 1, 2)), jnp.sum(x * y * r * x, (1, 2)), x * r * 2), x, y, r)
+    assert "__ynn_fusion" in hlo and not _broadcasts_read_by_ynn_reductions(hlo)
+
+
+def test_small_reductions_are_loop_fusions():
+    n = YNN_MIN_ELEMENTS
+    assert "__ynn_fusion" in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((1, n)))
+    assert "__ynn_fusion" not in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((1, n - 1)))
+    assert "__ynn_fusion" not in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((63, 65)))
