@@ -4,18 +4,17 @@ One Problem node per OpGraph node, same order (``meta.graph_node[i] == i``). Per
 - node_costs (s)     = compute time of the padded shard on the slowest device + the node's own
                        collectives (costmodel.cost.compute_time / collective);
 - node_imbalance_s   = compute time on the slowest device − at the mean device FLOP/s;
-- node_comm_bytes    = bytes per device the node's collectives send, as the Cluster's backend runs
-                       them (``cost.node_collective``: CPU turns a reduce-scatter into an
-                       all-reduce, and its whole reduced tensor is charged to node_usages), + for
-                       a program output that aliases no input the gather to replicated (the
-                       runtime returns such outputs replicated; convae's updated weights: its
-                       plans' collective bytes 0.74-0.82x -> 0.93-1.00x of XLA; the gathered
-                       output's own memory is not charged);
+- node_comm_bytes    = bytes per device the node's collectives send as the Cluster's backend runs them
+                       (``cost.node_collective``: CPU turns a reduce-scatter into an all-reduce whose
+                       whole reduced tensor is charged to node_usages), + for a program output that
+                       aliases no input its gather to replicated (the runtime returns it replicated;
+                       convae's plans: collective bytes 0.74-0.82x -> 0.93-1.00x of XLA; the gathered
+                       output's memory is not charged);
 - node_usages        = per-device (padded) bytes of the node's outputs XLA keeps as buffers
                        (``materialised_outputs``: fused element-wise values cost nothing), except
-                       outputs that alias a program input (new params / opt state replace the
-                       donated input buffer), + the gathered copies of input operands the
-                       strategy reads less sharded than they can be stored (``operand_copies``);
+                       outputs that alias a program input (written into the donated buffer), + the
+                       gathered copies of input operands read less sharded than they can be stored
+                       (``operand_copies``);
 - node_redundant     = Σ over all non-aliased outputs of bytes × (replication factor − 1).
 Liveness (docs/INTERFACES.md), T = 1 + the largest ``order``: input nodes live [0, T); an op lives
 from its ``order`` to 1 + the order of its last consumer, or to T when one of its outputs is a
@@ -38,8 +37,8 @@ must end in a's storage layout: the resharding (producer's out spec -> a's stora
 to the edge (a's input node, producer), created if absent. Approximation: XLA reshards a value
 once per distinct target layout and reuses it for every consumer of that layout (CSE: an FSDP
 parameter is all-gathered once for its forward and backward matmuls), while each edge here pays
-for its own reshard — collective bytes over-counted where several consumers share a layout
-(FSDP rows 1.1-1.2x in results/fidelity.json); the pairwise edge format has no shared term.
+for its own reshard — collective bytes over-counted where several consumers share a layout (FSDP
+rows 1.1-1.2x in results/fidelity.json).
 usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes): ``Limits.effective_cap`` (the one
 validation of a cap; ``shardgym.solve`` applies a cap the same way, to a Problem built without one).
 """
