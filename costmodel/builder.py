@@ -37,8 +37,7 @@ must end in a's storage layout: the resharding (producer's out spec -> a's stora
 to the edge (a's input node, producer), created if absent. Approximation: XLA reshards a value
 once per distinct target layout and reuses it for every consumer of that layout (CSE: an FSDP
 parameter is all-gathered once for its forward and backward matmuls), while each edge here pays
-for its own reshard — collective bytes over-counted where several consumers share a layout (FSDP
-rows 1.1-1.2x in results/fidelity.json).
+for its own reshard: collective bytes over-counted where consumers share a layout (FSDP 1.1-1.2x).
 usage_limit = min(memory_cap_bytes, cluster.memory_limit_bytes): ``Limits.effective_cap`` (the one
 validation of a cap; ``shardgym.solve`` applies a cap the same way, to a Problem built without one).
 """
