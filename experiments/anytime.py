@@ -189,7 +189,7 @@ def plot(rows: list[dict], path) -> None:
         ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("cost / ILP's final incumbent")
         ax.set_title(f"{r['problem']} ({r['nodes']} nodes, load {r['load_avg_before'][0]:.1f})", fontsize=9)
@@ -206,8 +206,12 @@ def main(argv=None):
     ap.add_argument("--search-seconds", type=float, default=30.0, help="refine after the polish, per curve")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="anytime")
+    ap.add_argument("--plot", action="store_true", help="redraw results/<out>.png from results/<out>.json; run nothing")
     a = ap.parse_args(argv)
     from experiments.common import RESULTS_DIR, print_table, write_results
+    if a.plot:
+        import json
+        return plot(json.loads((RESULTS_DIR / f"{a.out}.json").read_text())["rows"], RESULTS_DIR / f"{a.out}.png")
     rows = []
     for spec in a.problems.split(","):
         p = build(spec, a.seed)
