@@ -1,0 +1,242 @@
+"""Anytime curves on big graphs: best cost so far against wall time for the ILP, the default planner
+and search from Lagrangian BP's start (issue 18, "Time to quality on big graphs").
+
+Per problem, three curves of (wall seconds from that method's start, best feasible cost so far):
+
+* ``ilp``: ``shardgym.solve(method="ilp", time_limit_s=--ilp-seconds)``. Its points are the plan
+  costs the capped core prints in its ``progress`` phase log (``"<phase>: <cost> (<t>s)"``; lines
+  about bounds, statuses and rounds carry no plan and are skipped), stamped when the line arrives,
+  plus the returned plan's cost at the ILP's wall time. The phase log reports the cost each phase
+  computed; the final point is priced by ``shardgym.evaluate``. Only the capped core has that log (a
+  binding cap on a graph ``solvers.capped.milp_ok`` admits); the plain guarded ILP, which
+  ``solve`` runs on bigger graphs (gpt 7b: 8,583 nodes > 5,000), streams no incumbents, so its
+  curve is its final plan alone (``ilp_summary.phase_log`` false). Its final cost is the target:
+  "the ILP's 60 s incumbent".
+* ``policy``: the default planner's network (``agent.planner.DEFAULT_POLICY``, loaded before the
+  clock starts): its raw decode (one forward pass + masked decode, a point if it fits), then
+  ``solvers.local.improve`` (repair + polish), then ``solvers.local.refine`` chained in slices of
+  1, 2, 4, ... s until ``--search-seconds`` after the polish. ``default`` is one more point,
+  ``Planner.plan`` as ``solve(method="policy")`` runs it (decode + its own search), timed alone.
+* ``bp``: ``solvers.bp.bp_plan(memory_prices=True)`` (a point if it fits), then the same
+  improve + chained refine as ``policy``.
+
+Each curve is a running minimum, so it never rises. Reported per problem: the ILP's final cost
+and wall time, for each curve the first time it is at or below that cost (relative tolerance
+1e-6), or else its best cost / the ILP's; and ``planner_within_25pct``: the policy curve (or the
+default point) reaches the ILP's cost within 25 % of the ILP's wall time. Wall times include
+everything, JIT compilation of the network included, on a shared 2-core machine: the load average
+is recorded before each problem.
+
+Problems (``--problems``, comma list): ``model:size:cluster:cap`` with cap ``cluster`` (the
+cluster's own device memory) or a fraction f (``env.workloads.Workload``'s ``memory_cap_fraction``:
+least peak + f (greatest - least)); ``random:nodes:strategies:f`` is
+``env.workloads.random_problem(default_rng(--seed), nodes, strategies, memory_cap_fraction=f)``.
+A cap binds when the uncapped optimum breaks it. gpt 7b's 80 GiB on h100-2x8 does not (its uncapped
+ILP optimum, 0.3438 s/step, peaks at 65.5 GiB; 19 s, session 11); its least / greatest peaks are
+42.1 / 673.7 GB, so its binding caps are fractions below 0.045 (``gpt:7b:h100-2x8:0.02``: 54.7 GB).
+At 0.3 the capped core's uncapped optimum does not fit on meshgraphnet large (bound 0.011321 against
+0.013391 capped) and the random 2,000-node problem (3385.05 against 3386.18).
+
+    nice -n 10 python experiments/anytime.py          # results/anytime.json and results/anytime.png
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+DEFAULT_PROBLEMS = "gpt:7b:h100-2x8:0.02,meshgraphnet:large:h100-2x8:0.3,random:2000:8:0.3"
+#: a phase-log line with a plan's cost: "<phase>: <cost>" then " (<t>s)" or the end of the line
+_COST_LINE = re.compile(r"^(?P<phase>[^:]+): (?P<cost>[-+0-9.eE]+)(?: \(|$)")
+_TOL = 1e-6
+
+
+def build(spec: str, seed: int = 0):
+    """The Problem of a ``--problems`` entry (module docstring)."""
+    parts = spec.split(":")
+    if parts[0] == "random":
+        from env.workloads import random_problem
+        n, k, f = int(parts[1]), int(parts[2]), float(parts[3])
+        return random_problem(np.random.default_rng(seed), n, k, memory_cap_fraction=f)
+    from env.workloads import Workload
+    model, size, cluster, cap = parts
+    return Workload(model, size, cluster, None, None if cap == "cluster" else float(cap)).build()
+
+
+def monotone(points) -> list[list[float]]:
+    """(time, cost) points, time-ordered, as a running minimum: only the points that lower it."""
+    out = []
+    for t, c in sorted(points):
+        if c is not None and np.isfinite(c) and (not out or c < out[-1][1]):
+            out.append([round(float(t), 3), float(c)])
+    return out
+
+
+def ilp_curve(problem, seconds: float) -> tuple[list, dict]:
+    """The ILP's points (module docstring) and its summary (cost, wall, status, gap)."""
+    import shardgym as sg
+    pts, log = [], []
+    t0 = time.perf_counter()
+
+    def progress(msg: str):
+        t = time.perf_counter() - t0
+        log.append(f"{t:.1f}s {msg}")
+        m = _COST_LINE.match(msg.strip())
+        if m and not any(w in m["phase"] for w in ("bound", "round")):
+            try:
+                pts.append((t, float(m["cost"])))
+            except ValueError:
+                pass
+
+    from solvers.capped import milp_ok
+    from solvers.dispatch import binding_cap
+    # only the capped core (a binding cap, a graph within milp_ok) takes ``progress``; the plain
+    # guarded ILP (uncapped, or gpt 7b's 8,583 nodes) streams nothing: its curve is its final plan
+    streams = binding_cap(problem) is not None and milp_ok(problem)
+    try:
+        plan = sg.solve(problem, method="ilp", time_limit_s=seconds, **({"progress": progress} if streams else {}))
+    except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at cap 0.02)
+        return monotone(pts), {"cost": None, "wall_s": round(time.perf_counter() - t0, 2), "status": "error",
+                               "error": str(exc)[:300], "phase_log": streams, "log": log[:80]}
+    wall = time.perf_counter() - t0
+    c = sg.evaluate(problem, plan)
+    if c.feasible:
+        pts.append((wall, c.total))
+    return monotone(pts), {"cost": c.total if c.feasible else None, "wall_s": round(wall, 2),
+                           "status": plan.info.get("status"), "gap": plan.info.get("gap"),
+                           "source": plan.info.get("source"), "phase_log": streams, "log": log[:80]}
+
+
+def search_curve(problem, start, t0: float, seconds: float, first_slice_s: float = 1.0) -> list:
+    """Points of ``improve`` (repair + polish) from ``start`` and then ``refine`` chained in
+    doubling slices for ``seconds``, stamped from ``t0``; [] if the repair finds no plan that fits."""
+    import shardgym as sg
+    from solvers.local import improve, refine
+    pts = []
+    if start is None:
+        return pts
+    c = sg.evaluate(problem, start)
+    if c.feasible:
+        pts.append((time.perf_counter() - t0, c.total))
+    x = improve(problem, start, refine_time_limit_s=0.0)
+    if x is None:
+        return pts
+    pts.append((time.perf_counter() - t0, sg.evaluate(problem, x).total))
+    t_end, dt = time.perf_counter() + seconds, first_slice_s
+    while (left := t_end - time.perf_counter()) > 0.05:
+        x = refine(problem, x, min(dt, left))
+        pts.append((time.perf_counter() - t0, sg.evaluate(problem, x).total))
+        dt *= 2
+    return pts
+
+
+def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0) -> dict:
+    """The three curves, the default planner's point and the summary of one problem."""
+    import shardgym as sg
+    from agent.planner import DEFAULT_POLICY, Planner
+    from solvers.bp import bp_plan
+    out = {"nodes": problem.num_nodes, "cap_bytes": problem.usage_limit,
+           "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
+    planner = Planner.load(DEFAULT_POLICY)
+    t0 = time.perf_counter()
+    try:
+        raw = planner.net.plan(problem)
+    except ValueError:
+        raw = None
+    out["policy_raw_s"] = round(time.perf_counter() - t0, 2)
+    out["policy"] = monotone(search_curve(problem, raw, t0, search_seconds))
+    t0 = time.perf_counter()
+    start = bp_plan(problem, memory_prices=True)
+    out["bp_start_s"] = round(time.perf_counter() - t0, 2)
+    out["bp"] = monotone(search_curve(problem, start, t0, search_seconds))
+    t0 = time.perf_counter()
+    x, info = planner.plan(problem, return_info=True)
+    wall = time.perf_counter() - t0
+    out["default"] = {"wall_s": round(wall, 2), "cost": sg.evaluate(problem, x).total, "cap_binds": info["cap_binds"]}
+    out["ilp"], out["ilp_summary"] = ilp_curve(problem, ilp_seconds)
+    target, ilp_wall = out["ilp_summary"]["cost"], out["ilp_summary"]["wall_s"]
+    out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    if target is None:   # no ILP plan: the other curves' best costs alone
+        for k in ("policy", "bp"):
+            out[f"{k}_best"] = min((c for _, c in out[k]), default=None)
+        return out
+    curves = {k: out[k] for k in ("policy", "bp", "ilp")}
+    curves["default"] = [[out["default"]["wall_s"], out["default"]["cost"]]]
+    for k, pts in curves.items():
+        hit = next((t for t, c in pts if c <= target * (1 + _TOL)), None)
+        best = min((c for _, c in pts), default=None)
+        out[f"{k}_reach_s"] = hit
+        out[f"{k}_best_ratio"] = None if best is None else round(best / target, 4)
+    hits = [out[f"{k}_reach_s"] for k in ("policy", "default") if out[f"{k}_reach_s"] is not None]
+    out["planner_reach_s"] = min(hits, default=None)
+    out["planner_within_25pct"] = bool(hits) and min(hits) <= 0.25 * ilp_wall
+    return out
+
+
+def plot(rows: list[dict], path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4.2), squeeze=False)
+    for ax, r in zip(axes[0], rows):
+        target = r.get("ilp_summary", {}).get("cost") or 1.0
+        for k, label, color in (("policy", "policy (raw decode + search)", "C0"), ("bp", "search from BP", "C1"),
+                                ("ilp", "ILP (60 s)", "C2")):
+            pts = np.array(r[k]) if r[k] else np.zeros((0, 2))
+            if len(pts):
+                ax.step(pts[:, 0], pts[:, 1] / target, where="post", label=label, color=color, marker=".")
+        d = r["default"]
+        ax.plot([d["wall_s"]], [d["cost"] / target], "k*", ms=10, label="solve(method='policy')")
+        ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xscale("log")
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set_xlabel("wall time (s)")
+        ax.set_ylabel("cost / ILP's final incumbent" if r.get("ilp_summary", {}).get("cost") else "cost (the ILP found no plan)")
+        ax.set_title(f"{r['problem']} ({r['nodes']} nodes, load {r['load_avg_before'][0]:.1f})", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", default=DEFAULT_PROBLEMS)
+    ap.add_argument("--ilp-seconds", type=float, default=60.0)
+    ap.add_argument("--search-seconds", type=float, default=30.0, help="refine after the polish, per curve")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="anytime")
+    ap.add_argument("--plot", action="store_true", help="redraw results/<out>.png from results/<out>.json; run nothing")
+    a = ap.parse_args(argv)
+    from experiments.common import RESULTS_DIR, print_table, write_results
+    if a.plot:
+        import json
+        return plot(json.loads((RESULTS_DIR / f"{a.out}.json").read_text())["rows"], RESULTS_DIR / f"{a.out}.png")
+    rows = []
+    for spec in a.problems.split(","):
+        p = build(spec, a.seed)
+        row = {"problem": spec, **run_problem(p, a.ilp_seconds, a.search_seconds)}
+        rows.append(row)
+        print({k: v for k, v in row.items() if k not in ("ilp_summary",)}, flush=True)
+        write_results(a.out, {"rows": rows}, config=vars(a), seed=a.seed)
+    table = [{"problem": r["problem"], "nodes": r["nodes"], "ilp_cost": r["ilp_summary"]["cost"],
+              "ilp_wall_s": r["ilp_summary"]["wall_s"], "ilp_status": r["ilp_summary"]["status"],
+              **{f"{k}_reach_s": r.get(f"{k}_reach_s") for k in ("policy", "default", "bp", "ilp")},
+              **{f"{k}_best_ratio": r.get(f"{k}_best_ratio") for k in ("policy", "default", "bp")},
+              "within_25pct": r.get("planner_within_25pct"), "load": r["load_avg_before"][0]} for r in rows]
+    print_table(table, title="time to the ILP's incumbent (s; best cost / ILP's when never reached)")
+    plot(rows, RESULTS_DIR / f"{a.out}.png")
+
+
+if __name__ == "__main__":
+    main()
