@@ -71,12 +71,14 @@ Known outliers and their causes (the terms' docstrings say more):
     unet fsdp 0.75 -> 1.02, unet dp 0.93 -> 1.02), outside 15 of 24 unchanged; XLA CPU's YNNPACK reductions (operands written out
     as buffers) are found but not modelled (README);
   * a gathered copy read by an element-wise node fused into its consumers lives to that node's
-    last reader, and a dot reading a gather of a minor dim also holds XLA CPU's row-major copy
-    (``costmodel.copy_lists``; session 11): re-priced on fidelity_s10 (fno left out: its stored
-    plans no longer fit today's Problem) 33 -> 39 of 40, outside 17 -> 19 of 24; executed with
-    the solvers' new plans (results/fidelity_s11b.json, the ilp / policy rows of gpt, vit, unet,
-    meshgraphnet, mlp re-run) 39 -> 42 of 48. Still not modelled: XLA CPU's YNNPACK reductions
-    reading broadcasts written out in full (LayerNorm's backward: gpt ilp-memory rows);
+    last reader, and on CPU an activation's gather with a non-major gathered dim read by a dot /
+    conv / fft also holds XLA's relayout copy the step before that reader (``cost.gather_relaid``;
+    ``costmodel.copy_lists``; session 11): the fused-reader rule alone re-priced on fidelity_s10
+    (fno left out: its stored plans no longer fit today's Problem) 33 -> 38 of 40; both rules,
+    re-priced on the plans of results/fidelity_s11b.json, 36 of 40; executed afresh with every
+    solver plan re-solved (results/fidelity_s11.json) 41 of 48, outside the zoo 16 of 24. Still not
+    modelled: XLA CPU's YNNPACK reductions reading broadcasts written out in full (LayerNorm's
+    backward: gpt ilp-memory rows);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).

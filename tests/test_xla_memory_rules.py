@@ -304,7 +304,7 @@ def test_a_dot_reading_a_gather_of_a_minor_dim_holds_the_row_major_copy_too():
     gradient dot reads the output gradient replicated while it is stored sharded over its second
     dim: XLA's all-gather puts the gathered dim outermost (``all-gather.4 = f32[16,64]{0,1}``) and
     XLA CPU writes a row-major copy for the dot (``wrapped_copy.11``), both live at the dot, which
-    is XLA's peak: ``cost.gather_relaid``'s relayout group. Predicted / XLA before (the gather
+    is XLA's peak: ``cost.gather_relaid``'s relayout group, charged from the step before the dot. Predicted / XLA before (the gather
     alone): 0.839."""
     fn, args, graph, problem, plan = _stored_plan("mlp", "mlp_min_memory_105_plan.json")
     s = np.asarray(plan.strategies)

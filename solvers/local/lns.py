@@ -19,6 +19,7 @@ import numpy as np
 from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
 from costmodel.profile import live_on, step_sum
+from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
@@ -239,13 +240,8 @@ def whole_milp(problem: Problem, plan, time_limit_s: float) -> np.ndarray:
         found = exc.incumbents
     except Exception:  # noqa: BLE001 -- no plan in time or infeasible: keep the seed
         found = []
-    best, best_cost = s, evaluate(problem, s).total
-    for out in found:
-        t = np.asarray(out, dtype=np.int64)
-        c = evaluate(problem, t)
-        if c.feasible and c.total < best_cost - 1e-12 * max(1.0, abs(best_cost)):
-            best, best_cost = t, c.total
-    return best
+    # the seed first: best_seed keeps the first of equal costs, so only a strictly cheaper plan replaces it
+    return np.asarray(best_seed(problem, [s, *found], problem.usage_limit, None, key=lambda c: c.total), dtype=np.int64)
 
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
