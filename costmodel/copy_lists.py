@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.combined import combined_all_reduce_lists, combined_candidates
-from costmodel.cost import Mesh, gather_relaid, local_bytes, lowered_kind
+from costmodel.cost import Mesh, axis_changes, gather_relaid, local_bytes, lowered_kind, reshard_measured
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
 from costmodel.value_origin import same_value_source
@@ -74,7 +74,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     reader, the raw gather dying at the copy (convae megatron's kernels: counted, 1.00 -> 1.17).
     """
     nodes = graph.nodes
-    groups, relayout = {}, {}
+    groups, relayout, remat = {}, {}, {}
     merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
@@ -101,6 +101,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
                                    int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
+            gathered = g[4] & np.array([rematerialises(s, L, mesh) for s in src])
+            if gathered.any():
+                remat.setdefault(key, (u, float(itemsize * np.prod(ten.shape)), gathered, []))[3].append(
+                    (v, g[2][-1][1], want, free | ~gathered))
             if buffer_read and mesh.backend == "cpu" and g[3] > 0:
                 relaid = g[4] & np.array([gather_relaid(ten.shape, s, L, mesh) for s in src])
                 if relaid.any():
@@ -108,7 +112,23 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     for key, (u, b, ms) in relayout.items():   # the relayout copy just before its first buffer reader
         first = min(m[1] for m in ms)
         groups[key + ("relayout",)] = (u, b, [(v, max(first - 1, groups[key][3]), w, f) for v, t, w, f in ms if t == first])
+    for key, (u, b, gathered, ms) in remat.items():   # the whole tensor, gathered, to its first reader
+        first = min(m[1] for m in ms)
+        t = max(first - 1, groups[key][3])
+        groups[key + ("remat",)] = (u, b, [(v, t, w, f) for v, tv, w, f in ms if tv == first], groups[key][3],
+                                    gathered, np.zeros(len(gathered)))
     return list(groups.values())
+
+
+def rematerialises(src, dst, mesh: Mesh) -> bool:
+    """Does XLA turn ``src`` into ``dst`` by all-gathering the whole tensor on every device and
+    slicing it (its "involuntary full rematerialization")? The measured table's ``remat`` where
+    it holds the pair (``cost.reshard_measured``), else the hand rules' (``cost.axis_changes``)."""
+    src, dst = tuple(src), tuple(dst)
+    if src == dst:
+        return False
+    tr = reshard_measured(src, dst, mesh)
+    return tr.remat if tr is not None else axis_changes(src, dst)[2]
 
 
 def conv_operand_order(nd, k: int) -> tuple | None:

@@ -307,22 +307,8 @@ def reshard_rules(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, fl
     if src == dst:
         return 0.0, 0.0
     nd = len(shape)
-    removed: dict[str, int] = {}
-    added: dict[str, int] = {}
-    keep = []
-    for d in range(nd):
-        s, t = src[d], dst[d]
-        k = 0
-        while k < len(s) and k < len(t) and s[k] == t[k]:
-            k += 1
-        keep.append(list(s[:k]))
-        for a in s[k:]:
-            removed[a] = d
-        for a in t[k:]:
-            added[a] = d
-    moves = sum(1 for a, d in removed.items() if a in added and added[a] != d)
-    gathers = sum(1 for a in removed if a not in added)
-    if moves and moves + gathers >= 2:
+    removed, added, remat = axis_changes(src, dst)
+    if remat:
         # XLA's SPMD partitioner cannot chain these ("involuntary full rematerialization"): it
         # all-gathers the tensor to replicated over every axis of src, then slices (free).
         return reshard_rules(shape, itemsize, src, ((),) * nd, mesh)
@@ -352,6 +338,23 @@ def reshard_rules(shape, itemsize: int, src, dst, mesh: Mesh) -> tuple[float, fl
         t_total += dt
         sent_total += ds
     return t_total, sent_total
+
+
+def axis_changes(src, dst) -> tuple[dict, dict, bool]:
+    """Per mesh axis, where ``src`` -> ``dst`` removes it ({axis: dim}) and adds it ({axis: dim}):
+    past the common major prefix of each dim's axis tuples; and whether the hand rules take the
+    transition for XLA's involuntary full rematerialisation (an axis move with another move or
+    all-gather: ``reshard_rules``)."""
+    removed: dict[str, int] = {}
+    added: dict[str, int] = {}
+    for d, (s, t) in enumerate(zip(src, dst)):
+        k = 0
+        while k < len(s) and k < len(t) and s[k] == t[k]:
+            k += 1
+        removed.update((a, d) for a in s[k:])
+        added.update((a, d) for a in t[k:])
+    moves = sum(1 for a, d in removed.items() if a in added and added[a] != d)
+    return removed, added, bool(moves) and moves + sum(1 for a in removed if a not in added) >= 2
 
 
 def reshard_coverage(srcs, dsts, mesh: Mesh) -> tuple[int, int]:
