@@ -72,6 +72,13 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     by a dot / conv / fft has a relayout copy: a short-lived group the step before its first such
     reader. Not for an input or state-only value (``group_time`` 0): XLA gathers it just before the
     reader, the raw gather dying at the copy (convae megatron's kernels: counted, 1.00 -> 1.17).
+    A copy made by a full rematerialisation (``rematerialises``: XLA all-gathers the whole tensor on
+    every device, then slices it) also holds the whole tensor, from the copy's start to the step
+    before its first reader ("remat" group; XLA's live ranges, mlp tiny min-memory plan: the Dense_0
+    kernel read S01R -> RS1, ``all-gather.1 = f32[32,64]`` 34-45, its slice 45-53, the dot at 53).
+    Re-priced: vit / mlp ilp-memory 0.878 / 0.807 -> 1.036 / 1.089, moe ilp-memory 0.742 -> 0.933.
+    Approximate: charged at the first reader's step only when that reader is active; XLA may put
+    the whole tensor in a donated parameter's free buffer (mlp: the gathered batch, 2 KiB): over-count.
     """
     nodes = graph.nodes
     groups, relayout, remat = {}, {}, {}

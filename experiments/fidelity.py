@@ -79,6 +79,12 @@ Known outliers and their causes (the terms' docstrings say more):
     solver plan re-solved (results/fidelity_s11.json) 41 of 48, outside the zoo 16 of 24. Still not
     modelled: XLA CPU's YNNPACK reductions reading broadcasts written out in full (LayerNorm's
     backward: gpt ilp-memory rows);
+  * a read XLA's SPMD partitioner runs as a full rematerialisation (all-gather the whole tensor,
+    then slice: the resharding table's ``remat``, else the hand rule) holds the whole tensor from
+    the copy's start to the step before its first reader (``copy_lists.copy_group_lists``, session
+    12): re-priced, fidelity_s11 41 -> 43 of 48 (vit ilp-memory 0.878 -> 1.036, mlp ilp-memory
+    0.889 -> 0.909), fidelity_s11_final 19 -> 20 of 24 (mlp ilp-memory 0.807 -> 1.089), outside 16
+    -> 17 of 24 (moe ilp-memory 0.742 -> 0.933, megatron 0.921 -> 0.945); no other row moves;
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).
@@ -137,21 +143,31 @@ CAUSES = {
                        "the session-10 model prices the same plan at 1.146",
     ("moe", "*"): "under: temp fragmentation (ilp-time: XLA's figure 283.0 KB, its live buffers at the peak "
                   "250.1 KB, the model 241.4 KB = 0.965 of them) and layout copies of the batched-expert einsum operands",
-    ("moe", "ilp-memory"): "under: the batched-expert dot's operand all-gathered in full (all-gather.5 "
-                           "f32[4,64,32], 32 KiB) and its slice copied (wrapped_copy.3) at XLA's peak, where the "
-                           "model charges 1 KiB; temp fragmentation 7 KB (XLA 139.5 KB, live 132.3, model 98.4)",
     ("rnn", "policy"): "under: the unrolled scan's per-step weight-gradient dots (dot.42-54, 4 KiB each) held to "
                        "the fused sum at the end; the model holds them only when their all-reduces are combined "
                        "(builder._read_at_fusion_root), not under this plan's replicated / sliced gradients "
                        "(XLA 132.7 KB, live 130.6, model 117.8)",
     ("convae", "ilp-memory-1.05"): "under: temp fragmentation (XLA's figure 72.0 KB, its live buffers at the peak "
                                    "61.4 KB, the model 60.4 KB)",
-    ("rnn", "ilp-time"): "under: the scan's per-step states read back by squeeze (4 x 4 KiB) kept by XLA "
-                         "to the backward pass; the model frees them after the step",
-    ("convae", "fsdp"): "under: replicated outputs not aliased (13.8 KB counted apart) and conv layout "
-                        "copies without metadata (21.5 KB at XLA's peak)",
-    ("convae", "ilp-memory"): "under: replicated outputs not aliased (13.8 KB counted apart) and conv layout "
-                              "copies without metadata (27.9 KB at XLA's peak)",
+    ("rnn", "ilp-time"): "under (session 12, XLA's buffer assignment, temp peak at position 90 of 97): XLA's "
+                         "scheduler runs the unrolled backward's dh recursion first and the per-step weight-gradient "
+                         "dots after it, so six per-step products tanh' x dh (multiply_add_fusion.1-6, f32[16,64], "
+                         "4 KiB each) live to those late dots (93), beside the sixteen per-step gradient "
+                         "contributions (dot.42-48, dot.51-57) the model also holds to their fused sums; in trace "
+                         "order the model frees each product at its own step's dots (XLA 134.7 KB, the model 117.8 KB)",
+    ("convae", "fsdp"): "under (session 12, XLA's buffer assignment): XLA's figure counts the 13,848 B of "
+                        "replicated plain outputs (the updated weights: the runtime returns a plain output "
+                        "replicated; memory_analysis output_size, every convae row) over the whole program, where "
+                        "the model holds each from its producer's step; charged so (tried, not merged) fsdp 0.810 "
+                        "-> 0.913, ilp-memory 0.769 -> 0.895, but megatron 0.997 -> 1.109, whose model peak (step 8, "
+                        "the backward's start) holds the residual output and relu mask (20 KB) and both backward "
+                        "conv operands (32 KB) that XLA computes later (positions 30-31 of 52); and the gathered "
+                        "kernels' relayout copies kept from the forward to the backward conv (transpose_copy_fusion.3 "
+                        "/ .4, 9,216 + 2,304 B), the gathered mid kernel held to the update (all-gather.2, 13-46 of 47)",
+    ("convae", "ilp-memory"): "under: as convae fsdp (the replicated plain outputs XLA counts over the whole "
+                              "program: 0.769 -> 0.895 if charged so) and conv layout copies without metadata "
+                              "(27.9 KB at XLA's peak)",
+    ("unet", "policy"): "over: the plan of unet ilp-time (results/fidelity_s11.json: the same strategies), as that row",
 }
 
 
