@@ -85,10 +85,9 @@ Known outliers and their causes (the terms' docstrings say more):
     12): re-priced, fidelity_s11 41 -> 43 of 48 (vit ilp-memory 0.878 -> 1.036, mlp ilp-memory
     0.889 -> 0.909), fidelity_s11_final 19 -> 20 of 24 (mlp ilp-memory 0.807 -> 1.089), outside 16
     -> 17 of 24 (moe ilp-memory 0.742 -> 0.933, megatron 0.921 -> 0.945); no other row moves.
-    Re-solved and executed (results/fidelity_s12b_solver.json): mlp and vit solver rows 8 of 8;
-    moe's (fidelity_s12b_outside_moe.json) 0 of 4: its new min-memory plan 0.849, collectives
-    1.061 (the router input n12, gathered whole for three readers, read S0R -> RS0 by a fourth:
-    the model charges that all-to-all, 4 KiB, XLA slices the gathered copy);
+    Re-solved, executed (results/fidelity_s12b_*.json): mlp, vit solver rows 8 of 8; moe 0 of 4,
+    its new min-memory plan 0.849, collectives 1.061 (the router input, gathered for three
+    readers, read S0R -> RS0 by a fourth: an all-to-all charged, XLA slices the gathered copy);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).
