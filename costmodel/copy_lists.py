@@ -106,7 +106,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent)
+                                   int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent,
+                                   not any(L))
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
             gathered = g[4] & np.array([rematerialises(s, L, mesh) for s in src])
             if gathered.any():

@@ -63,10 +63,19 @@ class CopyGroups:
     group_early: np.ndarray | None = None   # flat bool: k_producer entries per group
     early_offsets: np.ndarray | None = None  # (G+1,)
     group_comm_bytes: np.ndarray | None = None  # flat, like group_early: bytes each device sends to make it
+    group_whole: np.ndarray | None = None   # (G,) bool: the copy's layout is replicated (the whole value)
 
     def shared_comm_bytes(self, s: np.ndarray) -> float:
         """Bytes the pairwise edges charge twice for an early copy read by several members: XLA
-        runs its collective once, each edge pays it (``evaluate`` subtracts this from comm_bytes)."""
+        runs its collective once, each edge pays it (``evaluate`` subtracts this from comm_bytes).
+        And an early copy of a value whose replicated copy (``group_whole``) is made for an earlier
+        reader costs no collective: XLA's partitioner slices it from the replicated one (moe's
+        router input, gathered whole for three readers and read S0R -> RS0 by a later fourth:
+        ``bitcast_dynamic-slice_fusion`` of that ``all-gather``, no all-to-all). A reader before
+        the replicated copy's first reader gets its own collective (moe ilp-memory-1.05). Bytes
+        only: the edge costs (seconds) the solvers see still charge that transition. Re-priced:
+        moe's re-solved ilp-memory plan 1.061 -> 1.000 of XLA's collective bytes, rnn ilp-memory
+        1.076 -> 1.055, vit ilp-memory 1.025 -> 0.996; fno's rows 1.000 -> 0.995-0.998."""
         if self.group_comm_bytes is None or not len(self.group_comm_bytes):
             return 0.0
         act = self.active(s)
@@ -74,7 +83,16 @@ class CopyGroups:
         has = np.diff(self.early_offsets) > 0
         per = np.zeros(self.num_groups)
         per[has] = self.group_comm_bytes[self.early_offsets[:-1][has] + s[self.group_node[has]]]
-        return float((np.maximum(n_act - 1, 0) * per).sum())
+        shared = np.maximum(n_act - 1, 0) * per
+        if self.group_whole is not None and self.num_groups:
+            first = np.full(self.num_groups, np.iinfo(np.int64).max)
+            np.minimum.at(first, self.member_group[act], self.member_time[act])
+            made = (n_act > 0) & (per > 0)
+            whole_at = np.full(int(self.group_node.max()) + 1, np.iinfo(np.int64).max)
+            np.minimum.at(whole_at, self.group_node[made & self.group_whole], first[made & self.group_whole])
+            sliced = made & ~self.group_whole & (whole_at[self.group_node] < first)
+            shared = shared + np.where(sliced, per, 0.0)
+        return float(shared.sum())
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k).tolist() for k in self.__dataclass_fields__ if getattr(self, k) is not None}
@@ -98,9 +116,11 @@ class CopyGroups:
     @classmethod
     def from_lists(cls, groups) -> "CopyGroups":
         """``groups``: [(producer node, bytes, [(consumer node, step, want bools, free bools), ...])
-        or the same with (producer step, early bools[, bytes sent per producer strategy]) appended]."""
-        gn, gb, mo, mn, mt, mw, mf, gt, ge, gc = [], [], [0], [], [], [], [], [], [], []
+        or the same with (producer step, early bools[, bytes sent per producer strategy[, layout
+        replicated]]) appended]."""
+        gn, gb, mo, mn, mt, mw, mf, gt, ge, gc, gw = [], [], [0], [], [], [], [], [], [], [], []
         for u, b, members, *early in groups:
+            gw.append(bool(early[3]) if len(early) > 3 else False)
             gn.append(int(u))
             gb.append(float(b))
             gt.append(int(early[0]) if early else 0)
@@ -117,7 +137,7 @@ class CopyGroups:
         return cls(np.array(gn, dtype=np.int64), np.array(gb, dtype=np.float64), np.array(mo, dtype=np.int64),
                    np.array(mn, dtype=np.int64), np.array(mt, dtype=np.int64), cat(mw), offs(mw), cat(mf), offs(mf),
                    np.array(gt, dtype=np.int64), cat(ge), offs(ge),
-                   np.concatenate(gc) if gc else np.zeros(0))
+                   np.concatenate(gc) if gc else np.zeros(0), np.array(gw, dtype=bool))
 
     def early(self, g: int, su: int) -> bool:
         """Is group g's copy made by a collective (live from the producer's step) under su?"""
@@ -258,14 +278,14 @@ class CopyGroups:
                           None if self.group_comm_bytes is None else np.concatenate(
                               [self.group_comm_bytes[self.early_offsets[g]:self.early_offsets[g + 1]][np.asarray(keep[int(u)])]
                                if self.early_offsets[g + 1] > self.early_offsets[g] else np.zeros(0)
-                               for g, u in enumerate(self.group_node)] or [np.zeros(0)]))
+                               for g, u in enumerate(self.group_node)] or [np.zeros(0)]), self.group_whole)
 
     # ---- JSON (an optional key beside the contest fields) ---------------------------------------
 
     @classmethod
     def from_dict(cls, d: dict) -> "CopyGroups":
         dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool, "group_early": bool,
-              "group_comm_bytes": np.float64}
+              "group_comm_bytes": np.float64, "group_whole": bool}
         need = [k for k, f in cls.__dataclass_fields__.items() if f.default is not None and k not in d]
         if need:
             raise ValueError(f"edge_memory: field {need[0]!r} is missing")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -373,3 +374,26 @@ def test_a_rematerialised_read_holds_the_whole_tensor_before_its_reader(model, f
         t, whole = min((t, w) for k, t, w in whole_reads if k == key)
         assert ((b == whole) & (end == t)).any(), (graph.nodes[key[0]].module_path, whole)
     _assert_xla_memory_within_10_percent(fn, args, graph, problem, plan, f"{model} tiny min-memory plan")
+
+
+def test_a_copy_sliced_from_a_replicated_copy_sends_nothing():
+    """moe (tests/data/outside_steps.py) under the ILP's min-memory plan on cpu-2x4
+    (tests/data/moe_min_memory_plan.json: results/fidelity_s12b_outside_moe.json). The router's
+    input (f32[64,32], stored S0R) is all-gathered whole for three readers and read S0R -> RS0
+    by a fourth, the router-gradient dot: XLA slices that one from the replicated all-gather
+    (``bitcast_dynamic-slice_fusion = fusion(all-gather, ...)``), no all-to-all. So an early copy
+    of a value with an active replicated copy costs no collective (``CopyGroups.group_whole``,
+    ``shared_comm_bytes``). Predicted / XLA collective bytes before: 1.061 (the all-to-all's 4 KiB)."""
+    step, args = STEPS["moe"]()
+    graph = sg.trace(step, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "moe_min_memory_plan.json"))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    s = np.asarray(plan.strategies)
+    em = problem.edge_memory
+    whole_free = replace(em, group_whole=None).shared_comm_bytes(s)
+    assert em.shared_comm_bytes(s) - whole_free == 4096   # the sliced copy's all-to-all, per device
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args))
+    r = sg.execute(step, abstract, graph, plan)
+    assert r.predicted_comm_bytes == pytest.approx(r.collective_wire_bytes, rel=0.05), \
+        (r.predicted_comm_bytes, r.collective_wire_bytes)
