@@ -86,8 +86,8 @@ Known outliers and their causes (the terms' docstrings say more):
     0.889 -> 0.909), fidelity_s11_final 19 -> 20 of 24 (mlp ilp-memory 0.807 -> 1.089), outside 16
     -> 17 of 24 (moe ilp-memory 0.742 -> 0.933, megatron 0.921 -> 0.945); no other row moves.
     Re-solved, executed (results/fidelity_s12b_*.json): mlp, vit solver rows 8 of 8; moe 0 of 4,
-    its new min-memory plan 0.849, collectives 1.061 (the router input, gathered for three
-    readers, read S0R -> RS0 by a fourth: an all-to-all charged, XLA slices the gathered copy);
+    its new min-memory plan 0.849, collectives 1.061 -> 1.000 re-priced once a copy sliced from a
+    replicated copy made earlier sends nothing (``CopyGroups.group_whole``: the router input);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
     fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).
