@@ -173,6 +173,7 @@ class Config:
     seed: int = 0
     mem_tol: float = MEM_TOL
     comm_tol: float = COMM_TOL
+    schedule: str = "program"       # the step order the model prices on (sg.trace's schedule=)
     extra: dict = field(default_factory=dict)
 
 
@@ -270,7 +271,7 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
         if (name, size) not in built:
             real = not outside and size != zoo.sizes(name)[0]
             fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real)
-            built[name, size] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}"),
+            built[name, size] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule),
                                                  unbounded(cluster) if real else cluster)
         c = sg.evaluate(built[name, size], list(r["strategies"]))
         xla = r["xla_mem_MiB"] * 2.0 ** 20
@@ -312,11 +313,14 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--reprice", action="store_true",
                     help="price the plans stored in results/<out>.json with the current model against "
                          "their stored XLA figures; compiles nothing, writes nothing")
+    ap.add_argument("--schedule", default="program", choices=("program", "xla"),
+                    help="the step order the model prices on: the trace's program order, or XLA's schedule "
+                         "of the unsharded step (sg.trace's schedule=)")
     a = ap.parse_args(argv)
     outside = _outside_steps() if a.outside else {}
     cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(outside or zoo.names()),
                  plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
-                 ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters)
+                 ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters, schedule=a.schedule)
     if a.reprice:
         return reprice(a.out, outside, cfg)
     for p in cfg.plans:
@@ -342,7 +346,7 @@ def main(argv=None) -> list[dict]:
             fn, args = outside[name]()
         else:
             fn, args = zoo.build(name, size, seed=cfg.seed, abstract=a.size == "real")
-        graph = sg.trace(fn, *args, name=f"{name}-{size}")
+        graph = sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule)
         problem = sg.build_problem(graph, cluster)
         for plan_name in cfg.plans:
             try:
