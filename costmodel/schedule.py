@@ -7,13 +7,25 @@ run. XLA's scheduler (on CPU a memory-minimising list / DFS scheduler) does not 
 program order. Measured (the scheduled module, ``compiled.as_text()``, whose entry computation
 lists the instructions in the order they run):
   * a batch-1 two-conv stack (tests/test_halo.py, dilation-2 plan): JAX traces the loss's
-    ``reduce_sum`` right after the forward pass; XLA runs it in the backward pass, after the first
-    weight-gradient conv, so the residual's all-gather and its relayout copy (256 KiB each) live
-    beside the backward's buffers: predicted / XLA 0.849 in trace order, 0.922 in this order
-    (0.998 with the order of the plan's own compiled program);
+    ``reduce_sum`` right after the forward pass; XLA runs it after the loss gradient's first
+    fusions (the unsharded step) or after the first weight-gradient conv (the plan's own program),
+    so the residual's all-gather and its relayout copy (256 KiB each) live beside the backward's
+    buffers: predicted / XLA 0.849 in trace order, 0.922 in this order (0.998 in the order of the
+    plan's own program); the stride-2 plan 1.000 -> 1.034;
   * the 2-D fftn slab FNO plan (tests/test_dist_fft.py): the spectral-weight slices, two gathered
     spectra and two weight-gradient pads are live together at XLA's peak but never in trace order:
     0.896 -> 1.000.
+
+Re-priced (``experiments/fidelity.py --reprice --schedule xla``: the stored plans, the stored XLA
+figures; with ``memory.early_buffers``, which this order needs), memory within 10% of XLA:
+results/fidelity_s11b.json without fno 36 -> 39 of 40 (gpt ilp-memory 0.897 -> 0.957,
+ilp-memory-1.05 0.885 -> 0.935, unet ilp-time 1.104 -> 1.031; left: gpt policy 1.146 -> 1.161),
+fidelity_s11_final.json 19 -> 23 of 24 (also mlp ilp-memory 0.807 -> 1.015, unet policy 1.053 ->
+1.004; left: fno ilp-time 1.204, unchanged: the donated spectral weights' copies), fno's eight
+rows of fidelity_s11.json unchanged (7 of 8), the outside-zoo steps (fidelity_outside_s11.json)
+16 -> 19 of 24 (rnn ilp-time 0.874 -> 0.939, rnn policy 0.888 -> 0.953, convae fsdp 0.810 -> 0.921,
+moe ilp-memory-1.05 0.852 -> 0.917; convae megatron 0.997 -> 1.100 and replicated 0.990 -> 1.091
+over-count: not diagnosed).
 
 Mapping. The runtime traces every equation of node i under ``jax.named_scope(NODE_SCOPE + i)``
 (``runtime.program``), so each HLO instruction's ``op_name`` names its node (the last such scope
@@ -100,5 +112,5 @@ def follow_schedule(graph: OpGraph, hlo_text: str) -> OpGraph:
             key[nd.id] = max(before) + 0.25
     steps = sorted(int(nd.order) for nd in ops)
     new = {nd.id: step for step, nd in zip(steps, sorted(ops, key=lambda n: (key[n.id], n.order)))}
-    return dataclasses.replace(graph, nodes=tuple(dataclasses.replace(nd, order=new.get(nd.id, nd.order))
-                                                  for nd in nodes))
+    return dataclasses.replace(graph, schedule="xla", nodes=tuple(dataclasses.replace(nd, order=new.get(nd.id, nd.order))
+                                                                  for nd in nodes))

@@ -19,6 +19,7 @@ Targets: memory within ±10%, collective bytes within ±5%; rows outside are fla
     ... --size real --models gpt --plans megatron,ilp-memory-1.05 --out fidelity_real
     ... --outside --out fidelity_outside   # the train steps of tests/data/outside_steps.py (moe, rnn, convae)
     ... --reprice [--outside --out fidelity_outside]   # stored plans, current model, stored XLA figures
+    ... --reprice --schedule xla --out fidelity_s11b   # the same in XLA's step order (sg.trace schedule=)
 
 Writes results/fidelity.json (config, seed, git revision, one record per row with the full Report).
 
@@ -81,7 +82,12 @@ Known outliers and their causes (the terms' docstrings say more):
     backward: gpt ilp-memory rows);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
     moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
-    fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB).
+    fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB);
+  * ``--schedule xla`` (session 12): the model's steps in the order of XLA's schedule of the
+    unsharded step (``costmodel.schedule``) and each buffer of a group to its own last reader
+    (``memory.early_buffers``); re-priced, memory within 10%: fidelity_s11b (fno left out) 36 -> 39
+    of 40, fidelity_s11_final 19 -> 23 of 24, fno's rows of fidelity_s11 7 of 8 unchanged, outside
+    the zoo 16 -> 19 of 24 (figures in costmodel/schedule.py). The default is still the trace's order.
 """
 from __future__ import annotations
 
