@@ -47,6 +47,8 @@ def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program
     compile on one device, abstract, before any plan; ``costmodel.schedule`` says what it fixes)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    if schedule == "xla" and not fold:
+        raise ValueError("schedule='xla' needs fold=True (the runtime re-evaluates the folded program)")
     graph = _trace_program(fn, *args, fold=fold, name=name)
     return xla_scheduled(fn, args, graph) if schedule == "xla" else graph
 

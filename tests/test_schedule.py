@@ -81,3 +81,12 @@ def test_fno_replicated_in_xla_order_within_10_percent():
     ratio = sg.evaluate(p, row["strategies"]).peak_memory_bytes / (row["xla_mem_MiB"] * 2.0 ** 20)
     assert abs(ratio - 1) <= 0.10, ratio
     assert p.edge_memory is not None and len(p.edge_memory.group_node) > 0
+
+
+def test_bad_schedule_names_the_choices():
+    import pytest
+    f = lambda x: x * 2.0   # noqa: E731
+    with pytest.raises(ValueError, match="choose one of program, xla"):
+        sg.trace(f, 1.0, schedule="xl")
+    with pytest.raises(ValueError, match="fold=True"):
+        sg.trace(f, 1.0, fold=False, schedule="xla")
