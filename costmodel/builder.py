@@ -25,7 +25,8 @@ chain reads (a weight-gradient conv whose folded update writes the new param), a
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
 div). An op computed from the donated state alone (``value_origin.state_only``: a kernel reversed for
 a backward conv) starts at 0: XLA computes it before the forward pass (unet tiny dp 0.93 -> 1.02).
-A group's outputs share one interval (their longest); a transparent node (an unfolded reshape: a bitcast)
+A group's outputs share one interval (their longest; in XLA's schedule, ``graph.schedule == "xla"``,
+a buffer that dies earlier is a copy group: ``memory.early_buffers``); a transparent node (an unfolded reshape: a bitcast)
 extends its producer's interval to its own end, and so does a node that keeps no buffer
 (``materialised_outputs``: an element-wise node fused into its consumers): XLA runs a fusion
 once, at its root, and reads every buffer the fused ops read there (rnn under lax.scan,
@@ -67,14 +68,16 @@ from costmodel.cost import (
     reshard_matrix,
 )
 from costmodel.edge_memory import CopyGroups
-from costmodel.graph import OpGraph, Tensor
+from costmodel.graph import OpGraph
 from costmodel.limits import Limits
 from costmodel.memory import (
     EXPENSIVE,
     MATERIALISING,
     NON_FUSIBLE,
-    NOT_DUPLICATED,
     TRANSPARENT,
+    buffer_bytes,
+    early_buffer_groups,
+    early_buffers,
     in_place_nodes,
     materialised_outputs,
     operand_copies,
@@ -176,11 +179,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                     lb = local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.operand_specs[k], mesh)
                     if lb > bmin:
                         mem += lb
-                for o in counted:  # o = -1: the head's own result, of output 0's shape and spec
-                    ten = nd.outputs[max(o, 0)]
-                    if o < 0 and nd.primitive in NOT_DUPLICATED and nd.operand_types:  # a pad keeps its operand's dtype
-                        ten = Tensor(ten.shape, nd.operand_types[0].dtype)
-                    mem += local_bytes(ten.shape, np.dtype(ten.dtype).itemsize, st.out_specs[max(o, 0)], mesh)
+                mem += sum(buffer_bytes(nd, o, st, mesh) for o in counted)  # o = -1: the head's own result
                 for o in every:
                     red += redundant_bytes(nd.outputs[o].nbytes, st.out_specs[o], mesh)
                 rows.append((t, mem, red, cb, imb))
@@ -226,8 +225,12 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                 if u >= 0 and not nodes[u].is_input:
                     intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
 
-    intervals[in_place_nodes(graph, kept, transparent, intervals), 0] += 1   # written over a dying operand
+    # in XLA's schedule each kept buffer of a group lives to its own last reader (memory.early_buffers)
+    early = early_buffers(graph, [[o for o in kept[i] if (i, o) not in aliased] for i in range(n)], kept, intervals,
+                          transparent | fused, plain_out) if edge_memory and graph.schedule == "xla" else []
+    intervals[in_place_nodes(graph, kept, transparent, intervals, early), 0] += 1   # written over a dying operand
     intervals[np.nonzero(from_state := state_only(graph, alias_edges))[0], 0] = 0   # before the forward pass
+    buffer_groups = early_buffer_groups(graph, strats, mesh, early, intervals, usages, offs)
 
     # ---- edges ----
     edge_parts: dict = {}
@@ -336,7 +339,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
             i for i in transparent | fused if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
-            + combined_all_reduce_lists(graph, strats, mesh, late)) if edge_memory else None,
+            + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )
 
 

@@ -37,7 +37,9 @@ copy groups the whole tensor a full rematerialisation gathers, XLA CPU's layout 
 after their update could run, and the operands of XLA's combined all-reduce of the gradients
 (``costmodel.copy_lists``). Approximate: XLA CPU's layout copies of
 dot operands (``copy_bitcast_fusion``: a transposed operand of a weight-gradient dot) are not
-copy groups; the schedule is the trace order, while XLA's differs.
+copy groups; the schedule is the graph's node order: the trace order, or XLA's own with
+``sg.trace(..., schedule="xla")`` (``costmodel.schedule``), where a group's buffers that die early
+are copy groups too (``memory.early_buffers``).
 """
 from __future__ import annotations
 

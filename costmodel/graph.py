@@ -91,6 +91,7 @@ class OpGraph:
     num_eqns: int = 0
     num_nodes_unfolded: int = 0
     name: str = ""
+    schedule: str = "program"   # what node ``order`` follows: "program" (the trace) or "xla" (costmodel.schedule)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -148,6 +149,7 @@ class OpGraph:
             "num_nodes_unfolded": self.num_nodes_unfolded,
             "outputs": [list(o) for o in self.outputs],
             "output_aliases": list(self.output_aliases),
+            "schedule": self.schedule,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -175,6 +177,7 @@ class OpGraph:
             num_eqns=d["num_eqns"],
             num_nodes_unfolded=d["num_nodes_unfolded"],
             name=d.get("name", ""),
+            schedule=d.get("schedule", "program"),
         )
 
     @classmethod

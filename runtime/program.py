@@ -13,13 +13,14 @@ from jax.sharding import NamedSharding
 
 from costmodel.graph import OpGraph
 from costmodel.problem import Plan
+from costmodel.schedule import NODE_SCOPE
 from costmodel.trace import flatten_program
 from runtime import dist_fft, dist_gather
 from runtime.shardings import check_spec, constrain, pspec
 
-#: every equation of graph node i is traced under jax.named_scope(f"{NODE_SCOPE}{i}"), so an HLO
-#: instruction's op_name metadata says which node it came from (shardgym/verifier.py reads it).
-NODE_SCOPE = "sg_node_"
+#: NODE_SCOPE (costmodel.schedule): every equation of graph node i is traced under
+#: jax.named_scope(f"{NODE_SCOPE}{i}"), so an HLO instruction's op_name says which node it came from
+#: (shardgym/verifier.py and costmodel.schedule read it).
 
 
 def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh, problem=None):

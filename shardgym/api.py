@@ -16,8 +16,9 @@ from costmodel.cluster import Cluster
 from costmodel.graph import OpGraph
 from costmodel.limits import LimitError, Limits
 from costmodel.problem import Cost, Plan, Problem, evaluate
-from costmodel.trace import trace
+from costmodel.trace import trace as _trace_program
 from runtime.core import execute
+from runtime.schedule import xla_scheduled
 from shardgym import verifier
 from shardgym.options import METHODS, OBJECTIVES
 from solvers.dispatch import solve_baseline, solve_exact
@@ -33,6 +34,23 @@ class UnmetBoundError(ValueError):
     def __init__(self, message: str, plan, cost):
         super().__init__(message)
         self.plan, self.cost = plan, cost
+
+
+#: ``trace(..., schedule=)``: "program" (the trace's program order) or "xla" (XLA's schedule)
+SCHEDULES = ("program", "xla")
+
+
+def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program") -> OpGraph:
+    """The OpGraph of ``fn(*args)`` (``costmodel.trace``). Its node ``order`` is the time grid every
+    liveness interval of the Problem is on: ``schedule="program"`` the trace's program order;
+    ``"xla"`` the order XLA's compiled unsharded step runs the nodes in (``runtime.schedule``: one
+    compile on one device, abstract, before any plan; ``costmodel.schedule`` says what it fixes)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    if schedule == "xla" and not fold:
+        raise ValueError("schedule='xla' needs fold=True (the runtime re-evaluates the folded program)")
+    graph = _trace_program(fn, *args, fold=fold, name=name)
+    return xla_scheduled(fn, args, graph) if schedule == "xla" else graph
 
 
 def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory_cap_bytes=None,

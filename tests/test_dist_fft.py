@@ -113,7 +113,14 @@ FNO_CASES = [("tiny", False, "batch"), ("tiny", False, "slab"),
 #: (all-gather 94-262, all-gather.1 125-215) and two weight-gradient pads (213-221), 1.31 MB; in the
 #: trace order the model prices, the slices' last readers are at steps 109-146 and the pads live
 #: 113-197 and 196-241, so they never coincide (the model's step 196: 2,397,080 B); its peak is the
-#: forward fc1 step (2,891,888 B)
+#: forward fc1 step (2,891,888 B). Session 12, in XLA's order (``sg.trace(..., schedule="xla")``,
+#: costmodel/schedule.py; session-12 runs, every case): with one interval per group this plan is
+#: 1.000, but six others over-count, 1.115-1.187 (on fno tiny replicated the cause was proj_0's
+#: GELU buffers kept to the weight-gradient dot XLA runs last); with each buffer to its own last
+#: reader (``memory.early_buffers``) all but three are within 10%: this plan 0.898, 3-D fftn slab
+#: 0.885 and 2-D fftn batch 1.108 (there the four spectral-weight slices are charged replicated,
+#: 4 x 128 KiB, where XLA slices them in the readers' layouts, 4 x 32 KiB: fidelity.py's fno
+#: ilp-time cause). So these plans are priced in the trace's order and this entry stays
 MEMORY_GAP = {("tiny", True, "slab"): 0.896}
 
 
