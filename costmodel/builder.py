@@ -23,15 +23,13 @@ own step, [order, order + 1): its aliased outputs are not in node_usages (they a
 donated buffer), so what it holds there is its transient buffers: the head's own result a folded
 chain reads (a weight-gradient conv whose folded update writes the new param), a conv's halo copy,
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
-div). An op computed from the donated state alone (``value_origin.state_only``: a kernel reversed for
-a backward conv) starts at 0: XLA computes it before the forward pass (unet tiny dp 0.93 -> 1.02).
-A group's outputs share one interval (their longest; in XLA's schedule, ``graph.schedule == "xla"``,
-a buffer that dies earlier is a copy group: ``memory.early_buffers``); a transparent node (an unfolded reshape: a bitcast)
-extends its producer's interval to its own end, and so does a node that keeps no buffer
-(``materialised_outputs``: an element-wise node fused into its consumers): XLA runs a fusion
-once, at its root, and reads every buffer the fused ops read there (rnn under lax.scan,
-replicated: the eight weight-gradient dots of the unrolled loop feed one fused add chain and all
-live until it runs; the trace order would free each at its own add).
+div). An op computed from the donated state alone (``value_origin.state_only``) starts at 0: XLA
+computes it before the forward pass. A group's outputs share one interval (their longest; in XLA's
+schedule, ``graph.schedule == "xla"``, a buffer that dies earlier is a copy group:
+``memory.early_buffers``); a transparent node (a bitcast reshape) extends its producer's interval to
+its own end, and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node
+fused into its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops
+read there (rnn under lax.scan: the unrolled loop's weight-gradient dots all live to one fused add).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
@@ -225,13 +223,11 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                 if u >= 0 and not nodes[u].is_input:
                     intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
 
-    # in XLA's schedule each kept buffer of a group lives to its own last reader (memory.early_buffers)
     early = early_buffers(graph, [[o for o in kept[i] if (i, o) not in aliased] for i in range(n)], kept, intervals,
                           transparent | fused, plain_out) if edge_memory and graph.schedule == "xla" else []
     intervals[in_place_nodes(graph, kept, transparent, intervals, early), 0] += 1   # written over a dying operand
     intervals[np.nonzero(from_state := state_only(graph, alias_edges))[0], 0] = 0   # before the forward pass
     buffer_groups = early_buffer_groups(graph, strats, mesh, early, intervals, usages, offs)
-
     # ---- edges ----
     edge_parts: dict = {}
     mat_cache: dict = {}

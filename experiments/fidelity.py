@@ -48,29 +48,12 @@ Known outliers and their causes (the terms' docstrings say more):
     it, an outer-product dot is element-wise, a pad / concatenate read by ``x ** 2`` is written
     out (``costmodel.memory``: fno tiny replicated 1.52x -> 1.23x, gpt tiny megatron 1.12x ->
     1.08x, the distributed-FFT FNO plan 1.00x -> 0.94x);
-  * an element-wise fusion's output written over a dying operand (``memory.in_place_nodes``,
-    once docs/unmerged R3) and the copies of donated weights read through a slice by a sharded
-    reader (``copy_lists.donated_copy_lists``: FNO's spectral weights), together: re-priced
-    (``--reprice``), zoo memory within 10% 26 -> 30 of 48 (fno replicated 1.23 -> 1.00,
-    megatron 1.38 -> 1.07, ilp-memory 1.16 -> 0.97, ilp-memory-1.05 1.32 -> 0.99; fno ilp-time
-    1.20 and policy 1.14 still over, with the four weight copies XLA also makes), outside 15 of
-    24 (convae replicated 1.08 -> 0.99); the distributed-FFT plans 0.91 / 1.04 -> 0.98 / 0.96
-    (2-D / 3-D);
-  * the outside-zoo steps (``--outside``) donate every argument an output replaces (Adam's m and
-    v passed apart): before, moe's v was neither aliased nor donated (XLA counted it twice) and
-    its plans' collectives differed from the model's (comm 0.25-0.77x -> 1.00x);
-  * XLA CPU's layout copies of conv operands (``transpose_copy_fusion``: JAX's gradient convs
-    permute dimension numbers, XLA CPU writes the operand out in canonical order) and copies of
-    donated weights whose gradient dot runs without an all-reduce (``costmodel.copy_lists``;
-    re-priced with ``--reprice``: zoo memory within 10% 21 -> 25 of 48, outside 8 -> 11 of 24;
-    unet replicated 0.87 -> 1.01, convae replicated 0.72 -> 1.08, gpt replicated 0.89 -> 0.95);
-  * XLA CPU's combined all-reduce of the gradients (each partial sum live beside its result at
-    the last gradient's step), a copied donated weight's gradient written into the weight's free
-    buffer, and gathers and buffers of values computed from the donated state alone made at the
-    program's start (``costmodel.copy_lists``; session 9): re-priced, zoo memory within 10% 30 ->
-    40 of 48 (mlp dp / fsdp / megatron 0.80 / 0.72 / 0.85 -> 1.00, mlp replicated 1.19 -> 1.06,
-    unet fsdp 0.75 -> 1.02, unet dp 0.93 -> 1.02), outside 15 of 24 unchanged; XLA CPU's YNNPACK reductions (operands written out
-    as buffers) are found but not modelled (README);
+  * earlier rules, each re-priced with ``--reprice`` when it landed (figures in the git log and the
+    rules' docstrings): in-place element-wise outputs (``memory.in_place_nodes``), copies of donated
+    weights read through a slice (``copy_lists.donated_copy_lists``: FNO's spectral weights) or whose
+    gradient dot runs without an all-reduce, XLA CPU's conv layout copies (``transpose_copy_fusion``),
+    its combined gradient all-reduce, buffers of values computed from the donated state alone made at
+    the program's start; the outside-zoo steps donate every argument an output replaces;
   * a gathered copy read by an element-wise node fused into its consumers lives to that node's
     last reader, and on CPU an activation's gather with a non-major gathered dim read by a dot /
     conv / fft also holds XLA's relayout copy the step before that reader (``cost.gather_relaid``;
