@@ -84,12 +84,20 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
             # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
             kw["initial_plans"] += baseline_seeds(problem)
             time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+    progress = kw.pop("progress", None)
     try:
         strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
-                                                   time_limit_s=time_limit_s, **kw)
+                                                   time_limit_s=time_limit_s, progress=progress, **kw)
     except SolveOverrun as exc:   # HiGHS overran its limit natively: the best seed, never a hang
-        return best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0, exc.incumbents)
-    return strategies, (solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info))
+        strategies, info = best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0,
+                                          exc.incumbents)
+    else:
+        info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
+    if progress is not None:
+        c = evaluate(problem, strategies)
+        progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "
+                 f"peak {c.peak_memory_bytes:.0f} B)")
+    return strategies, info
 
 
 def seeds_of(kw: dict) -> list[list[int]]:
