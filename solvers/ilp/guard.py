@@ -23,6 +23,7 @@ import time
 import warnings
 
 from costmodel.problem import evaluate
+from solvers.ilp.highs import reset_scheduler
 from solvers.ilp.objectives import solve_ilp
 
 
@@ -32,11 +33,7 @@ def fresh_highs_scheduler() -> None:
     MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
     forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
     3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
-    try:
-        import highspy
-        highspy.Highs.resetGlobalScheduler(False)
-    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
-        pass
+    reset_scheduler()
 
 
 class SolveOverrun(RuntimeError):
