@@ -7,10 +7,12 @@ Per problem, three curves of (wall seconds from that method's start, best feasib
   costs the capped core prints in its ``progress`` phase log (``"<phase>: <cost> (<t>s)"``; lines
   about bounds, statuses and rounds carry no plan and are skipped), stamped when the line arrives,
   plus the returned plan's cost at the ILP's wall time. The phase log reports the cost each phase
-  computed; the final point is priced by ``shardgym.evaluate``. Only the capped core has that log (a
-  binding cap on a graph ``solvers.capped.milp_ok`` admits); the plain guarded ILP, which
-  ``solve`` runs on bigger graphs (gpt 7b: 8,583 nodes > 5,000), streams no incumbents, so its
-  curve is its final plan alone (``ilp_summary.phase_log`` false). Its final cost is the target:
+  computed; the final point is priced by ``shardgym.evaluate``. Every ILP path takes ``progress``
+  (session 12): the capped core (a binding cap on a graph ``solvers.capped.milp_ok`` admits) logs
+  each phase's plan; the plain guarded ILP, which ``solve`` runs uncapped and on bigger graphs (gpt
+  7b: 8,583 nodes > 5,000), logs the plans ``solve_ilp`` streams that fit (the memory objective's;
+  its time objective's HiGHS streams none) and its answer, so its curve can be its final plan
+  alone (``ilp_summary.phase_log``: how many points the log gave). Its final cost is the target:
   "the ILP's 60 s incumbent".
 * ``policy``: the default planner's network (``agent.planner.DEFAULT_POLICY``, loaded before the
   clock starts): its raw decode (one forward pass + masked decode, a point if it fits), then
@@ -97,23 +99,18 @@ def ilp_curve(problem, seconds: float) -> tuple[list, dict]:
             except ValueError:
                 pass
 
-    from solvers.capped import milp_ok
-    from solvers.dispatch import binding_cap
-    # only the capped core (a binding cap, a graph within milp_ok) takes ``progress``; the plain
-    # guarded ILP (uncapped, or gpt 7b's 8,583 nodes) streams nothing: its curve is its final plan
-    streams = binding_cap(problem) is not None and milp_ok(problem)
     try:
-        plan = sg.solve(problem, method="ilp", time_limit_s=seconds, **({"progress": progress} if streams else {}))
+        plan = sg.solve(problem, method="ilp", time_limit_s=seconds, progress=progress)
     except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at cap 0.02)
         return monotone(pts), {"cost": None, "wall_s": round(time.perf_counter() - t0, 2), "status": "error",
-                               "error": str(exc)[:300], "phase_log": streams, "log": log[:80]}
-    wall = time.perf_counter() - t0
+                               "error": str(exc)[:300], "phase_log": len(pts), "log": log[:80]}
+    wall, streamed = time.perf_counter() - t0, len(pts)
     c = sg.evaluate(problem, plan)
     if c.feasible:
         pts.append((wall, c.total))
     return monotone(pts), {"cost": c.total if c.feasible else None, "wall_s": round(wall, 2),
                            "status": plan.info.get("status"), "gap": plan.info.get("gap"),
-                           "source": plan.info.get("source"), "phase_log": streams, "log": log[:80]}
+                           "source": plan.info.get("source"), "phase_log": streamed, "log": log[:80]}
 
 
 def search_curve(problem, start, t0: float, seconds: float, first_slice_s: float = 1.0) -> list:

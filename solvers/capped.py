@@ -8,8 +8,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
 1. **Anchor**: the lowest-usage plan is feasible iff any plan is (``plan=None`` if not) -- on
    problems without copy groups. With resharded copies (``Problem.edge_memory``) the lowest-usage
    plan can be over the limit while other plans fit: it is repaired with the copies priced
-   (``solvers.local.fitting_least_usage_plan``), the seeds count as anchors too, and without any
-   the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
+   (``solvers.local.fitting_least_usage_plan``), the seeds count as anchors too; without any, the
+   memory objective's least-peak search first (``least_peak_share``, ``_least_peak``), then the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
    look for one; "infeasible" then means none was found in time, not a proof.
 2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
    with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
@@ -93,6 +93,8 @@ class CappedConfig:
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
     lagrange_share: float = 0.45         # with copies, MILP-sized: of the budget (at most 70 % of the time left) for the
                                          # Lagrangian bound (solvers.lagrange): the capped MILP's root LP does not finish there
+    least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
+                                         # most half the time left) for the least-peak search (``_least_peak``)
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
 
@@ -163,6 +165,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     consider(anchor, "anchor (lowest usage)")
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
+    if best[0] is None and copies and cf.least_peak_share > 0 and left() > 4.0:
+        _least_peak(problem, min(cf.least_peak_share * budget, 0.5 * left()), threads, consider, say, seeds)
     if best[0] is None and not copies:
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
@@ -237,6 +241,23 @@ def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepar
     if np.isfinite(r.lower_bound):
         say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     return r.lower_bound
+
+
+def _least_peak(problem, time_limit_s, threads, consider, say, seeds=()) -> None:
+    """Memory first, when no plan fits yet (copies can put the repaired least-usage plan over a cap
+    that other plans meet): the memory objective (``solvers.ilp.solve_ilp(objective="memory")`` on
+    the problem without its limit, from ``seeds`` (fitting or not): the copy-free model's plan, the
+    peak shaver's bisection, the min-peak MILP), each plan it streams and its answer offered to
+    ``consider`` (kept if it fits)."""
+    try:
+        plan, info = solve_ilp(problem.with_usage_limit(None), objective="memory", time_limit_s=time_limit_s,
+                               threads=threads, initial_plans=[list(s) for s in seeds],
+                               on_incumbent=lambda s: consider(s, "least peak"))
+    except (RuntimeError, ValueError) as exc:
+        say(f"least peak gave nothing: {exc}")
+        return
+    consider(plan, "least peak")
+    say(f"least peak: {info.objective:.10g} B against the limit {problem.usage_limit:.10g} B")
 
 
 def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: float = 0.0) -> tuple[float, bool]:

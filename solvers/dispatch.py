@@ -27,7 +27,6 @@ from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
-from solvers.ilp import solve_ilp
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 
@@ -84,12 +83,20 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
             # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
             kw["initial_plans"] += baseline_seeds(problem)
             time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+    progress = kw.pop("progress", None)
     try:
         strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
-                                                   time_limit_s=time_limit_s, **kw)
+                                                   time_limit_s=time_limit_s, progress=progress, **kw)
     except SolveOverrun as exc:   # HiGHS overran its limit natively: the best seed, never a hang
-        return best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0, exc.incumbents)
-    return strategies, (solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info))
+        strategies, info = best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0,
+                                          exc.incumbents)
+    else:
+        info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
+    if progress is not None:
+        c = evaluate(problem, strategies)
+        progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "
+                 f"peak {c.peak_memory_bytes:.0f} B)")
+    return strategies, info
 
 
 def seeds_of(kw: dict) -> list[list[int]]:
@@ -124,7 +131,7 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     lost to the policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled
     on copies that a move makes live). Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
-    path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to ``solve_ilp`` (for its
+    path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
@@ -147,8 +154,16 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
     r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress)
-    if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit)
-        return solve_ilp(problem, objective="time", time_limit_s=max(0.5, time_limit_s - (time.perf_counter() - t0)))[0], {}
+    if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit), guarded: an
+        # unguarded 0.5 s fallback ran 19 s (vit tiny cpu-2x4 at cap 731,651 B, load 8.7: 79.8 s of 60)
+        rest = time_limit_s - (time.perf_counter() - t0)
+        why = f"no plan under the memory cap {problem.usage_limit:.6g} B found within {time_limit_s:g} s ({r.status})"
+        if rest < 0.5:
+            raise RuntimeError(f"{why}; raise time_limit_s or the cap")
+        try:
+            return solve_ilp_guarded(problem, objective="time", time_limit_s=rest, grace_s=1.0)[0], {}
+        except SolveOverrun as exc:
+            raise RuntimeError(f"{why}; {exc}") from exc
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}
     info.update({"status": r.status, "objective": r.cost, "bound": r.bound if r.gap is not None else None,
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,

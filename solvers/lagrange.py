@@ -35,7 +35,16 @@ their copies charged 262 of 623 KB at the peak.
 |h|² h, h_t = node_t(x) + low_t(x) - cap for the relaxed problem's plan x, θ halved after
 ``patience`` rounds without a better bound; a round whose MILP stops at its limit (its dual bound
 is weak and its plan no minimiser) steps no further: λ goes half way back to the best prices and θ
-is halved. Every relaxed plan is returned as a candidate.
+is halved. Every relaxed plan is returned as a candidate. ``deflect`` (default): after a round that
+raised the bound, the step direction is h + β d, d the last direction, β = max(0, -1.5 h·d / |d|²)
+(Camerini, Fratta and Maffioli's deflected subgradient), which damps the zig-zag of plain steps
+between two price vectors; any λ >= 0 gives a valid bound, so the bound stays valid. Deflecting after
+every round diverged on the 4-node hand case (tests/test_capped_copies.py: L fell to -200 with the
+target 3 above the dual optimum 1.5), so a round that does not raise the bound steps plainly. Session
+12, lagrangian_bound alone for 30 s at load 9-11, s11's best cost as the target, plain -> deflected:
+gpt tiny h100-2x8 cap 1,947,600 B 3.837e-4 -> 4.631e-4 (5 rounds each), cap 3,289,744 B 2.501e-4
+-> 2.557e-4 (17 / 25 rounds); unet tiny h100-2x8 cap 2,514,164 B 8.235e-4 -> 8.141e-4 (7 / 7
+rounds: 1.1 % lower there); the hand case with early copies 0.749 -> 0.885 (the dual optimum 1.5 without).
 """
 from __future__ import annotations
 
@@ -179,7 +188,8 @@ def relaxed_problem(problem: Problem, lc: LocalCosts, terms: CopyTerms | None, l
 
 def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam0=None,
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
-                     progress=None, on_plan=None, first=None, adapt: bool = True) -> LagrangeResult:
+                     progress=None, on_plan=None, first=None, adapt: bool = True,
+                     deflect: bool = True) -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
@@ -201,6 +211,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     er, sr = terms.representatives(ref) if terms is not None else (None, None)
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
+    d = None            # the last step's direction (``deflect``)
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
     while time.perf_counter() + 0.5 < deadline:
         if pending is not None:       # λ = 0: the caller's uncapped solve
@@ -236,8 +247,13 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
         if cap is None or L >= up - 1e-9 * abs(up):
             break
         if not exact:     # too hard at these prices to solve in a round: back half way to the best, smaller steps
-            lam, theta = 0.5 * (lam + best_lam), theta / 2
-            continue
+            theta, d = theta / 2, None
+            if np.any(lam != best_lam):
+                lam = 0.5 * (lam + best_lam)
+                continue
+            # these prices are the best ones: going back re-solved the same relaxed MILP, as hard (gpt tiny
+            # h100-2x8 at cap 1,947,600 B, load 8.5: rounds 3 and 4 repeated round 2's bound, 7.3 s of 14.5),
+            # so step from its (not minimal) plan's subgradient instead, at half the step size
         target = up if np.isfinite(up) else L + 0.1 * max(abs(L), 1e-12)
         h = lc.profile_of(lc.live_usage[lc.offs[:-1] + x]) - float(cap)
         if terms is not None:
@@ -245,6 +261,9 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             if adapt:     # the next rounds' representatives: x's active members first (any choice is valid)
                 er, sr = terms.representatives(x, ref)
         h = np.where((lam > 0) | (h > 0), h, 0.0)     # no step below λ = 0
+        if deflect and d is not None and stall == 0 and float(d @ d) > 0:   # after a step that raised L only
+            h = h + max(0.0, -1.5 * float(h @ d) / float(d @ d)) * d
+        d = h
         nrm = float(h @ h)
         if nrm <= 0 or theta < 1e-3:
             break

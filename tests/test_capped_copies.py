@@ -279,3 +279,27 @@ def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed):
         r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first)
         assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
         assert all(len(x) == p.num_nodes for x in r.plans)
+
+
+def test_least_peak_cap_gets_a_plan_where_the_anchor_repair_fails():
+    """At the least achievable peak (brute force, copies priced) the repaired least-usage plan
+    (``fitting_least_usage_plan``) can still break the cap; the capped core's memory-first phase
+    (``solvers.capped._least_peak``: the memory objective's plans) finds one that fits, and so does
+    ``solve_capped``. (vit tiny cpu-2x4 at a 25 % cap: no plan in 60 s, session 11.)"""
+    from solvers.capped import _least_peak
+    anchor_failed = 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        p = _with_random_copies(rng, random_problem(rng, int(rng.integers(4, 8)), kmax=3, limit_q=None))
+        _, least = brute_force(p, "memory")
+        pc = p.with_usage_limit(least.peak_memory_bytes)
+        a = fitting_least_usage_plan(pc, time_limit_s=1.0)
+        if a is not None and evaluate(pc, a).feasible:
+            continue
+        anchor_failed += 1
+        fits = []
+        _least_peak(pc, 5.0, 1, lambda s, tag: fits.append(evaluate(pc, s).feasible), lambda m: None)
+        assert any(fits), seed
+        r = solve_capped(pc, 5.0)
+        assert r.plan is not None and evaluate(pc, r.plan).feasible, seed
+    assert anchor_failed >= 1

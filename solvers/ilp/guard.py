@@ -22,6 +22,8 @@ import pickle
 import time
 import warnings
 
+from costmodel.problem import evaluate
+from solvers.ilp.highs import reset_scheduler
 from solvers.ilp.objectives import solve_ilp
 
 
@@ -31,11 +33,7 @@ def fresh_highs_scheduler() -> None:
     MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
     forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
     3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
-    try:
-        import highspy
-        highspy.Highs.resetGlobalScheduler(False)
-    except (ImportError, AttributeError):   # an older highspy without it: nothing to reset
-        pass
+    reset_scheduler()
 
 
 class SolveOverrun(RuntimeError):
@@ -80,13 +78,19 @@ def stop_child(proc) -> None:
     proc.join(timeout=1.0)
 
 
-def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, **kw):
+def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None = None, progress=None, **kw):
     """``solve_ilp(problem, time_limit_s=time_limit_s, **kw)``, killed ``grace_s`` past its limit
-    (the module docstring): then ``SolveOverrun`` (a RuntimeError) is raised."""
+    (the module docstring): then ``SolveOverrun`` (a RuntimeError) is raised. ``progress(msg)``:
+    each plan ``solve_ilp`` streams (``on_incumbent``) that fits the problem's usage limit, as
+    ``"incumbent: <step time> (<t>s, peak <bytes> B)"`` when it arrives (the time objective's
+    HiGHS streams none; the memory objective's copy-free and heuristic plans)."""
+    t0 = time.perf_counter()
+    tell = _teller(problem, progress, t0, kw.get("on_incumbent"))
+    kw.pop("on_incumbent", None)
     if not hasattr(os, "fork") or time_limit_s is None or not time_limit_s > 0 or mp.current_process().daemon:
         # inline without fork, or inside a guarded child (a daemon may not fork; its parent's
         # watchdog bounds it already)
-        return solve_ilp(problem, time_limit_s=time_limit_s, **kw)
+        return solve_ilp(problem, time_limit_s=time_limit_s, on_incumbent=tell, **kw)
     grace = 2.0 + 0.05 * float(time_limit_s) if grace_s is None else float(grace_s)
 
     def body(send):
@@ -109,6 +113,8 @@ def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None =
             got = recv.recv()
             if got[0] == "incumbent":
                 incumbents.append(got[1])
+                if tell is not None:
+                    tell(got[1])
             else:
                 msg = got
     except EOFError:                  # the child died without an answer
@@ -121,3 +127,20 @@ def solve_ilp_guarded(problem, time_limit_s: float = 60, grace_s: float | None =
     if msg[0] == "error":
         raise msg[1]
     return msg[1]
+
+
+def _teller(problem, progress, t0: float, on_incumbent=None):
+    """``on_incumbent`` for ``solve_ilp``: ``on_incumbent(plan)`` (the caller's), then each plan
+    that fits ``problem.usage_limit`` said through ``progress`` with its step time and peak; None
+    when there is neither."""
+    if progress is None and on_incumbent is None:
+        return None
+
+    def tell(plan):
+        if on_incumbent is not None:
+            on_incumbent(plan)
+        if progress is not None:
+            c = evaluate(problem, plan)
+            if c.feasible:
+                progress(f"incumbent: {c.total:.10g} ({time.perf_counter() - t0:.1f}s, peak {c.peak_memory_bytes:.0f} B)")
+    return tell
