@@ -300,7 +300,9 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     rounds, default ``price_every``). ``pruned``: run on the problem without the strategies no
     forbidden-free, memory-feasible plan uses (``solvers.local.prune``; exact for that question), so the
     decode cannot walk into a forbidden entry that arc consistency sees coming; the bound then
-    holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not)."""
+    holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not).
+    ``bound="end"``: the bound at the start and the end only (not at each price update); the
+    planner's cheap optimality check (agent/fgnn_planner.py)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + float(time_limit_s)
     orig, (problem, back) = problem, (prune(problem) if pruned else (problem, None))
@@ -336,7 +338,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         if binding and r % price_every == 0 and r < rounds:
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
             ratio = mp.price_profile(arg) / g.cap
-            if bound and g.n <= BOUND_EVERY_NODES:
+            if bound is True and g.n <= BOUND_EVERY_NODES:
                 lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
             if r % decode_every == 0:
                 consider(c)
