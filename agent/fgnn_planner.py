@@ -46,9 +46,15 @@ class FGPlanner:
 
     @classmethod
     def from_state(cls, state: dict, source: str) -> FGPlanner:
+        import jax
         cfg = FGConfig.from_dict(state["config"])
-        template = FGNN(cfg).params
-        params = serialization.from_state_dict(template, FGNN.complete(cfg, dict(state["params"])))
+        # shapes only (jax.eval_shape): a real template ran flax's init, 40 small XLA compiles, 0.1 s
+        # warm but 5.8 s of a first call at load 12 (the held-out split's first problem)
+        template = jax.eval_shape(lambda: FGNN(cfg).params)
+        params = dict(state["params"])
+        if set(template) - set(params):     # an older checkpoint: the entries added since, from a fresh network
+            params = FGNN.complete(cfg, params)
+        params = serialization.from_state_dict(template, params)
         return cls(params, state["config"], source=source, update=state["update"], extra=state.get("extra"))
 
     @property
