@@ -31,8 +31,10 @@ from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve
 from solvers.local.lns import whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
-# shape bucket, 0.7-1.4 s on 2 cores (a first call on each new problem), where numpy BP takes
-# 0.01-0.6 s from 18 to 2,000 nodes; warm, the jitted forward is faster above ~1,000 nodes.
+# shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
+# 0.01-0.6 s from 18 to 2,000 nodes. Warm, the jitted forward is faster uncapped (random problems,
+# load 9.6: 1,000 nodes 0.08 vs 0.14 s, 4,000 nodes 0.35 vs 0.58 s) and level under a cap (the decode
+# dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s.
 NUMPY_BP_MAX_NODES = 4000
 
 
