@@ -6,6 +6,9 @@
 * ``improve(problem, plan)``: memory repair if over the limit, ``polish``, then ``refine`` for
   ``refine_time_limit_s``: what ``agent.planner.Planner.plan`` does to a decoded plan, for any start.
 * ``REFINE_TIME_LIMIT_S``: the refinement the planners give a plan when the memory cap binds.
+* ``whole_milp(problem, plan, time_limit_s)``: the whole graph as one MILP seeded with the plan;
+  ``improve`` runs it first when given ``whole_time_limit_s`` (the planners, when the cap does not
+  bind: ``whole_milp_time_limit``) and stops there when HiGHS proves the optimum.
 
 Imports ``solvers.ilp``, which may itself use this library: ``solvers.local`` exports the names of
 this module lazily (its ``__getattr__``), so importing the library does not import the ILP.
