@@ -11,7 +11,7 @@ tiny @ fg-random-2 cap 0.15: 1.98x the ILP label where every decode broke the ca
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
 (``solvers.local.improve``: memory repair, local-search polish and, when the cap binds, refine for
 ``REFINE_TIME_LIMIT_S``; when it does not bind, the whole-graph MILP seeded with the plan for
-``whole_milp_time_limit`` (2-5 s, it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
+``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """

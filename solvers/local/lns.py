@@ -29,8 +29,8 @@ from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
-WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind (at least;
-WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # 10 ms a node up to 5 s: ``whole_milp_time_limit``)
+WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind (uncapped:
+WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # 10 ms a node up to 5 s, ``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
@@ -225,11 +225,16 @@ def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
 
 
 def whole_milp_time_limit(problem: Problem) -> float:
-    """The planners' limit for ``whole_milp``: ``WHOLE_MILP_TIME_LIMIT_S``, or 10 ms a node up to
-    ``WHOLE_MILP_MAX_S`` (it stops at its proof, so the limit costs only where it cannot prove). Why:
-    HiGHS's clock is wall time. On fno large @ h100-2x8 (543 nodes, no cap) the seeded MILP proves
-    the optimum in 0.4-0.6 s at load 0.4-3, but the session-11 held-out run (load 2.9, its own ILP
-    1.74 s) left it at the seed, 1.222x, within 2 s."""
+    """The planners' limit for ``whole_milp``: without a usage limit 10 ms a node, between
+    ``WHOLE_MILP_TIME_LIMIT_S`` and ``WHOLE_MILP_MAX_S`` (it stops at its proof, so the limit costs
+    only where it cannot prove); with one, ``WHOLE_MILP_TIME_LIMIT_S``. Why: HiGHS's clock is wall
+    time. On fno large @ h100-2x8 (543 nodes, no cap) the seeded MILP proves the optimum in 0.4-0.6 s
+    at load 0.4-3, but the session-11 held-out run (load 2.9, its own ILP 1.74 s) left it at the
+    seed, 1.222x, within 2 s. A capped MILP rarely proves: meshgraphnet tiny @ h100-2x8 cap 0.5 (819
+    nodes; its decode fits with room, so the planner calls the cap not binding) spent the whole 5 s
+    for nothing (improve 6.0 s against 3.0 s with 2 s, load 3)."""
+    if problem.usage_limit is not None:
+        return WHOLE_MILP_TIME_LIMIT_S
     return min(WHOLE_MILP_MAX_S, max(WHOLE_MILP_TIME_LIMIT_S, WHOLE_MILP_S_PER_NODE * problem.num_nodes))
 
 
