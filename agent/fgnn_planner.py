@@ -11,7 +11,9 @@ tiny @ fg-random-2 cap 0.15: 1.98x the ILP label where every decode broke the ca
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
 (``solvers.local.improve``: memory repair, local-search polish and, when the cap binds, refine for
 ``REFINE_TIME_LIMIT_S``; when it does not bind, the whole-graph MILP seeded with the plan for
-``WHOLE_MILP_TIME_LIMIT_S`` instead, ``solvers.local.lns.whole_milp``). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
+``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
+(``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
+outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
@@ -20,12 +22,20 @@ import time
 import numpy as np
 from flax import serialization
 
-from agent.fgnn import FGNN, FGConfig
+from agent.fgnn import FGNN, FGConfig, live_parts
 from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
+from solvers.bp import bp_solve
 from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import WHOLE_MILP_TIME_LIMIT_S
+from solvers.local.lns import whole_milp_time_limit
+
+# Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
+# shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
+# 0.01-0.6 s from 18 to 2,000 nodes. Warm, the jitted forward is faster uncapped (random problems,
+# load 9.6: 1,000 nodes 0.08 vs 0.14 s, 4,000 nodes 0.35 vs 0.58 s) and level under a cap (the decode
+# dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s.
+NUMPY_BP_MAX_NODES = 4000
 
 
 class FGPlanner:
@@ -38,9 +48,15 @@ class FGPlanner:
 
     @classmethod
     def from_state(cls, state: dict, source: str) -> FGPlanner:
+        import jax
         cfg = FGConfig.from_dict(state["config"])
-        template = FGNN(cfg).params
-        params = serialization.from_state_dict(template, FGNN.complete(cfg, dict(state["params"])))
+        # shapes only (jax.eval_shape): a real template ran flax's init, 40 small XLA compiles, 0.1 s
+        # warm but 5.8 s of a first call at load 12 (the held-out split's first problem)
+        template = jax.eval_shape(lambda: FGNN(cfg).params)
+        params = dict(state["params"])
+        if set(template) - set(params):     # an older checkpoint: the entries added since, from a fresh network
+            params = FGNN.complete(cfg, params)
+        params = serialization.from_state_dict(template, params)
         return cls(params, state["config"], source=source, update=state["update"], extra=state.get("extra"))
 
     @property
@@ -59,10 +75,7 @@ class FGPlanner:
         """The network's plan (see the module docstring); ValueError if no plan fits the cap."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
         t0 = time.perf_counter()
-        try:
-            x = self.net.plan(problem, params=params)
-        except ValueError:
-            x = None
+        x, lb = self._decode(problem, params, bound=polish)
         if x is None or (not polish and not evaluate(problem, x).feasible):
             # no decode (raw: none that fits): the least-usage plan, repaired with its copies priced
             fit = fitting_least_usage_plan(problem, time_limit_s=2.0)
@@ -73,19 +86,36 @@ class FGPlanner:
                                  f"bytes: the least-usage plan peaks at {c.peak_memory_bytes:.4g} bytes")
         raw = evaluate(problem, x)
         binds = problem.usage_limit is not None and not raw.feasible
-        if polish:
+        proven = raw.feasible and raw.total <= lb + 1e-9 * abs(lb)   # BP's lower bound: nothing to search
+        if polish and not proven:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
             out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
                           if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
-                          whole_time_limit_s=0.0 if binds else WHOLE_MILP_TIME_LIMIT_S)
+                          whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem))
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:
             return x, {"plan_time_s": time.perf_counter() - t0, "raw_total": raw.total, "raw_feasible": raw.feasible,
-                       "cap_binds": binds}
+                       "cap_binds": binds, "lower_bound": lb, "proven": bool(proven)}
         return x
+
+    def _decode(self, problem: Problem, params, bound: bool = True) -> tuple:
+        """(raw decode or None when none fits, a lower bound on the optimum or −inf). Without live
+        corrections (``agent.fgnn.live_parts`` empty, no warm hint) the network is BP exactly
+        (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
+        (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
+        tree DPs: 0.04 s of 0.14 s at 1,000 nodes), else through the jitted forward."""
+        params = self.net.params if params is None else params
+        if not live_parts(params) and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
+            r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
+                         bound="end" if bound else False)
+            return r.plan, r.lower_bound
+        try:
+            return self.net.plan(problem, params=params), -float("inf")
+        except ValueError:
+            return None, -float("inf")
 
     def finetune(self, problem: Problem, time_limit_s: float, memory_cap_bytes=None, seed: int = 0,
                  reinforce: bool = False, max_blocks: int | None = None, **_ignored) -> list[dict]:

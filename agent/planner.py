@@ -104,12 +104,16 @@ class Planner:
                     if which == "pretrained" else "")
             raise FileNotFoundError(f"policy checkpoint {path!r} does not exist{hint}")
         stamp = (os.path.abspath(path), os.path.getmtime(path), os.path.getsize(path))
-        if stamp in _LOADED:
+        if stamp in _LOADED:   # a fresh planner on the same (immutable) parameters: finetune replaces, never mutates
             src = _LOADED[stamp]
+            if isinstance(src, FGPlanner):
+                return FGPlanner(src.params, src.config.to_dict(), source=src.source, update=src.update, extra=src.extra)
             return cls(src.params, src.config, source=src.source, update=src.update, extra=src.extra)
         state = load_checkpoint(path)
         if isinstance(state["config"], dict) and state["config"].get("kind") == "fgnn":
-            return FGPlanner.from_state(state, path)
+            # cached too: from_state builds a template network (flax init), ~0.1 s a call on 2 cores
+            _LOADED[stamp] = FGPlanner.from_state(state, path)
+            return cls.load(which)
         params = state["params"]
         if not isinstance(params, dict) or "params" not in params or "policy_head" not in params["params"]:
             raise ValueError(f"checkpoint {path!r} does not hold ShardingGNN parameters")

@@ -39,6 +39,21 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   Equal to the optimum on trees; valid (never above the optimum) on any graph and any messages.
   Forbidden entries (≥ ``FORBIDDEN_COST``, the contest's "impossible") are clamped to 1000× the largest finite
   cost for the arithmetic: lowering costs keeps the bound valid.
+* **Where it misses (held-out split, session 12, ratios to session 11's 60 s ILP labels):**
+  fno tiny @ h100-2x8 cap 0.5 (1.61x, the split's max): resharded copies are 44 % of the cap at
+  the peak of the ILP's plan and of BP's; the price rule reads node usage (argmin plan at 72 % of
+  the cap), so λ stays 0; the plain decode breaks the cap by 16 % with its copies and repairs to
+  1.78x, the copy-aware one fills memory in index order (1.61x). Tried and dropped: the copies in the
+  price profile (1.60x); a second run pricing each copy on its (producer, consumer) edge entries,
+  its rule reading the argmin plan or the plain decode (1.60-1.61x); ties broken by least usage;
+  120-240 rounds, price_every 3 / 10 (1.60x); a price unit from positive node costs, or node and
+  edge costs (the median |node cost| is 1e-13 s, the median edge cost 3e-5 s; meshgraphnet tiny cap
+  0.5: 11 % dearer on h100-2x8, 4 % cheaper on tpu-4x4; with the edge unit 2.8-5.1x dearer); a MILP repair of the cheap decode over the
+  120 nodes live at its over-cap points (no plan in 3 s). fno tiny @ a100-hetero cap 0.5 (1.18x):
+  the plain decode costs 0.76x but breaks the cap by its copies; repair 1.18x. fno large @ h100-2x8
+  uncapped (1.22x): BP shards the spectral chain on the batch (node cost 0.41 vs 0.79 ms) and pays
+  0.73 vs 0.15 ms of resharding where the optimum keeps it replicated; 60-200 rounds and damping
+  0.3-0.7 give the same plan, and the bound is 0.51 ms (the optimum 0.94 ms).
 """
 from __future__ import annotations
 
@@ -300,7 +315,9 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     rounds, default ``price_every``). ``pruned``: run on the problem without the strategies no
     forbidden-free, memory-feasible plan uses (``solvers.local.prune``; exact for that question), so the
     decode cannot walk into a forbidden entry that arc consistency sees coming; the bound then
-    holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not)."""
+    holds whenever a forbidden-free plan fits (it is dropped, −inf, when the plan found is not).
+    ``bound="end"``: the bound at the start and the end only (not at each price update); the
+    planner's cheap optimality check (agent/fgnn_planner.py)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + float(time_limit_s)
     orig, (problem, back) = problem, (prune(problem) if pruned else (problem, None))
@@ -336,7 +353,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         if binding and r % price_every == 0 and r < rounds:
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
             ratio = mp.price_profile(arg) / g.cap
-            if bound and g.n <= BOUND_EVERY_NODES:
+            if bound is True and g.n <= BOUND_EVERY_NODES:
                 lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
             if r % decode_every == 0:
                 consider(c)

@@ -6,6 +6,9 @@
 * ``improve(problem, plan)``: memory repair if over the limit, ``polish``, then ``refine`` for
   ``refine_time_limit_s``: what ``agent.planner.Planner.plan`` does to a decoded plan, for any start.
 * ``REFINE_TIME_LIMIT_S``: the refinement the planners give a plan when the memory cap binds.
+* ``whole_milp(problem, plan, time_limit_s)``: the whole graph as one MILP seeded with the plan;
+  ``improve`` runs it first when given ``whole_time_limit_s`` (the planners, when the cap does not
+  bind: ``whole_milp_time_limit``) and stops there when HiGHS proves the optimum.
 
 Imports ``solvers.ilp``, which may itself use this library: ``solvers.local`` exports the names of
 this module lazily (its ``__getattr__``), so importing the library does not import the ILP.
@@ -26,7 +29,8 @@ from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
-WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
+WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind (uncapped:
+WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # 10 ms a node up to 5 s, ``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
@@ -220,7 +224,21 @@ def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
     return CopyGroups.from_lists(groups), list(outside)
 
 
-def whole_milp(problem: Problem, plan, time_limit_s: float) -> np.ndarray:
+def whole_milp_time_limit(problem: Problem) -> float:
+    """The planners' limit for ``whole_milp``: without a usage limit 10 ms a node, between
+    ``WHOLE_MILP_TIME_LIMIT_S`` and ``WHOLE_MILP_MAX_S`` (it stops at its proof, so the limit costs
+    only where it cannot prove); with one, ``WHOLE_MILP_TIME_LIMIT_S``. Why: HiGHS's clock is wall
+    time. On fno large @ h100-2x8 (543 nodes, no cap) the seeded MILP proves the optimum in 0.4-0.6 s
+    at load 0.4-3, but the session-11 held-out run (load 2.9, its own ILP 1.74 s) left it at the
+    seed, 1.222x, within 2 s. A capped MILP rarely proves: meshgraphnet tiny @ h100-2x8 cap 0.5 (819
+    nodes; its decode fits with room, so the planner calls the cap not binding) spent the whole 5 s
+    for nothing (improve 6.0 s against 3.0 s with 2 s, load 3)."""
+    if problem.usage_limit is not None:
+        return WHOLE_MILP_TIME_LIMIT_S
+    return min(WHOLE_MILP_MAX_S, max(WHOLE_MILP_TIME_LIMIT_S, WHOLE_MILP_S_PER_NODE * problem.num_nodes))
+
+
+def whole_milp(problem: Problem, plan, time_limit_s: float, return_status: bool = False):
     """The whole graph as one neighbourhood: the MILP over every node, seeded with the feasible
     ``plan``, for ``time_limit_s`` under the watchdog (killed 1 s past it, its streamed incumbents kept). Returns its incumbent
     when that fits and is cheaper, else ``plan``; never worse. Graphs over ``WHOLE_MILP_MAX_NODES``
@@ -229,19 +247,24 @@ def whole_milp(problem: Problem, plan, time_limit_s: float) -> np.ndarray:
     Why: BFS neighbourhoods cannot make a move that spans the graph. On the held-out fno large @
     h100-2x8 (543 nodes, no cap) Lagrangian BP + polish lands at 1.222x the optimum, 250 of 543
     decisions away from it (one layout for the whole spectral chain), and 3 s of ``refine`` does not
-    move it; the uncapped MILP proves the optimum in 0.35 s there."""
+    move it; the uncapped MILP proves the optimum in 0.35 s there. ``return_status``: (plan, proven),
+    proven when HiGHS proved its answer optimal (the plan returned then is an optimum: the seed is
+    kept only at an equal cost)."""
     s = np.asarray(plan, dtype=np.int64)
     if problem.num_nodes > WHOLE_MILP_MAX_NODES or time_limit_s <= 0:
-        return s
+        return (s, False) if return_status else s
+    proven = False
     try:
-        found = [solve_ilp_guarded(problem, time_limit_s=time_limit_s, grace_s=1.0,
-                                   initial_plan=[int(x) for x in s])[0]]
+        found, info = solve_ilp_guarded(problem, time_limit_s=time_limit_s, grace_s=1.0,
+                                        initial_plan=[int(x) for x in s])
+        found, proven = [found], info.status == "optimal"
     except SolveOverrun as exc:   # killed: what it streamed before
         found = exc.incumbents
     except Exception:  # noqa: BLE001 -- no plan in time or infeasible: keep the seed
         found = []
     # the seed first: best_seed keeps the first of equal costs, so only a strictly cheaper plan replaces it
-    return np.asarray(best_seed(problem, [s, *found], problem.usage_limit, None, key=lambda c: c.total), dtype=np.int64)
+    out = np.asarray(best_seed(problem, [s, *found], problem.usage_limit, None, key=lambda c: c.total), dtype=np.int64)
+    return (out, proven) if return_status else out
 
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
@@ -249,7 +272,8 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
             whole_time_limit_s: float = 0.0) -> list[int] | None:
     """Memory repair if ``plan`` is over the limit (within ``repair_time_limit_s``, None: no limit;
     returns None if the repair fails), ``polish`` for ``polish_time_limit_s``, then ``refine`` for
-    ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` between the two).
+    ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` first, and if it proves its
+    plan optimal that plan is returned without polish or refine).
     ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
     polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
     comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
@@ -264,9 +288,11 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
         if repair_time_limit_s is None:
             raise ValueError("improve: polish_time_limit_s=None needs a repair_time_limit_s to share")
         polish_time_limit_s = max(repair_time_limit_s - (time.perf_counter() - t0), 0.1)
+    if whole_time_limit_s > 0:   # first: a proven optimum needs no polish (the default planner's speed)
+        plan, proven = whole_milp(problem, plan, whole_time_limit_s, return_status=True)
+        if proven:
+            return [int(x) for x in plan]
     plan = polish(problem, plan, time_limit_s=polish_time_limit_s, lc=lc, seed=seed)
-    if whole_time_limit_s > 0:
-        plan = whole_milp(problem, plan, whole_time_limit_s)
     if refine_time_limit_s > 0:
         plan = refine(problem, plan, refine_time_limit_s, seed=seed)
     return [int(x) for x in plan]
