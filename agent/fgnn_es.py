@@ -37,7 +37,7 @@ from agent.cliutil import OneLineParser
 from agent.fgnn import FGNN, FGConfig, FGInputs
 from agent.fgnn_data import FG_TRAIN_MODELS, train_split
 from agent.fgnn_val import OVER_CAP_RATIO, StopFlag, is_validation
-from agent.runs import STATE, Run, git_rev, run_dir, write_json
+from agent.runs import Run, git_rev, resumed_args, run_dir, write_json
 from costmodel.problem import evaluate
 
 CKPT, BEST = "es.msgpack", "best.msgpack"
@@ -171,13 +171,7 @@ def main(argv=None, prog: str = "python -m agent.fgnn_es") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser(prog).parse_args(argv)
     if a.resume:
-        with open(os.path.join(a.resume, STATE)) as f:
-            state = json.load(f)
-        saved = dict(state["args"])
-        for k in ("minutes", "iters"):
-            if f"--{k}" in argv:
-                saved[k] = getattr(a, k)
-        a = argparse.Namespace(**{**vars(a), **saved, "resume": a.resume, "out": a.resume})
+        a, saved, state = resumed_args(a, argv, ("minutes", "iters"))
         run = Run(a.resume, saved, float(saved["minutes"]) * 60, state)
     else:
         out = run_dir(a.out, a.force)

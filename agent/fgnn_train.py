@@ -53,7 +53,7 @@ from agent.fgnn import FGNN, FGConfig, FGInputs
 from agent.fgnn_data import FG_TRAIN_MODELS, ilp_label, restrict, same_class, train_split
 from agent.fgnn_pack import bucket_sizes, epoch_batches, pack
 from agent.fgnn_val import OVER_CAP_RATIO, StopFlag, Validator, is_validation
-from agent.runs import STATE, Run, git_rev, run_dir, write_json
+from agent.runs import Run, git_rev, resumed_args, run_dir, write_json
 from costmodel.problem import evaluate
 from solvers.local import LocalCosts, Pruning
 
@@ -261,13 +261,7 @@ def main(argv=None, prog: str = "shardgym train --model fgnn") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser(prog).parse_args(argv)
     if a.resume:
-        with open(os.path.join(a.resume, STATE)) as f:
-            state = json.load(f)
-        saved = dict(state["args"])
-        for k in ("minutes", "epochs", "no_progress"):
-            if f"--{k.replace('_', '-')}" in argv:
-                saved[k] = getattr(a, k)
-        a = argparse.Namespace(**{**vars(a), **saved, "resume": a.resume, "out": a.resume})
+        a, saved, state = resumed_args(a, argv, ("minutes", "epochs", "no_progress"))
         run = Run(a.resume, saved, float(saved["minutes"]) * 60, state)
     else:
         if not a.minutes > 0:

@@ -10,6 +10,7 @@ its own. Every file is written atomically (``agent.checkpoints.write_atomic``: t
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -112,3 +113,15 @@ def git_rev() -> str:
                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def resumed_args(a: argparse.Namespace, argv: list[str], overridable: tuple[str, ...]):
+    """(args, state) of the run folder ``a.resume``: its saved arguments, except the ``overridable``
+    ones given again on this command line (``--minutes`` to extend a budget), and its state.json."""
+    with open(os.path.join(a.resume, STATE)) as f:
+        state = json.load(f)
+    saved = dict(state["args"])
+    for k in overridable:
+        if f"--{k.replace('_', '-')}" in argv:
+            saved[k] = getattr(a, k)
+    return argparse.Namespace(**{**vars(a), **saved, "resume": a.resume, "out": a.resume}), saved, state
