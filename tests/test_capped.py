@@ -74,7 +74,7 @@ def test_watchdog_keeps_the_streamed_bound(monkeypatch):
 def test_forked_child_runs_highs_after_the_parent_did(monkeypatch):
     """Regression (21f630d): after the parent has run a parallel HiGHS solve, ``solve_guarded``'s
     forked child inherited HiGHS's task scheduler without its worker threads, and its next capped
-    MILP waited on them forever (``solvers.ilp.guard.fresh_highs_scheduler`` resets it). Without the reset this child
+    MILP waited on them forever (``solvers.ilp.guard.start_child`` resets it: ``solvers.ilp.highs.reset_scheduler``). Without the reset this child
     sits until the deadline (mlp tiny cpu-2x4, cap at 0.8 of the time optimum's peak) and the
     result has no plan from it; with it, the 1 s MILP returns."""
     import shardgym as sg

@@ -11,7 +11,7 @@ and heuristic plans), so a kill loses none of the work done before the last MIP.
 ``solve_ilp`` inline, as it does inside a guarded child (a daemon process: its parent's watchdog
 bounds it). ``solvers.local.lns`` runs each neighbourhood's sub-ILP under it: one such sub-ILP of a
 <= 1.5 s limit ran 20 minutes in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5, the policy's
-refine); a fork costs ~7 ms on 2 loaded cores. ``fresh_highs_scheduler`` is what a forked child runs first (also the
+refine); a fork costs ~7 ms on 2 loaded cores. A forked child first resets HiGHS's task scheduler (``start_child``; also the
 capped core's guard, ``solvers.capped.solve_guarded``).
 """
 from __future__ import annotations
@@ -27,15 +27,6 @@ from solvers.ilp.highs import reset_scheduler
 from solvers.ilp.objectives import solve_ilp
 
 
-def fresh_highs_scheduler() -> None:
-    """In a forked child: drop HiGHS's global task scheduler inherited from the parent. Its worker
-    threads do not exist after fork, so when the parent had run HiGHS (bench_capped: the policy's
-    MILP neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them
-    forever (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with this, the optimum in
-    3 s). Non-blocking: the old scheduler is abandoned, not joined; the next call starts a new one."""
-    reset_scheduler()
-
-
 class SolveOverrun(RuntimeError):
     """The guarded solve gave no answer by its time limit plus grace and was stopped.
     ``incumbents``: the plans the child found before (``solve_ilp``'s ``on_incumbent``), oldest
@@ -47,17 +38,20 @@ class SolveOverrun(RuntimeError):
 
 
 def start_child(body):
-    """Fork a daemon child that runs ``fresh_highs_scheduler()`` and then ``body(send)``, ``send``
+    """Fork a daemon child that runs ``solvers.ilp.highs.reset_scheduler()`` and then ``body(send)``, ``send``
     being the write end of a one-way pipe (closed when ``body`` returns or raises): -> (process,
     receiving end). The parent's copy of ``send`` is closed, so ``recv`` sees EOF once the child
     is gone. JAX's warning about forking is silenced: the child runs numpy and HiGHS only. One
     home for the forked solvers (``solve_ilp_guarded``, ``solvers.capped.solve_guarded`` and its
-    second search)."""
+    second search). The reset: HiGHS's global task scheduler inherited from the parent has no worker
+    threads after fork, so when the parent had run HiGHS (bench_capped: the policy's MILP
+    neighbourhoods, the setup's solves) the child's next parallel HiGHS call waited on them forever
+    (mlp tiny cpu-2x4 at cap 50 %: no plan after BP's in 40 s; with it, the optimum in 3 s)."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
 
     def child():
-        fresh_highs_scheduler()
+        reset_scheduler()
         try:
             body(send)
         finally:

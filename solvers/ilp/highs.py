@@ -41,8 +41,9 @@ _scheduler_threads: list = [None]
 
 
 def reset_scheduler() -> None:
-    """Drop HiGHS's global task scheduler (non-blocking: after a fork its workers do not exist) so
-    the next run starts one with its own ``threads``. HiGHS keeps the first run's thread count for
+    """Drop HiGHS's global task scheduler (non-blocking: the old one is abandoned, not joined; after a
+    fork its workers do not exist, ``solvers.ilp.guard.start_child``) so the next run starts one with
+    its own ``threads``. HiGHS keeps the first run's thread count for
     the process: a later run asking for another one did not run its MIP (a 6-node memory objective
     with copies, threads=1 after the capped core's threads=2 in the same process: status time_limit
     after 0.07 s of a 5 s limit, peak 38 against the optimum 31)."""

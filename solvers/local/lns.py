@@ -29,8 +29,8 @@ from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
-WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind (uncapped:
-WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # 10 ms a node up to 5 s, ``whole_milp_time_limit``)
+WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
+WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # uncapped: 10 ms a node up to 5 s (``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
