@@ -14,18 +14,27 @@ The outside-the-zoo steps: ``outside:moe``, ``outside:rnn``, ``outside:convae``
 convolutions, two of them residual, and a transposed convolution, MSE, SGD with momentum) and
 ``moe_adam`` (a six-expert soft mixture of MLPs with a softmax gate, Adam written out).
 
-The default grid is every zoo tiny model and the three outside steps on cpu-2x4, h100-2x8 and
-tpu-4x4 (81 cells, hours on 2 shared cores). It is resumable per cell: every finished cell is
-written to ``results/<--out>.json`` at once (with the git revision and the load average of that
-cell), and a rerun skips the cells already there (``--fresh`` starts over). Cells run cluster by
-cluster, so a partial run covers whole clusters first. ``previous_rows`` (kept across reruns) holds
-an earlier revision's cells of the same grid; ``--table`` shows them beside the new ones.
+``--full`` is every zoo tiny model and the five outside steps on cpu-2x4, h100-2x8 and tpu-4x4
+(120 cells, hours on 2 shared cores); the default is a subset (``SUBSET``: the four zoo models whose
+caps session 12 found hardest, and two outside steps, on cpu-2x4 and h100-2x8; 36 cells). It is
+resumable per cell: every finished cell is written to ``results/<--out>.json`` at once (with the git
+revision and the load average of that cell), and a rerun skips the cells already there (``--fresh``
+starts over). The caps are derived at the current revision: a setup (lo, hi) stored by another
+revision is solved again (a stale cap can sit below today's least peak: vit tiny cpu-2x4's 731,651 B
+of session 11 against 723,700 B in session 12), and each setup records its revision. Cells run
+cluster by cluster, so a partial run covers whole clusters first. ``previous_rows`` (kept across
+reruns) holds an earlier revision's cells of the same grid; ``--table`` shows them beside the new ones.
 ``--caps-file results/X.json`` takes X's least / time-optimal peaks (its ``setups``) instead of
 solving for them: the same caps in bytes as X's cells, and no setup solves; problems X lacks are skipped.
+``--compare FIELD=VALUE,...`` runs every cell twice in one run, interleaved (which goes first
+alternates): "before" with the capped core's configuration (``solvers.dispatch.TRACED``) overridden
+by those fields, "after" as it is, so that a change is measured under the same load; rows carry
+``variant``, and the policy runs once per cell.
 
-    nice -n 10 python experiments/bench_capped.py                     # the full grid, resumable
+    nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
     python experiments/bench_capped.py --clusters cpu-2x4 --caps-file results/bench_capped.json --out bench_capped_s8
+    python experiments/bench_capped.py --compare cfn_with_copies=1,lagrange_share=0.45 --out bench_capped_ab
 """
 from __future__ import annotations
 
@@ -117,15 +126,40 @@ def _step(spec: str):
     return zoo.build(kind, name, abstract=True)
 
 
-def _default_problems() -> str:
+#: the default grid (``--full``: every zoo tiny model and outside step on FULL_CLUSTERS)
+SUBSET = ("gpt:tiny,vit:tiny,unet:tiny,meshgraphnet:tiny,outside:moe,autoencoder", "cpu-2x4,h100-2x8")
+FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"
+
+
+def _full_problems() -> str:
     import zoo
-    return ",".join([f"{m}:{zoo.sizes(m)[0]}" for m in zoo.names()] + ["outside:moe", "outside:rnn", "outside:convae"])
+    return ",".join([f"{m}:{zoo.sizes(m)[0]}" for m in zoo.names()]
+                    + ["outside:moe", "outside:rnn", "outside:convae", *OUTSIDE])
+
+
+def _overrides(text: str | None) -> dict:
+    """``--compare``'s "field=value,..." as CappedConfig field values (the field's own type)."""
+    from solvers.capped import CappedConfig
+    fields = CappedConfig.__dataclass_fields__
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        k, _, v = item.partition("=")
+        if k not in fields or not v:
+            raise SystemExit(f"--compare: {item!r} is not FIELD=VALUE with a CappedConfig field "
+                             f"({', '.join(fields)})")
+        kind = type(getattr(CappedConfig(), k))
+        out[k] = bool(int(v)) if kind is bool else kind(v)
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default=None, help="comma list (default: every zoo tiny model + outside steps)")
-    ap.add_argument("--clusters", default="cpu-2x4,h100-2x8,tpu-4x4")
+    ap.add_argument("--problems", default=None, help=f"comma list (default: {SUBSET[0]}; --full: every zoo tiny "
+                                                     "model + the outside steps)")
+    ap.add_argument("--clusters", default=None, help=f"comma list (default: {SUBSET[1]}; --full: {FULL_CLUSTERS})")
+    ap.add_argument("--full", action="store_true", help="the full grid (the module docstring)")
+    ap.add_argument("--compare", default=None, help="FIELD=VALUE,...: each cell also run with the capped core's "
+                                                    "configuration so overridden (variant 'before')")
     ap.add_argument("--fractions", default="0.25,0.5,0.75")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--uncapped-seconds", type=float, default=30.0)
@@ -146,28 +180,35 @@ def main(argv=None):
     import shardgym as sg
     from experiments.common import RESULTS_DIR, git_rev, print_table, write_results
     from solvers.ilp import min_peak_memory
-    problems = (a.problems or _default_problems()).split(",")
+    problems = (a.problems or (_full_problems() if a.full else SUBSET[0])).split(",")
+    a.clusters = a.clusters or (FULL_CLUSTERS if a.full else SUBSET[1])
+    variants = [("before", _overrides(a.compare)), ("after", {})] if a.compare else [(None, {})]
     path = RESULTS_DIR / f"{a.out}.json"
     old = {} if a.fresh or not path.exists() else json.loads(path.read_text())
     rows, setups = list(old.get("rows", [])), dict(old.get("setups", {}))
-    done = {(r["problem"], r["cluster"], r["cap_fraction"]) for r in rows}
+    done = {(r["problem"], r["cluster"], r["cap_fraction"], r.get("variant")) for r in rows}
+    rev = git_rev()
     fractions = [float(x) for x in a.fractions.split(",")]
     graphs = {}
     fixed = json.loads(open(a.caps_file).read())["setups"] if a.caps_file else {}
 
     def save():
         write_results(a.out, {"rows": rows, "setups": setups, "previous_rows": old.get("previous_rows", []),
-                              "complete": all((q, c, f) in done for c in a.clusters.split(",")
-                                              for q in problems for f in fractions)}, config=vars(a))
+                              "complete": all((q, c, f, v) in done for c in a.clusters.split(",")
+                                              for q in problems for f in fractions for v, _ in variants)},
+                      config=vars(a))
 
     for cl in a.clusters.split(","):
         for spec in problems:
-            if all((spec, cl, f) in done for f in fractions):
+            if all((spec, cl, f, v) in done for f in fractions for v, _ in variants):
                 continue
             if spec not in graphs:
                 graphs[spec] = sg.trace(*_pair(_step(spec)))
             p = sg.build_problem(graphs[spec], sg.Cluster.preset(cl)).with_usage_limit(None)
             key = f"{spec}|{cl}"
+            if key in setups and not a.caps_file and setups[key].get("git_rev") != rev:
+                print(f"{key}: setup of revision {setups[key].get('git_rev')}: solved again at {rev}", flush=True)
+                del setups[key]
             if key not in setups and key in fixed:
                 setups[key] = {**fixed[key], "from": a.caps_file}
             elif key not in setups and a.caps_file:
@@ -186,51 +227,84 @@ def main(argv=None):
                 setups[key] = {"lo_bytes": lo, "hi_bytes": hi, "lo_ilp_bytes": lo_ilp, "lo_seeded_bytes": lo_seeded,
                                "nodes": p.num_nodes,
                                "copy_groups": 0 if p.edge_memory is None else p.edge_memory.num_groups,
-                               "setup_s": round(time.perf_counter() - t, 1)}
+                               "setup_s": round(time.perf_counter() - t, 1), "git_rev": rev,
+                               "load_avg": [round(x, 2) for x in os.getloadavg()]}
             lo, hi = setups[key]["lo_bytes"], setups[key]["hi_bytes"]
             if lo >= hi:   # no cap between them binds
                 print(f"{key}: least peak found {lo:.6g} >= the time optimum's {hi:.6g}: skipped", flush=True)
                 continue
-            for f in fractions:
-                if (spec, cl, f) in done:
-                    continue
+            for i, f in enumerate(fractions):
+                todo = [(v, o) for v, o in variants if (spec, cl, f, v) not in done]
                 cap = lo + f * (hi - lo)
-                pc = p.with_usage_limit(cap)
-                row = {"problem": spec, "cluster": cl, "nodes": p.num_nodes, "cap_fraction": f, "cap_bytes": cap,
-                       "git_rev": git_rev(), "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
-                t = time.perf_counter()
-                try:
-                    log = []
-                    plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=a.seconds,
-                                    progress=lambda m, t=time.perf_counter(): log.append(f"{time.perf_counter() - t:.1f}s {m}"))
-                    row["log"] = [m for m in log if not any(k in m for k in _QUIET)][:60]
-                    c = sg.evaluate(pc, plan)
-                    row.update(ilp_cost=c.total, ilp_feasible=c.feasible, status=plan.info.get("status"),
-                               bound=plan.info.get("bound"), gap=plan.info.get("gap"), source=plan.info.get("source"))
-                except (RuntimeError, ValueError) as exc:
-                    c = None
-                    row.update(ilp_cost=None, ilp_feasible=False, status="error", error=str(exc)[:200])
-                row["ilp_s"] = round(time.perf_counter() - t, 1)
-                if not a.no_policy:
-                    t = time.perf_counter()
-                    try:
-                        pol = sg.solve(p, method="policy", memory_cap_bytes=cap)
-                        pcst = sg.evaluate(pc, pol)
-                        row.update(policy_cost=pcst.total, policy_feasible=pcst.feasible)
-                        if c is not None and pcst.total > 0:
-                            row["ilp_over_policy"] = round(c.total / pcst.total, 4)
-                    except (RuntimeError, ValueError) as exc:
-                        row.update(policy_cost=None, policy_feasible=False, policy_error=str(exc)[:200])
-                    row["policy_s"] = round(time.perf_counter() - t, 1)
-                row["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-                rows.append(row)
-                done.add((spec, cl, f))
-                print(row, flush=True)
-                save()
+                pol = None
+                for v, o in (todo if (i + len(done)) % 2 == 0 else todo[::-1]):   # which goes first alternates
+                    row = {"problem": spec, "cluster": cl, "nodes": p.num_nodes, "cap_fraction": f, "cap_bytes": cap,
+                           "lo_bytes": lo, "hi_bytes": hi, "git_rev": rev, **({"variant": v, "overrides": o} if v else {}),
+                           "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
+                    with _traced_config(o):
+                        row.update(_ilp_cell(sg, p, cap, a.seconds))
+                    if not a.no_policy:
+                        pol = pol or _policy_cell(sg, p, cap)
+                        row.update(pol)
+                        if row.get("ilp_cost") is not None and (row.get("policy_cost") or 0) > 0:
+                            row["ilp_over_policy"] = round(row["ilp_cost"] / row["policy_cost"], 4)
+                    row["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+                    rows.append(row)
+                    done.add((spec, cl, f, v))
+                    print({k: x for k, x in row.items() if k != "log"}, flush=True)
+                    save()
     print_table(rows, ["problem", "cluster", "nodes", "cap_fraction", "ilp_cost", "status", "gap", "ilp_s",
                        "policy_cost", "ilp_over_policy", "policy_s", "load_avg_before"],
                 title=f"solve(method='ilp') under binding caps at {a.seconds:g} s vs method='policy'")
     save()
+
+
+class _traced_config:
+    """Within: ``solvers.dispatch.TRACED`` (the capped core's configuration for ``shardgym.solve``)
+    with ``overrides``; restored on exit (``--compare``'s "before" variant)."""
+
+    def __init__(self, overrides: dict):
+        self.overrides = overrides
+
+    def __enter__(self):
+        from dataclasses import replace
+
+        import solvers.dispatch as dispatch
+        self.saved = dispatch.TRACED
+        dispatch.TRACED = replace(dispatch.TRACED, **self.overrides)
+
+    def __exit__(self, *exc):
+        import solvers.dispatch as dispatch
+        dispatch.TRACED = self.saved
+
+
+def _ilp_cell(sg, p, cap: float, seconds: float) -> dict:
+    """``solve(method="ilp")`` under ``cap``: cost, fit, status, bound, gap, source, wall, phase log."""
+    pc = p.with_usage_limit(cap)
+    t = time.perf_counter()
+    row, log = {}, []
+    try:
+        plan = sg.solve(p, method="ilp", memory_cap_bytes=cap, time_limit_s=seconds,
+                        progress=lambda m: log.append(f"{time.perf_counter() - t:.1f}s {m}"))
+        c = sg.evaluate(pc, plan)
+        row.update(ilp_cost=c.total, ilp_feasible=c.feasible, status=plan.info.get("status"),
+                   bound=plan.info.get("bound"), gap=plan.info.get("gap"), source=plan.info.get("source"))
+    except (RuntimeError, ValueError) as exc:
+        row.update(ilp_cost=None, ilp_feasible=False, status="error", error=str(exc)[:200])
+    row["ilp_s"] = round(time.perf_counter() - t, 1)
+    row["log"] = [m for m in log if not any(k in m for k in _QUIET)][:80]
+    return row
+
+
+def _policy_cell(sg, p, cap: float) -> dict:
+    """``solve(method="policy")`` under ``cap``: cost, fit, wall."""
+    t = time.perf_counter()
+    try:
+        c = sg.evaluate(p.with_usage_limit(cap), sg.solve(p, method="policy", memory_cap_bytes=cap))
+        row = {"policy_cost": c.total, "policy_feasible": c.feasible}
+    except (RuntimeError, ValueError) as exc:
+        row = {"policy_cost": None, "policy_feasible": False, "policy_error": str(exc)[:200]}
+    return {**row, "policy_s": round(time.perf_counter() - t, 1)}
 
 
 def markdown(res: dict) -> str:

@@ -19,20 +19,21 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    solver (``solvers.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
    bound) runs too: on graphs too big for the MILP first, with ``cfn_share_large`` of the time
    (the search then starts from its plan and polishes it; a toulbar2 round with no plan gives the
-   time back to the search, as on IOPDDL S); on MILP-sized graphs after the search,
-   with ``cfn_share_small`` of the time left (it proves B and G optimal in seconds), and the MILP
-   is skipped when its bound already closes the gap.
+   time back to the search, as on IOPDDL S); on MILP-sized graphs after the search, with
+   ``cfn_share_small`` of the time left (it proves B and G optimal in seconds; the MILP is skipped
+   when its bound closes the gap), but not with copy groups (``cfn_with_copies``): its bound ignores
+   the copies (~1e-7 s against plans of ~1e-3 s on traced cells) and it gave no best plan in 40
+   cells of bench_capped s11-s12; the Lagrangian gets its time.
 3. **Exact**: with ``uncapped_share`` > 0 (``shardgym.solve``'s traced problems: 0.15), first
    HiGHS on the problem without its cap: a relaxation, so its dual bound is a lower bound of the
    capped optimum (the time optimum of gpt tiny, 0.00342 s, proven in seconds, against BP's
-   0.00236 under a cap), and its plan a candidate. Then, on graphs the MILP can hold (``milp_ok``), HiGHS (``solvers.ilp.solve_ilp``)
-   warm-started from the best plan, with up to ``milp_share`` of the time left; it proves the
-   optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
-   (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs with its
-   own neighbourhood search to the deadline.
+   0.00236 under a cap), and its plan a candidate. Then, on graphs the MILP can hold (``milp_ok``), HiGHS
+   (``solvers.ilp.solve_ilp``) warm-started from the best plan, with up to ``milp_share`` of the time left; it
+   proves the optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
+   (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs to the deadline.
    Before the capped MILP, on MILP-sized graphs with copy groups, the **Lagrangian bound**
-   (``solvers.lagrange``, ``lagrange_share`` of the budget): the memory rows priced into the
-   costs, the copies by pairwise lower-bound terms, each priced problem solved by HiGHS without
+   (``solvers.lagrange``, ``lagrange_share`` of the budget, at most ``lagrange_left`` of the time left): the
+   memory rows priced into the costs, the copies by pairwise lower-bound terms, each priced problem solved by HiGHS without
    memory rows; its plans are candidates (the capped MILP's root LP does not finish in 60 s on
    copy-heavy traced models; results/bench_capped_s8_cpu.json, zoo tiny on cpu-2x4: gap <= 2 % in
    9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %).
@@ -46,9 +47,8 @@ the copies any plan holds; HiGHS's rows hold the copies;
 ``status`` is "optimal" when the cost meets the bound (relative 1e-6). ``on_plan(plan, cost)`` is
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
-streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the
-MILP, when a core is idle, a second search process (another seed) uses it for the whole budget
-(the child runs toulbar2, then its search, on one core).
+streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
+is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search).
 """
 from __future__ import annotations
 
@@ -91,8 +91,11 @@ class CappedConfig:
     early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
     early_lns_max_s: float = 6.0
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
-    lagrange_share: float = 0.45         # with copies, MILP-sized: of the budget (at most 70 % of the time left) for the
-                                         # Lagrangian bound (solvers.lagrange): the capped MILP's root LP does not finish there
+    lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time
+    lagrange_left: float = 0.85          # left) for the Lagrangian bound (solvers.lagrange): the capped MILP's root
+                                         # LP does not finish there
+    lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
+    cfn_with_copies: bool = False        # toulbar2 on MILP-sized graphs with copy groups too (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
                                          # most half the time left) for the least-peak search (``_least_peak``)
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
@@ -156,8 +159,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             return True
         return False
 
-    def left() -> float:
-        return deadline - time.perf_counter()
+    left = (lambda: deadline - time.perf_counter())
 
     # 1. anchor (with copies: the least-usage plan repaired, and the seeds)
     copies = problem.edge_memory is not None
@@ -208,11 +210,11 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         consider(plan, "search")
     if small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
-    if use_cfn and small and left() > 4.0 and not _closed(best[1], bound):
+    if use_cfn and small and (cf.cfn_with_copies or not copies) and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
     if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
-        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, 0.7 * left()), upper=lambda: best[1],
-                             ref=best[0], threads=threads, progress=say,
+        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: best[1],
+                             ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)

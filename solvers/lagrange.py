@@ -189,7 +189,7 @@ def relaxed_problem(problem: Problem, lc: LocalCosts, terms: CopyTerms | None, l
 def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam0=None,
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
                      progress=None, on_plan=None, first=None, adapt: bool = True,
-                     deflect: bool = True) -> LagrangeResult:
+                     deflect: bool = True, restart: bool = True) -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
@@ -197,7 +197,9 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     round is the uncapped bound); ``round_s``: each relaxed MILP's limit (default a quarter of the
     budget, at least 1 s); ``first``: (bound, plan) of the problem without its cap, when the caller
     has solved it (the round at λ = 0, so it is not solved again; ignored with ``lam0``); ``adapt``:
-    each round's representatives put the previous relaxed plan's active members first."""
+    each round's representatives put the previous relaxed plan's active members first; ``restart``: a
+    round whose L falls below the best by more than the gap left (target - best) steps again from the
+    best prices along the best round's subgradient at half the step size (the module docstring)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
@@ -212,6 +214,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
     d = None            # the last step's direction (``deflect``)
+    best_h = None       # the subgradient at best_lam (``restart``)
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
     while time.perf_counter() + 0.5 < deadline:
         if pending is not None:       # λ = 0: the caller's uncapped solve
@@ -255,12 +258,19 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             # h100-2x8 at cap 1,947,600 B, load 8.5: rounds 3 and 4 repeated round 2's bound, 7.3 s of 14.5),
             # so step from its (not minimal) plan's subgradient instead, at half the step size
         target = up if np.isfinite(up) else L + 0.1 * max(abs(L), 1e-12)
+        if restart and best_h is not None and L < best - (target - best) and np.any(lam != best_lam):
+            # overshot: these prices lost more than the gap left; from the best ones at half the step
+            theta, d, stall = theta / 2, None, 0
+            lam = np.maximum(best_lam + theta * (target - best) / float(best_h @ best_h) * best_h, 0.0)
+            continue
         h = lc.profile_of(lc.live_usage[lc.offs[:-1] + x]) - float(cap)
         if terms is not None:
             h = h + terms.low_profile(x, er, sr, T)
             if adapt:     # the next rounds' representatives: x's active members first (any choice is valid)
                 er, sr = terms.representatives(x, ref)
         h = np.where((lam > 0) | (h > 0), h, 0.0)     # no step below λ = 0
+        if L >= best and float(h @ h) > 0:
+            best_h = h.copy()
         if deflect and d is not None and stall == 0 and float(d @ d) > 0:   # after a step that raised L only
             h = h + max(0.0, -1.5 * float(h @ d) / float(d @ d)) * d
         d = h

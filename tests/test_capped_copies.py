@@ -259,11 +259,13 @@ def test_lagrangian_bound_sees_the_copies_on_the_hand_case(early):
         assert b == pytest.approx(1.5, rel=0.02)
 
 
+@pytest.mark.parametrize("restart", [True, False])
 @pytest.mark.parametrize("seed", range(12))
-def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed):
+def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed, restart):
     """Random 5-node problems with random copy groups (early and short-lived, members before the
     producer's step, readers sharing a step), caps that bind: the bound never passes the capped
-    optimum, whichever plan picks the representatives; every relaxed plan is a complete plan."""
+    optimum, whichever plan picks the representatives, with or without the restarts from the best
+    prices; every relaxed plan is a complete plan."""
     from solvers.lagrange import lagrangian_bound
     rng = np.random.default_rng(300 + seed)
     p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
@@ -276,7 +278,7 @@ def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed):
     opt = bc.total
     free, fc = brute_force(p.with_usage_limit(None), "time")   # the round at prices 0, given
     for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
-        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first)
+        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first, restart=restart)
         assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
         assert all(len(x) == p.num_nodes for x in r.plans)
 
