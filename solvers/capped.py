@@ -91,9 +91,8 @@ class CappedConfig:
     early_lns_share: float = 0.0         # of the budget for MILP neighbourhoods right after the search (MILP-sized)
     early_lns_max_s: float = 6.0
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
-    lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time
-    lagrange_left: float = 0.85          # left) for the Lagrangian bound (solvers.lagrange): the capped MILP's root
-                                         # LP does not finish there
+    lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
+    lagrange_left: float = 0.85          # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     cfn_with_copies: bool = False        # toulbar2 on MILP-sized graphs with copy groups too (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
