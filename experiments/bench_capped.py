@@ -318,18 +318,22 @@ def markdown(res: dict) -> str:
         b = prev.get((r["problem"], r["cluster"], r["cap_fraction"]))
         before = "—" if b is None else (f"{fmt(b.get('ilp_cost'))}, {fmt(b.get('ilp_over_policy'), '{:.3f}')}, "
                                         f"{b['load_avg_before'][0]:.1f}")
-        out.append(f"| {r['problem']} | {r['cluster']} | {r['nodes']} | {r['cap_fraction']:.0%} | {fmt(r.get('ilp_cost'))} | "
+        out.append(f"| {r['problem']}{' (' + r['variant'] + ')' if r.get('variant') else ''} | {r['cluster']} | {r['nodes']} | {r['cap_fraction']:.0%} | {fmt(r.get('ilp_cost'))} | "
                    f"{r.get('status')} | {fmt(r.get('gap'), '{:.1%}')} | {r.get('source') or '—'} | {r.get('ilp_s')} s | "
                    f"{fmt(r.get('policy_cost'))} | {fmt(r.get('ilp_over_policy'), '{:.3f}')} | {r.get('policy_s')} s | "
                    f"{r['load_avg_before'][0]:.1f} | {before} |")
-    fits = [r for r in rows if r.get("ilp_feasible")]
-    small = [r for r in fits if r.get("gap") is not None and r["gap"] <= 0.02]
-    pol = [r for r in rows if r.get("policy_feasible")]
-    worse = [r for r in pol if r.get("ilp_over_policy") is None or r["ilp_over_policy"] > 1 + 1e-9]
     out.append("")
-    out.append(f"{len(rows)} cells; the ILP's plan fits in {len(fits)}; gap <= 2 % in {len(small)}; the ILP is "
-               f"worse than the policy in {len(worse)} of the {len(pol)} cells where the policy's plan fits"
-               f"{'' if res.get('complete') else ' (partial run)'}.")
+    for v in sorted({r.get("variant") for r in rows}, key=str):
+        vr = [r for r in rows if r.get("variant") == v]
+        fits = [r for r in vr if r.get("ilp_feasible")]
+        small = [r for r in fits if r.get("gap") is not None and r["gap"] <= 0.02]
+        pol = [r for r in vr if r.get("policy_feasible")]
+        worse = [r for r in pol if r.get("ilp_over_policy") is None or r["ilp_over_policy"] > 1 + 1e-9]
+        gaps = sorted(r["gap"] for r in fits if r.get("gap") is not None)
+        out.append(f"{'' if v is None else v + ': '}{len(vr)} cells; the ILP's plan fits in {len(fits)}; gap <= 2 % in "
+                   f"{len(small)}{f' (median gap {gaps[len(gaps) // 2]:.1%})' if gaps else ''}; the ILP is worse than "
+                   f"the policy in {len(worse)} of the {len(pol)} cells where the policy's plan fits"
+                   f"{'' if res.get('complete') else ' (partial run)'}.")
     if prev:
         out.append(f"Before ('previous_rows', the revisions named there): {len(prev)} cells; the ILP worse than the "
                    f"policy in {sum(1 for b in prev.values() if (b.get('ilp_over_policy') or 0) > 1 + 1e-9)}; gap <= 2 % in "

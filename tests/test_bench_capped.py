@@ -1,0 +1,29 @@
+"""experiments/bench_capped.py's command line: ``--compare``'s overrides of the capped core's
+configuration, and the README table's summary per variant."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.bench_capped import _overrides, markdown
+
+
+def test_compare_overrides_take_each_fields_type_and_name_a_bad_field():
+    assert _overrides("cfn_with_copies=1,lagrange_share=0.45,lagrange_restart=0") == {
+        "cfn_with_copies": True, "lagrange_share": 0.45, "lagrange_restart": False}
+    assert _overrides(None) == {}
+    with pytest.raises(SystemExit, match="lagrange_shar=0.4"):
+        _overrides("lagrange_shar=0.4")
+    with pytest.raises(SystemExit, match="'milp_share'"):
+        _overrides("milp_share")
+
+
+def test_table_counts_each_variant_on_its_own():
+    def row(v, gap, ratio):
+        return {"problem": "gpt:tiny", "cluster": "cpu-2x4", "nodes": 9, "cap_fraction": 0.25, "ilp_cost": 1.0,
+                "ilp_feasible": True, "status": "time_limit", "gap": gap, "source": "lagrange", "ilp_s": 60,
+                "policy_cost": 1.0 / ratio, "policy_feasible": True, "ilp_over_policy": ratio, "policy_s": 3,
+                "load_avg_before": [4.0, 4.0, 4.0], "variant": v}
+    text = markdown({"rows": [row("before", 0.30, 1.0), row("after", 0.01, 0.9)], "complete": True})
+    assert "| gpt:tiny (before) |" in text and "| gpt:tiny (after) |" in text
+    assert "after: 1 cells; the ILP's plan fits in 1; gap <= 2 % in 1 (median gap 1.0%)" in text
+    assert "before: 1 cells; the ILP's plan fits in 1; gap <= 2 % in 0 (median gap 30.0%)" in text
