@@ -34,7 +34,7 @@ by those fields, "after" as it is, so that a change is measured under the same l
     nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
     python experiments/bench_capped.py --clusters cpu-2x4 --caps-file results/bench_capped.json --out bench_capped_s8
-    python experiments/bench_capped.py --compare cfn_with_copies=1,lagrange_share=0.45 --out bench_capped_ab
+    python experiments/bench_capped.py --compare cfn_copies_max_s=inf,lagrange_share=0.45 --out bench_capped_ab
 """
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    (the search then starts from its plan and polishes it; a toulbar2 round with no plan gives the
    time back to the search, as on IOPDDL S); on MILP-sized graphs after the search, with
    ``cfn_share_small`` of the time left (it proves B and G optimal in seconds; the MILP is skipped
-   when its bound closes the gap), but not with copy groups (``cfn_with_copies``): its bound ignores
-   the copies (~1e-7 s against plans of ~1e-3 s on traced cells) and it gave no best plan in 40
-   cells of bench_capped s11-s12; the Lagrangian gets its time.
+   when its bound closes the gap); with copy groups for at most ``cfn_copies_max_s``: its bound ignores
+   the copies (~1e-7 s against plans of ~1e-3 s on tight caps, no best plan in 40 cells of bench_capped
+   s11-s12) but proves loose caps (vit tiny cpu-2x4 at 75 %: 3 s); the Lagrangian gets the rest.
 3. **Exact**: with ``uncapped_share`` > 0 (``shardgym.solve``'s traced problems: 0.15), first
    HiGHS on the problem without its cap: a relaxation, so its dual bound is a lower bound of the
    capped optimum (the time optimum of gpt tiny, 0.00342 s, proven in seconds, against BP's
@@ -94,7 +94,7 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.85          # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
-    cfn_with_copies: bool = False        # toulbar2 on MILP-sized graphs with copy groups too (its bound ignores copies)
+    cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
                                          # most half the time left) for the least-peak search (``_least_peak``)
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
@@ -194,9 +194,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         if np.isfinite(r.lower_bound):
             tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
-    info = None
-    use_cfn = cfn_available() and not short and budget >= cf.cfn_min_s
-    prepared = None
+    info, prepared, use_cfn = None, None, cfn_available() and not short and budget >= cf.cfn_min_s
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepare(problem)                # pruning and ties, once for both
         tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
@@ -209,8 +207,9 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         consider(plan, "search")
     if small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
-    if use_cfn and small and (cf.cfn_with_copies or not copies) and left() > 4.0 and not _closed(best[1], bound):
-        tighten(_cfn(problem, cf.cfn_share_small * left(), best, consider, say))
+    t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
+    if use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
+        tighten(_cfn(problem, t_cfn, best, consider, say))
     if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart,

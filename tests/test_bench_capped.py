@@ -8,8 +8,8 @@ from experiments.bench_capped import _overrides, markdown
 
 
 def test_compare_overrides_take_each_fields_type_and_name_a_bad_field():
-    assert _overrides("cfn_with_copies=1,lagrange_share=0.45,lagrange_restart=0") == {
-        "cfn_with_copies": True, "lagrange_share": 0.45, "lagrange_restart": False}
+    assert _overrides("cfn_copies_max_s=inf,lagrange_share=0.45,lagrange_restart=0") == {
+        "cfn_copies_max_s": float("inf"), "lagrange_share": 0.45, "lagrange_restart": False}
     assert _overrides(None) == {}
     with pytest.raises(SystemExit, match="lagrange_shar=0.4"):
         _overrides("lagrange_shar=0.4")

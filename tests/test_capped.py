@@ -169,30 +169,30 @@ def test_later_phases_run_when_no_start_found_a_plan(monkeypatch, seed):
     assert r.cost == pytest.approx(bc.total)
 
 
-def test_toulbar2_skipped_on_milp_sized_graphs_with_copies_unless_asked(monkeypatch):
-    """toulbar2's bound prices node usages alone, so with copy groups it says ~nothing (~1e-7 s on
-    traced cells whose plans cost ~1e-3 s): the capped core gives its time to the Lagrangian there
-    (``cfn_with_copies`` off, the default); asked, it runs. Without copies (IOPDDL's B and G, which
-    it proves) the flag changes nothing. The answer fits either way."""
+def test_toulbar2_time_capped_on_milp_sized_graphs_with_copies(monkeypatch):
+    """toulbar2's bound prices node usages alone, so with copy groups it says ~nothing on tight caps
+    (~1e-7 s on traced cells whose plans cost ~1e-3 s): there the capped core gives it at most
+    ``cfn_copies_max_s`` (0: not at all) and the Lagrangian the rest. Without copies (IOPDDL's B and
+    G, which it proves) that field changes nothing. The answer fits either way."""
     import sys
     sys.path.insert(0, "tests")
     from test_edge_memory import _with_random_copies
     calls = []
 
     def fake_cfn(problem, time_limit_s, **kw):
-        calls.append(problem.edge_memory is not None)
+        calls.append(time_limit_s)
         from solvers.cfn import CFNResult
         return CFNResult(None, float("inf"), -float("inf"), 0, 0.0)
 
-    def called(p, config) -> bool:
+    def called(p, config) -> list:
         calls.clear()
         r = solve_capped(p, 8.0, config=config)
         assert r.plan is None or evaluate(p, r.plan).feasible
-        return bool(calls)
+        return list(calls)
 
     monkeypatch.setattr(capped, "cfn_solve", fake_cfn)
     monkeypatch.setattr(capped, "cfn_available", lambda: True)
-    asked = capped.CappedConfig(cfn_with_copies=True)
+    short, off = capped.CappedConfig(cfn_copies_max_s=0.6), capped.CappedConfig(cfn_copies_max_s=0.0)
     ran_with_copies = 0
     for seed in range(4):
         rng = np.random.default_rng(seed)
@@ -200,12 +200,14 @@ def test_toulbar2_skipped_on_milp_sized_graphs_with_copies_unless_asked(monkeypa
         peaks = sorted(evaluate(p, [int(rng.integers(k)) for k in p.num_strategies]).peak_memory_bytes
                        for _ in range(20))
         plain = p.with_usage_limit(peaks[10])
-        assert called(plain, capped.DEFAULT) == called(plain, asked)
+        assert bool(called(plain, off)) == bool(called(plain, capped.DEFAULT))
         pc = _with_random_copies(rng, p)
         pc = pc.with_usage_limit(sorted(evaluate(pc, [int(rng.integers(k)) for k in p.num_strategies]).peak_memory_bytes
                                         for _ in range(20))[10])
-        assert not called(pc, capped.DEFAULT)
-        ran_with_copies += called(pc, asked)
+        assert not called(pc, off)
+        limits = called(pc, short)
+        assert all(t <= 0.6 for t in limits)
+        ran_with_copies += bool(limits)
         if ran_with_copies:
             break
     assert ran_with_copies
