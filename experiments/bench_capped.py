@@ -15,7 +15,7 @@ convolutions, two of them residual, and a transposed convolution, MSE, SGD with 
 ``moe_adam`` (a six-expert soft mixture of MLPs with a softmax gate, Adam written out).
 
 ``--full`` is every zoo tiny model and the five outside steps on cpu-2x4, h100-2x8 and tpu-4x4
-(120 cells, hours on 2 shared cores); the default is a subset (``SUBSET``: the four zoo models whose
+(99 cells, hours on 2 shared cores); the default is a subset (``SUBSET``: the four zoo models whose
 caps session 12 found hardest, and two outside steps, on cpu-2x4 and h100-2x8; 36 cells). It is
 resumable per cell: every finished cell is written to ``results/<--out>.json`` at once (with the git
 revision and the load average of that cell), and a rerun skips the cells already there (``--fresh``
