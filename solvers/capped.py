@@ -79,6 +79,7 @@ class CappedConfig:
     milp_share: float = 0.6              # of the time left after the starts, for the MILP
     bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
     bp_max_s: float = 6.0
+    bp_copies_max_s: float = 0.0         # with copy groups: BP at most this long (0: skipped; its bound ignores copies)
     search_share: float = 0.1            # of the budget for the search's start on MILP-sized graphs (at
     search_max_s: float = 6.0            # most search_max_s): it finds its plan in the first second or two there
     cfn_min_s: float = 5.0               # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
@@ -182,9 +183,9 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                                           say, repair_s=min(cf.repair_max_s, 0.05 * budget))
         tighten(ub)
         relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
-    if small and left() > (0.2 if short else 2.0):   # on contest-size graphs BP's plans lose to the search's
-        r = bp_solve(problem, rounds=60, memory_prices=True,
-                     time_limit_s=min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left()))
+    t_bp = min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left(), cf.bp_copies_max_s if copies else float("inf"))
+    if small and t_bp > 0 and left() > (0.2 if short else 2.0):   # contest-size graphs: BP's plans lose to the search's
+        r = bp_solve(problem, rounds=60, memory_prices=True, time_limit_s=t_bp)
         consider(r.plan, "bp")
         if cf.bp_improve_s > 0 and r.plan is not None and left() > 2 * cf.bp_improve_s:
             # the policy planner's post-processing on BP's plan: mlp tiny cpu-2x4 at cap 50 %,
