@@ -290,7 +290,13 @@ def lagrange_starts(problem: Problem, plan, time_limit_s: float, round_s: float 
     that, at 0.997 of the cap, and polish, ``refine`` (5 s), the seeded capped MILP (5 s) and
     ``solvers.search.solve_large`` (5 s) all leave it there (load 7). The relaxed plans of 12 s
     (3-s rounds, load 7) cost 0.68-1.80x at 1.09-1.21x the cap; the one at 1.09x repaired to 1.57x,
-    polished 1.42x; the repair failed on the others (no single-node move saves bytes at the peak)."""
+    polished 1.42x; the repair failed on the others (it stalls: a node moved to a smaller strategy
+    makes resharded copies live, and shaving node bytes alone to the cap left copies at 1.28x).
+    Measured through ``solve(method="policy")`` against session 12's 60-s ILP costs, main -> this,
+    same load (6.6-7.2): meshgraphnet tiny cap 0.5 @ h100-2x8 1.807 -> 1.422 (7.7 -> 20.8 s),
+    @ tpu-4x4 1.902 -> 1.364 (10.7 -> 22.0 s), @ a100-hetero-2x4 1.422 both (7.0 -> 15.1 s); fno
+    tiny @ h100-2x8 cap 0.5 0.937 -> 0.767 (eval_policy_s13b, load 7-11). At load 9.6 one
+    meshgraphnet h100 run stayed at 1.807: the 3-s rounds are wall time (HiGHS)."""
     s = np.asarray(plan, dtype=np.int64)
     if problem.usage_limit is None or problem.num_nodes > WHOLE_MILP_MAX_NODES or time_limit_s <= 0:
         return s, -float("inf")
