@@ -15,7 +15,7 @@ With ``polish`` (the default) the plan then gets what the GNN planner gives its 
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
 Under a usage limit the search starts with ``solvers.local.lns.lagrange_starts`` for
-``LAGRANGE_TIME_LIMIT_S`` (the plans of a short Lagrangian relaxation solved by uncapped MILPs,
+``lagrange_time_limit`` (20 ms a node, 2-8 s) (the plans of a short Lagrangian relaxation solved by uncapped MILPs,
 repaired; the cheapest of them and the decode goes on; one that meets the Lagrangian bound is
 returned). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
@@ -32,7 +32,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import LAGRANGE_TIME_LIMIT_S, whole_milp_time_limit
+from solvers.local.lns import lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
@@ -98,7 +98,7 @@ class FGPlanner:
             out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
                           if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
                           whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem),
-                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else LAGRANGE_TIME_LIMIT_S)
+                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else lagrange_time_limit(problem))
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:

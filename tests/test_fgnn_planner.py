@@ -119,6 +119,7 @@ def test_lagrange_starts_return_the_uncapped_optimum_when_it_fits(seed, monkeypa
     plan, lb = lns_mod.lagrange_starts(p, least_usage_plan(p), 4.0)
     assert evaluate(p, list(plan)).total == pytest.approx(bc.total)
     assert lb == pytest.approx(bc.total)
+    assert lns_mod.lagrange_time_limit(p) == lns_mod.LAGRANGE_MIN_S   # 8 nodes: the floor
 
     def boom(*a, **k):
         raise AssertionError("polish ran after a proven optimum")

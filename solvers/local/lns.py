@@ -12,7 +12,7 @@
 * ``lagrange_starts(problem, plan, time_limit_s)``: under a usage limit, the plans of a short
   Lagrangian relaxation (``solvers.lagrange``: memory priced into the costs, each priced problem an
   uncapped MILP), repaired to fit; given ``lagrange_time_limit_s`` (the planners under a cap:
-  ``LAGRANGE_TIME_LIMIT_S``), ``improve`` searches from the cheapest of them and from the plan and
+  ``lagrange_time_limit``), ``improve`` searches from the cheapest of them and from the plan and
   keeps the cheaper result.
 
 Imports ``solvers.ilp``, which may itself use this library: ``solvers.local`` exports the names of
@@ -39,6 +39,7 @@ WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory
 WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # uncapped: 10 ms a node up to 5 s (``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LAGRANGE_TIME_LIMIT_S, LAGRANGE_ROUND_S = 8.0, 3.0   # planners under a cap: ``lagrange_starts``
+LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (``lagrange_time_limit``)
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
@@ -316,6 +317,13 @@ def lagrange_starts(problem: Problem, plan, time_limit_s: float, round_s: float 
         if c.feasible and c.total < best_cost:
             best, best_cost = np.asarray(x, dtype=np.int64), c.total
     return best, float(res.bound)
+
+
+def lagrange_time_limit(problem: Problem) -> float:
+    """The planners' limit for ``lagrange_starts``: 20 ms a node between ``LAGRANGE_MIN_S`` and
+    ``LAGRANGE_TIME_LIMIT_S`` (the rounds run to their limit: with 8 s flat the 18- and 55-node
+    capped outside-the-zoo steps took 8.5 and 10.3 s against 1.6 and 2.7 s before)."""
+    return min(LAGRANGE_TIME_LIMIT_S, max(LAGRANGE_MIN_S, LAGRANGE_S_PER_NODE * problem.num_nodes))
 
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
