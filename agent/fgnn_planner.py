@@ -13,7 +13,11 @@ With ``polish`` (the default) the plan then gets what the GNN planner gives its 
 ``REFINE_TIME_LIMIT_S``; when it does not bind, the whole-graph MILP seeded with the plan for
 ``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
-outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
+outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
+Under a usage limit the search starts with ``solvers.local.lns.lagrange_starts`` for
+``lagrange_time_limit`` (20 ms a node, 2-8 s) (the plans of a short Lagrangian relaxation solved by uncapped MILPs,
+repaired; the cheapest of them and the decode goes on; one that meets the Lagrangian bound is
+returned). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import whole_milp_time_limit
+from solvers.local.lns import lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
@@ -93,7 +97,8 @@ class FGPlanner:
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
             out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
                           if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
-                          whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem))
+                          whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem),
+                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else lagrange_time_limit(problem))
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:

@@ -87,3 +87,41 @@ def test_improve_returns_the_proven_whole_milp_optimum(seed, monkeypatch):
     plan, proven = lns_mod.whole_milp(p, least_usage_plan(p), 5.0, return_status=True)
     assert proven and evaluate(p, list(plan)).total == pytest.approx(brute_force(p)[1].total)
     assert 2.0 <= lns_mod.whole_milp_time_limit(p) <= lns_mod.WHOLE_MILP_MAX_S
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lagrange_starts_fit_never_worse_and_bound_below_the_optimum(seed):
+    """Under a binding cap, the Lagrangian starts fit the cap, never cost more than the fitting
+    start, and their bound is at most the brute-force optimum; improve with them fits too."""
+    import solvers.local.lns as lns_mod
+    from solvers.local import least_usage_plan
+    p = random_problem(np.random.default_rng(900 + seed), 8, kmax=3, edge_p=0.5, limit_q=0.3)
+    start = least_usage_plan(p)
+    assert evaluate(p, start).feasible
+    plan, lb = lns_mod.lagrange_starts(p, start, 4.0)
+    c = evaluate(p, list(plan))
+    opt = brute_force(p)[1].total
+    assert c.feasible and c.total <= evaluate(p, start).total
+    assert lb <= opt + 1e-9 * abs(opt)
+    out = lns_mod.improve(p, start, lagrange_time_limit_s=4.0)
+    assert evaluate(p, out).feasible and evaluate(p, out).total <= evaluate(p, start).total
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_lagrange_starts_return_the_uncapped_optimum_when_it_fits(seed, monkeypatch):
+    """A cap the uncapped optimum fits: the first relaxed plan (λ = 0) is the optimum, its bound
+    equals its cost, and improve returns it without polish."""
+    import solvers.local.lns as lns_mod
+    from solvers.local import least_usage_plan
+    p = random_problem(np.random.default_rng(950 + seed), 8, kmax=3, edge_p=0.6, limit_q=None)
+    best, bc = brute_force(p)
+    p = p.with_usage_limit(bc.peak_memory_bytes * 1.5)
+    plan, lb = lns_mod.lagrange_starts(p, least_usage_plan(p), 4.0)
+    assert evaluate(p, list(plan)).total == pytest.approx(bc.total)
+    assert lb == pytest.approx(bc.total)
+    assert lns_mod.lagrange_time_limit(p) == lns_mod.LAGRANGE_MIN_S   # 8 nodes: the floor
+
+    def boom(*a, **k):
+        raise AssertionError("polish ran after a proven optimum")
+    monkeypatch.setattr(lns_mod, "polish", boom)
+    assert evaluate(p, lns_mod.improve(p, least_usage_plan(p), lagrange_time_limit_s=4.0)).total == pytest.approx(bc.total)

@@ -9,6 +9,11 @@
 * ``whole_milp(problem, plan, time_limit_s)``: the whole graph as one MILP seeded with the plan;
   ``improve`` runs it first when given ``whole_time_limit_s`` (the planners, when the cap does not
   bind: ``whole_milp_time_limit``) and stops there when HiGHS proves the optimum.
+* ``lagrange_starts(problem, plan, time_limit_s)``: under a usage limit, the plans of a short
+  Lagrangian relaxation (``solvers.lagrange``: memory priced into the costs, each priced problem an
+  uncapped MILP), repaired to fit; given ``lagrange_time_limit_s`` (the planners under a cap:
+  ``lagrange_time_limit``), ``improve`` searches from the cheapest of them and from the plan and
+  keeps the cheaper result.
 
 Imports ``solvers.ilp``, which may itself use this library: ``solvers.local`` exports the names of
 this module lazily (its ``__getattr__``), so importing the library does not import the ILP.
@@ -24,6 +29,7 @@ from costmodel.problem import Problem, evaluate
 from costmodel.profile import live_on, step_sum
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
+from solvers.lagrange import lagrangian_bound
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
@@ -32,6 +38,8 @@ REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
 WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
 WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # uncapped: 10 ms a node up to 5 s (``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
+LAGRANGE_TIME_LIMIT_S, LAGRANGE_ROUND_S = 8.0, 3.0   # planners under a cap: ``lagrange_starts``
+LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (``lagrange_time_limit``)
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
@@ -267,13 +275,67 @@ def whole_milp(problem: Problem, plan, time_limit_s: float, return_status: bool 
     return (out, proven) if return_status else out
 
 
+def lagrange_starts(problem: Problem, plan, time_limit_s: float, round_s: float = LAGRANGE_ROUND_S,
+                    lc: LocalCosts | None = None) -> tuple[np.ndarray, float]:
+    """(the cheapest fitting plan among ``plan`` and the relaxed plans of ``solvers.lagrange.lagrangian_bound``
+    run for about ``time_limit_s`` from ``plan`` (its reference and Polyak target), each repaired
+    with ``repair_memory`` when over the limit; the Lagrangian lower bound, −inf when none). Never
+    worse than a fitting ``plan``. Without a usage limit, above ``WHOLE_MILP_MAX_NODES`` nodes or
+    with no time: ``plan`` and −inf. Each round is an uncapped MILP (``round_s`` at most), so the
+    exact reductions apply: the round at λ = 0 is the uncapped optimum, which is the capped one
+    (bound = cost) when it fits.
+
+    Why: under a binding cap the cost can be all memory's. On meshgraphnet tiny @ h100-2x8 cap 0.5
+    the uncapped optimum costs 1.0e-7 s and peaks at 2.0x the cap; the capped 60-s ILP incumbent
+    costs 5.5e-4 s; BP's masked decode (index order, memory filled first come first served) 1.81x
+    that, at 0.997 of the cap, and polish, ``refine`` (5 s), the seeded capped MILP (5 s) and
+    ``solvers.search.solve_large`` (5 s) all leave it there (load 7). The relaxed plans of 12 s
+    (3-s rounds, load 7) cost 0.68-1.80x at 1.09-1.21x the cap; the one at 1.09x repaired to 1.57x,
+    polished 1.42x; the repair failed on the others (it stalls: a node moved to a smaller strategy
+    makes resharded copies live, and shaving node bytes alone to the cap left copies at 1.28x).
+    Measured through ``solve(method="policy")`` against session 12's 60-s ILP costs, main -> this,
+    same load (6.6-7.2): meshgraphnet tiny cap 0.5 @ h100-2x8 1.807 -> 1.422 (7.7 -> 20.8 s),
+    @ tpu-4x4 1.902 -> 1.364 (10.7 -> 22.0 s), @ a100-hetero-2x4 1.422 both (7.0 -> 15.1 s); fno
+    tiny @ h100-2x8 cap 0.5 0.937 -> 0.767 (eval_policy_s13b, load 7-11). At load 9.6 one
+    meshgraphnet h100 run stayed at 1.807: the 3-s rounds are wall time (HiGHS)."""
+    s = np.asarray(plan, dtype=np.int64)
+    if problem.usage_limit is None or problem.num_nodes > WHOLE_MILP_MAX_NODES or time_limit_s <= 0:
+        return s, -float("inf")
+    deadline = time.perf_counter() + float(time_limit_s)
+    lc = lc or LocalCosts(problem)
+    c0 = evaluate(problem, s)
+    best, best_cost = s, (c0.total if c0.feasible else float("inf"))
+    res = lagrangian_bound(problem, time_limit_s, upper=c0.total, ref=[int(v) for v in s],
+                           round_s=min(round_s, max(time_limit_s / 2, 1.0)))
+    for x in res.plans:
+        x = np.asarray(x, dtype=np.int64)
+        if not lc.feasible(x):
+            x = repair_memory(problem, x, lc=lc, time_limit_s=max(min(deadline - time.perf_counter(), 1.0), 0.1))
+            if x is None:
+                continue
+        c = evaluate(problem, x)
+        if c.feasible and c.total < best_cost:
+            best, best_cost = np.asarray(x, dtype=np.int64), c.total
+    return best, float(res.bound)
+
+
+def lagrange_time_limit(problem: Problem) -> float:
+    """The planners' limit for ``lagrange_starts``: 20 ms a node between ``LAGRANGE_MIN_S`` and
+    ``LAGRANGE_TIME_LIMIT_S`` (the rounds run to their limit: with 8 s flat the 18- and 55-node
+    capped outside-the-zoo steps took 8.5 and 10.3 s against 1.6 and 2.7 s before)."""
+    return min(LAGRANGE_TIME_LIMIT_S, max(LAGRANGE_MIN_S, LAGRANGE_S_PER_NODE * problem.num_nodes))
+
+
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
             lc: LocalCosts | None = None, seed: int = 0, repair_time_limit_s: float | None = None,
-            whole_time_limit_s: float = 0.0) -> list[int] | None:
+            whole_time_limit_s: float = 0.0, lagrange_time_limit_s: float = 0.0) -> list[int] | None:
     """Memory repair if ``plan`` is over the limit (within ``repair_time_limit_s``, None: no limit;
     returns None if the repair fails), ``polish`` for ``polish_time_limit_s``, then ``refine`` for
     ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` first, and if it proves its
-    plan optimal that plan is returned without polish or refine).
+    plan optimal that plan is returned without polish or refine; ``lagrange_time_limit_s`` > 0
+    under a usage limit: before that, ``lagrange_starts``' plan, returned at once when it meets
+    the Lagrangian bound; when it differs from ``plan`` the rest runs from both and the cheaper
+    result is returned).
     ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
     polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
     comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
@@ -288,6 +350,17 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
         if repair_time_limit_s is None:
             raise ValueError("improve: polish_time_limit_s=None needs a repair_time_limit_s to share")
         polish_time_limit_s = max(repair_time_limit_s - (time.perf_counter() - t0), 0.1)
+    if lagrange_time_limit_s > 0 and problem.usage_limit is not None:
+        start, lb = lagrange_starts(problem, plan, lagrange_time_limit_s, lc=lc)
+        if evaluate(problem, start).total <= lb + 1e-9 * abs(lb):   # meets the bound: optimal
+            return [int(x) for x in start]
+        if not np.array_equal(start, np.asarray(plan)):   # both starts searched: the cheaper after
+            # polish is not always the cheaper before (meshgraphnet tiny @ a100-hetero-2x4 cap 0.5:
+            # 1.42x from the Lagrangian start alone, 1.36x from the decode)
+            rest = dict(polish_time_limit_s=polish_time_limit_s, refine_time_limit_s=refine_time_limit_s, lc=lc,
+                        seed=seed, whole_time_limit_s=whole_time_limit_s)
+            out = [improve(problem, x, **rest) for x in (plan, start)]
+            return min(out, key=lambda x: evaluate(problem, x).total)
     if whole_time_limit_s > 0:   # first: a proven optimum needs no polish (the default planner's speed)
         plan, proven = whole_milp(problem, plan, whole_time_limit_s, return_status=True)
         if proven:
