@@ -102,26 +102,35 @@ FNO_CASES = [("tiny", False, "batch"), ("tiny", False, "slab"),
              ("3d-tiny", False, "batch"), ("3d-tiny", False, "slab"), ("3d-tiny", False, "pencil"),
              ("tiny", True, "batch"), ("tiny", True, "slab"), ("tiny", True, "pencil"),
              ("3d-tiny", True, "batch"), ("3d-tiny", True, "slab"), ("3d-tiny", True, "pencil")]
-#: predicted / XLA per-device memory outside 10% (numerics and collectives hold, the collectives
-#: exactly; plan_helpers.assert_memory xfails within 0.02 of these and fails beyond). The 3-D fftn
-#: pencil plan (0.826 until session 11) held at XLA's peak a gathered activation twice, the
+#: (case, schedule) -> predicted / XLA per-device memory outside 10%, in the trace's order ("program")
+#: and in XLA's ("xla": ``sg.trace(..., schedule="xla")``). Numerics and collectives hold (the
+#: collectives exactly); plan_helpers.assert_memory xfails within 0.02 of these and fails beyond. The
+#: 3-D fftn pencil plan (0.826 until session 11) held at XLA's peak a gathered activation twice, the
 #: all-gather written with its gathered dim major and its relayout copy for the projection's dot
 #: (``all-gather.7``, ``copy_bitcast_fusion.6``, f32[1,16,16,16,32] each), now priced
-#: (``costmodel.cost.gather_relaid``): 0.964. The 2-D fftn slab plan is XLA's schedule: at its peak
-#: (position 215 of ~270, 3,224,612 B live) XLA holds together the four spectral-weight slices
-#: (slice_bitcast_fusion.1-4, c64[8,8,16,16], live from ~51 to 216-264), two gathered spectra
-#: (all-gather 94-262, all-gather.1 125-215) and two weight-gradient pads (213-221), 1.31 MB; in the
-#: trace order the model prices, the slices' last readers are at steps 109-146 and the pads live
-#: 113-197 and 196-241, so they never coincide (the model's step 196: 2,397,080 B); its peak is the
-#: forward fc1 step (2,891,888 B). Session 12, in XLA's order (``sg.trace(..., schedule="xla")``,
-#: costmodel/schedule.py; session-12 runs, every case): with one interval per group this plan is
-#: 1.000, but six others over-count, 1.115-1.187 (on fno tiny replicated the cause was proj_0's
-#: GELU buffers kept to the weight-gradient dot XLA runs last); with each buffer to its own last
-#: reader (``memory.early_buffers``) all but three are within 10%: this plan 0.898, 3-D fftn slab
-#: 0.885 and 2-D fftn batch 1.108 (there the four spectral-weight slices are charged replicated,
-#: 4 x 128 KiB, where XLA slices them in the readers' layouts, 4 x 32 KiB: fidelity.py's fno
-#: ilp-time cause). So these plans are priced in the trace's order and this entry stays
-MEMORY_GAP = {("tiny", True, "slab"): 0.896}
+#: (``costmodel.cost.gather_relaid``): 0.964. XLA's figure (argument + output - alias + temp) is
+#: its true peak: the union of the byte ranges of the temp allocation's values live at one position
+#: (buffer-assignment offsets, live ranges inclusive) is the temp size to within 1.3 KB for every
+#: case's program-order plan (2-D fftn slab: 1,635,340 of 1,636,192 B at position 215), while the
+#: live-range dump's "(peak)" listing sums 255-720 KB less (why is not established): the gaps are
+#: not fragmentation.
+#: Session 13, the 2-D fftn slab plan (XLA's program: its peak at position 215 of 294): XLA holds
+#: the four spectral-weight slices (``slice_bitcast_fusion.1-4``, c64[8,8,16,16], live ~51 to 216-264:
+#: their last readers, the backward data-gradient dots, run late), both gathered spectra
+#: (``all-gather`` 94-262, ``all-gather.1`` 125-215) and two weight-gradient pads (213-221). The
+#: gathered spectra live that long because the weight gradient at batch 1 is an outer product
+#: fused with the spectrum's corner slice into its pad (``bitcast_pad_fusion.3 = fusion(all-gather.8,
+#: all-gather)``): XLA re-slices the gathered spectrum there instead of reading the slice's buffer.
+#: Priced so (the slice's buffer to its last buffer reader, its operand to the fusions; session-13
+#: patch, not merged) this plan is 1.008 in program order, but 3-D rfftn batch 1.029 -> 1.131 and
+#: five other cases over 1.10: the model's replicated spectral-weight slices (4 x 128 KiB where XLA
+#: holds 4 x 32 KiB in the spectral dots' layout under the batch plans) are an over-count the
+#: shorter spectra had offset, and pricing the slices in the readers' layout needs the readers
+#: behind the squeeze (a bitcast) of each slice: not done. In XLA's order the gaps are this plan
+#: 0.898, 3-D fftn slab 0.885 and 2-D fftn batch 1.108 (the same weight slices charged replicated;
+#: fidelity.py's fno ilp-time row, 1.204 in that order)
+MEMORY_GAP = {(("tiny", True, "slab"), "program"): 0.896, (("tiny", True, "slab"), "xla"): 0.898,
+              (("3d-tiny", True, "slab"), "xla"): 0.885, (("tiny", True, "batch"), "xla"): 1.108}
 
 
 def _fno_case_id(case):
@@ -129,19 +138,21 @@ def _fno_case_id(case):
     return f"{'3d' if size.startswith('3d') else '2d'}-{'fftn' if cplx else 'rfftn'}-{kind}"
 
 
+@pytest.mark.parametrize("schedule", ["program", "xla"])
 @pytest.mark.parametrize("case", FNO_CASES, ids=[_fno_case_id(c) for c in FNO_CASES])
-def test_fno_plan_with_distributed_ffts_executes(case):
+def test_fno_plan_with_distributed_ffts_executes(case, schedule):
     """FNO at batch 1 on the 2x4 CPU mesh, every fft node forced onto one strategy kind (rfftn /
     irfftn, or fftn / ifftn with ``complex_fft``; 2-D and 3-D): the forward and backward numerics
     match the unsharded step, XLA's collective bytes and per-device memory are within 10% of the
-    prediction, and the ffts' all-to-alls are all XLA runs as all-to-alls beyond the resharding."""
+    prediction, and the ffts' all-to-alls are all XLA runs as all-to-alls beyond the resharding;
+    priced in the trace's order and in XLA's (``sg.trace(..., schedule=)``)."""
     import dataclasses
 
     from costmodel.problem import Plan
     from zoo.common import build_step
     size, cplx, kind = case
     fn, args = build_step(zoo.fno, dataclasses.replace(zoo.config("fno", size), batch=1, complex_fft=cplx))
-    g = sg.trace(fn, *args)
+    g = sg.trace(fn, *args, schedule=schedule)
     p = sg.build_problem(g, "cpu-2x4")
     ffts = [i for i, nd in enumerate(g.nodes) if nd.primitive == "fft"]
     want = {"FFT", "IFFT"} if cplx else {"RFFT", "IRFFT"}
@@ -157,7 +168,7 @@ def test_fno_plan_with_distributed_ffts_executes(case):
     r = sg.execute(fn, args, g, plan, problem=p, iters=1)
     meas = {c["kind"]: c for c in r.collectives}
     pred = {c["kind"]: c for c in r.predicted_collectives}
-    print(fidelity_line(_fno_case_id(case), r))
+    print(fidelity_line(f"{_fno_case_id(case)} {schedule}", r))
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-5
     fft_a2a = pred.get("all-to-all", {"wire_bytes": 0.0, "count": 0})
     xla_a2a = meas.get("all-to-all", {"wire_bytes": 0.0, "count": 0})
@@ -166,5 +177,4 @@ def test_fno_plan_with_distributed_ffts_executes(case):
     extra = xla_a2a["wire_bytes"] - fft_a2a["wire_bytes"]
     assert -0.01 * fft_a2a["wire_bytes"] <= extra <= pred.get("resharding", {"wire_bytes": 0.0})["wire_bytes"]
     assert r.collective_wire_bytes == pytest.approx(r.predicted_comm_bytes, rel=0.10)
-    assert_memory(r, MEMORY_GAP.get(case), "XLA schedules the spectral-weight slices, gathered spectra and "
-                  "gradient pads together (MEMORY_GAP comment)")
+    assert_memory(r, MEMORY_GAP.get((case, schedule)), "a measured gap, its cause in the MEMORY_GAP comment")
