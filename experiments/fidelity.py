@@ -181,7 +181,7 @@ class Config:
     seed: int = 0
     mem_tol: float = MEM_TOL
     comm_tol: float = COMM_TOL
-    schedule: str = "program"       # the step order the model prices on (sg.trace's schedule=)
+    schedule: str = "xla"           # the step order the model prices on (sg.trace's schedule=)
     extra: dict = field(default_factory=dict)
 
 
@@ -321,7 +321,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--reprice", action="store_true",
                     help="price the plans stored in results/<out>.json with the current model against "
                          "their stored XLA figures; compiles nothing, writes nothing")
-    ap.add_argument("--schedule", default="program", choices=("program", "xla"),
+    ap.add_argument("--schedule", default="xla", choices=("program", "xla"),
                     help="the step order the model prices on: the trace's program order, or XLA's schedule "
                          "of the unsharded step (sg.trace's schedule=)")
     a = ap.parse_args(argv)
