@@ -9,6 +9,7 @@ the Problem's ``usage_limit`` (a cap above device memory does not bind: device m
 from __future__ import annotations
 
 import time
+import warnings
 
 from agent.planner import DEFAULT_POLICY, Planner
 from costmodel.builder import build_problem
@@ -36,21 +37,43 @@ class UnmetBoundError(ValueError):
         self.plan, self.cost = plan, cost
 
 
-#: ``trace(..., schedule=)``: "program" (the trace's program order) or "xla" (XLA's schedule)
-SCHEDULES = ("program", "xla")
+#: ``trace(..., schedule=)``: "auto" (XLA's schedule where it can be had, else the program order,
+#: said in one warning line), "xla" (XLA's schedule or an error) or "program" (the trace's order)
+SCHEDULES = ("auto", "xla", "program")
 
 
-def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program") -> OpGraph:
+def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "auto") -> OpGraph:
     """The OpGraph of ``fn(*args)`` (``costmodel.trace``). Its node ``order`` is the time grid every
-    liveness interval of the Problem is on: ``schedule="program"`` the trace's program order;
-    ``"xla"`` the order XLA's compiled unsharded step runs the nodes in (``runtime.schedule``: one
-    compile on one device, abstract, before any plan; ``costmodel.schedule`` says what it fixes)."""
+    liveness interval of the Problem is on, and ``graph.schedule`` says which order it follows:
+      * ``"xla"``: the order XLA's compiled unsharded step runs the nodes in (``runtime.schedule``:
+        one compile on one device, abstract, before any plan, memoised per process;
+        ``costmodel.schedule`` says what it fixes). It is the default since session 13: executed
+        afresh, solver plans priced in it are within 10% of XLA's memory more often than in the
+        program order (README "Step order");
+      * ``"program"``: the trace's program order (no compile);
+      * ``"auto"`` (default): ``"xla"``, falling back to ``"program"`` with one warning line that
+        says why when the schedule cannot be had (``fold=False``; the compile fails).
+    """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if schedule == "xla" and not fold:
         raise ValueError("schedule='xla' needs fold=True (the runtime re-evaluates the folded program)")
     graph = _trace_program(fn, *args, fold=fold, name=name)
-    return xla_scheduled(fn, args, graph) if schedule == "xla" else graph
+    if schedule == "program":
+        return graph
+    if not fold:
+        warnings.warn("shardgym.trace: fold=False, so the steps follow the program order, not XLA's schedule "
+                      "(which needs the folded program); pass schedule='program' to say so", stacklevel=2)
+        return graph
+    if schedule == "xla":
+        return xla_scheduled(fn, args, graph)
+    try:
+        return xla_scheduled(fn, args, graph)
+    except Exception as exc:  # noqa: BLE001 -- any compile failure: program order, said in one line
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        warnings.warn(f"shardgym.trace: XLA's schedule could not be compiled ({type(exc).__name__}: {why}); "
+                      f"the steps follow the program order", stacklevel=2)
+        return graph
 
 
 def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory_cap_bytes=None,

@@ -26,7 +26,9 @@ from outside_steps import STEPS  # noqa: E402
 @pytest.fixture(scope="module")
 def mlp():
     fn, args = zoo.build("mlp", "tiny", seed=0, abstract=True)
-    graph = sg.trace(fn, *args)
+    # the program order these rules were measured in: in XLA's order (sg.trace's default since session
+    # 13) mlp tiny dp / fsdp / megatron read 0.972 / 0.941 / 0.975 of XLA (results/fidelity_s13c_xla.json)
+    graph = sg.trace(fn, *args, schedule="program")
     return fn, args, graph, sg.build_problem(graph, "cpu-2x4")
 
 
