@@ -80,8 +80,9 @@ Known outliers and their causes (the terms' docstrings say more):
     (``memory.early_buffers``); re-priced, memory within 10%: fidelity_s11b (fno left out) 36 -> 39
     of 40, fidelity_s11_final 19 -> 23 of 24, fno's rows of fidelity_s11 7 of 8 unchanged, outside
     the zoo 16 -> 19 of 24 (figures in costmodel/schedule.py);
-  * session 13: XLA's order is the default here and in ``sg.trace``; both orders executed afresh
-    in results/fidelity_s13c_*.json (README, "Session 13").
+  * session 13: both orders executed afresh in results/fidelity_s13c_*.json (README, "Session
+    13"); XLA's order was the default here and in ``sg.trace`` for that session, the program order
+    again since session 14 (``sg.trace``'s docstring says why).
 """
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ class Config:
     seed: int = 0
     mem_tol: float = MEM_TOL
     comm_tol: float = COMM_TOL
-    schedule: str = "xla"           # the step order the model prices on (sg.trace's schedule=)
+    schedule: str = "program"       # the step order the model prices on (sg.trace's schedule=)
     extra: dict = field(default_factory=dict)
 
 
@@ -326,7 +327,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--reprice", action="store_true",
                     help="price the plans stored in results/<out>.json with the current model against "
                          "their stored XLA figures; compiles nothing, writes nothing")
-    ap.add_argument("--schedule", default="xla", choices=("program", "xla"),
+    ap.add_argument("--schedule", default="program", choices=("program", "xla"),
                     help="the step order the model prices on: the trace's program order, or XLA's schedule "
                          "of the unsharded step (sg.trace's schedule=)")
     a = ap.parse_args(argv)

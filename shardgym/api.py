@@ -37,22 +37,24 @@ class UnmetBoundError(ValueError):
         self.plan, self.cost = plan, cost
 
 
-#: ``trace(..., schedule=)``: "auto" (XLA's schedule where it can be had, else the program order,
-#: said in one warning line), "xla" (XLA's schedule or an error) or "program" (the trace's order)
-SCHEDULES = ("auto", "xla", "program")
+#: ``trace(..., schedule=)``: "program" (the trace's order), "xla" (XLA's schedule or an error) or
+#: "auto" (XLA's schedule where it can be had, else the program order, said in one warning line)
+SCHEDULES = ("program", "xla", "auto")
 
 
-def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "auto") -> OpGraph:
+def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program") -> OpGraph:
     """The OpGraph of ``fn(*args)`` (``costmodel.trace``). Its node ``order`` is the time grid every
     liveness interval of the Problem is on, and ``graph.schedule`` says which order it follows:
+      * ``"program"`` (default): the trace's program order (no compile);
       * ``"xla"``: the order XLA's compiled unsharded step runs the nodes in (``runtime.schedule``:
         one compile on one device, abstract, before any plan, memoised per process;
-        ``costmodel.schedule`` says what it fixes). It is the default since session 13: executed
-        afresh, solver plans priced in it are within 10% of XLA's memory more often than in the
-        program order (README "Step order");
-      * ``"program"``: the trace's program order (no compile);
-      * ``"auto"`` (default): ``"xla"``, falling back to ``"program"`` with one warning line that
-        says why when the schedule cannot be had (``fold=False``; the compile fails).
+        ``costmodel.schedule`` says what it fixes);
+      * ``"auto"``: ``"xla"``, falling back to ``"program"`` with one warning line that says why
+        when the schedule cannot be had (``fold=False``; the compile fails).
+    Session 13 made ``"auto"`` the default and session 14 took it back: on the solvers' fresh plans
+    both orders are within 10% of XLA's memory on 59 of 72 executed rows (README "Step order"; on
+    the same plans XLA's order prices closer), while the schedule compile costs 2-6x the trace
+    (gpt tiny 2.1 s + 12.3 s at load 7-10) and doubled the test suite (773 s vs ~390 s, idle).
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")

@@ -63,7 +63,7 @@ def test_loss_reduce_runs_in_the_backward_pass():
     XLA's); the order is a permutation of the trace's steps."""
     from test_halo import _conv_stack
     step, args = _conv_stack("dilation2")
-    g, gx = sg.trace(step, *args, schedule="program"), sg.trace(step, *args)   # the default: XLA's order
+    g, gx = sg.trace(step, *args), sg.trace(step, *args, schedule="xla")   # the default: program order
     assert (g.schedule, gx.schedule) == ("program", "xla")
     red = next(nd.id for nd in g.nodes if nd.primitive == "reduce_sum" and nd.out.shape == ())
     passed = [nd.id for nd in g.nodes if not nd.is_input and nd.order > g.nodes[red].order
@@ -89,14 +89,14 @@ def test_fno_replicated_in_xla_order_within_10_percent():
 def test_bad_schedule_names_the_choices():
     import pytest
     f = lambda x: x * 2.0   # noqa: E731
-    with pytest.raises(ValueError, match="choose one of auto, xla, program"):
+    with pytest.raises(ValueError, match="choose one of program, xla, auto"):
         sg.trace(f, 1.0, schedule="xl")
     with pytest.raises(ValueError, match="fold=True"):
         sg.trace(f, 1.0, fold=False, schedule="xla")
 
 
-def test_default_falls_back_to_program_order_in_one_line(monkeypatch):
-    """The default ("auto") takes XLA's order, but where it cannot be had (fold=False; the compile
+def test_auto_falls_back_to_program_order_in_one_line(monkeypatch):
+    """``schedule="auto"`` takes XLA's order, but where it cannot be had (fold=False; the compile
     fails) the graph keeps the program order, says so in ``graph.schedule`` and in one warning line
     naming why; ``schedule="xla"`` raises instead."""
     import warnings
@@ -108,7 +108,7 @@ def test_default_falls_back_to_program_order_in_one_line(monkeypatch):
     x = jnp.ones((8, 4))
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        g = sg.trace(f, x, fold=False)
+        g = sg.trace(f, x, fold=False, schedule="auto")
     assert g.schedule == "program"
     assert [str(w.message).count("\n") for w in got if "fold=False" in str(w.message)] == [0]
 
@@ -117,7 +117,7 @@ def test_default_falls_back_to_program_order_in_one_line(monkeypatch):
     monkeypatch.setattr(api, "xla_scheduled", broken)
     with pytest.warns(UserWarning, match=r"could not be compiled \(RuntimeError: no compiler today\); the steps "
                                          r"follow the program order$"):
-        g = sg.trace(f, x)
+        g = sg.trace(f, x, schedule="auto")
     assert g.schedule == "program"
     with pytest.raises(RuntimeError, match="no compiler today"):
         sg.trace(f, x, schedule="xla")
@@ -128,10 +128,10 @@ def test_schedule_is_memoised_per_graph(monkeypatch):
     import runtime.schedule as rs
     f = lambda w, x: jnp.tanh(x @ w).sum()   # noqa: E731
     w, x = jnp.ones((4, 8)), jnp.ones((2, 4))
-    first = sg.trace(f, w, x)
+    first = sg.trace(f, w, x, schedule="xla")
     calls = []
     monkeypatch.setattr(rs, "scheduled_text", lambda *a, **k: calls.append(1) or "")
-    again = sg.trace(f, w, x)
+    again = sg.trace(f, w, x, schedule="xla")
     assert calls == [] and again == first and again.schedule == "xla"
-    other = sg.trace(f, w, jnp.ones((3, 4)))   # another shape: another graph, compiled anew
+    other = sg.trace(f, w, jnp.ones((3, 4)), schedule="xla")   # another shape: another graph, compiled anew
     assert calls == [1] and other.schedule == "xla"
