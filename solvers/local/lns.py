@@ -35,20 +35,25 @@ from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
+CAPPED_REFINE_TIME_LIMIT_S = 3.0   # the factor-graph planner's, after the Lagrangian starts (``improve``)
 WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
 WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # uncapped: 10 ms a node up to 5 s (``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LAGRANGE_TIME_LIMIT_S, LAGRANGE_ROUND_S = 8.0, 3.0   # planners under a cap: ``lagrange_starts``
 LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (``lagrange_time_limit``)
+LNS_SIZE = 90   # refine's neighbourhood size; with copy groups (each node in tens of them) 40:
+LNS_COPIES_SIZE = 40   # meshgraphnet tiny @ h100-2x8 cap 0.5 from BP's decode, 6 s, 1-s MILPs (load 5.4):
+#                        90 nodes 1.807x (no MILP finished), 60 (2 s) 1.654x, 40 1.481x, 25 1.785x
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
 
-def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int = 90) -> np.ndarray:
+def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None) -> np.ndarray:
     """Improve a feasible ``plan`` for ``time_limit_s`` seconds by large-neighbourhood search; never
     returns a worse or infeasible plan (ValueError if ``plan`` is over the memory limit).
 
-    BFS neighbourhoods of ``lns_size`` nodes are re-optimised exactly by the MILP (the rest fixed:
+    BFS neighbourhoods of ``lns_size`` nodes (None: ``LNS_SIZE``, ``LNS_COPIES_SIZE`` with copy
+    groups) are re-optimised exactly by the MILP (the rest fixed:
     their edges fold into unary costs and their live usage into the limit), centred half the time
     on nodes in proportion to the resharding cost the current plan pays on their edges. These are
     the coordinated moves single-node and forest moves miss: e.g. sharding a parameter, its
@@ -66,6 +71,9 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
     s = np.asarray(plan, dtype=np.int64).copy()
     if not g.feasible(s):
         raise ValueError("refine needs a plan that fits the memory limit")
+    if lns_size is None:
+        em = problem.edge_memory
+        lns_size = LNS_COPIES_SIZE if em is not None and em.num_groups else LNS_SIZE
     if g.n:
         s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
                    min_sub_time_limit_s=0.05, weighted=True)
@@ -183,18 +191,41 @@ def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
                 bg = bg - live_on(g.times, *em.intervals(cur))    # the copies the sub now prices
                 a, b, has = em.spans()
                 cover = cover + live_on(g.times, a[has], b[has], np.ones(int(has.sum())))
-        pts = np.nonzero(cover > 0)[0]
-        for j in pts:
-            t0 = g.times[j]
-            t1 = g.times[j + 1] if j + 1 < len(g.times) else t0 + 1
+        events = [p.intervals[sel][g.live_mask[sel]].ravel()]
+        if em is not None and em.num_groups:
+            events.append(em.time_points())
+        for t0, t1, b in _background(g.times, cover, bg, np.unique(np.concatenate(events))):
             costs.append(np.zeros(1))
-            usages.append(np.array([max(bg[j], 0.0)]))
+            usages.append(np.array([b]))
             red.append(np.zeros(1))
-            intervals.append((int(t0), int(t1)))
+            intervals.append((t0, t1))
         usage_limit = g.cap
     sub = Problem.from_lists(f"{p.name}[lns]", costs, usages, intervals, edges, ecosts,
                              usage_limit=usage_limit, node_redundant=red, edge_memory=em)
     return sub, pos
+
+
+def _background(times: np.ndarray, cover: np.ndarray, bg: np.ndarray, events: np.ndarray) -> list:
+    """The fixed outside usage as (start, end, bytes) nodes: one per run of consecutive covered
+    compressed time points with no ``events`` (the neighbourhood's interval ends and copy steps)
+    inside, holding the run's largest background. Exact: within such a run the neighbourhood's
+    live set is the same at every point, so only the largest background can bind. One node per
+    time point, as before, made 90-node neighbourhoods of meshgraphnet tiny @ h100-2x8 cap 0.5
+    (652 time points, 8,351 copy groups) 790-825-node MILPs that overran every 1-s limit."""
+    out = []
+    seg = np.searchsorted(events, times, side="right")   # points with equal seg: no event between
+    end = np.append(times[1:], times[-1] + 1) if len(times) else times
+    run = None
+    for j in np.nonzero(cover > 0)[0].tolist():
+        if run is not None and run[3] == j - 1 and seg[j] == run[4]:
+            run = (run[0], int(end[j]), max(run[2], float(bg[j])), j, run[4])
+        else:
+            if run is not None:
+                out.append(run[:3])
+            run = (int(times[j]), int(end[j]), float(bg[j]), j, int(seg[j]))
+    if run is not None:
+        out.append(run[:3])
+    return [(a, b, max(u, 0.0)) for a, b, u in out]
 
 
 def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
@@ -334,8 +365,8 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` first, and if it proves its
     plan optimal that plan is returned without polish or refine; ``lagrange_time_limit_s`` > 0
     under a usage limit: before that, ``lagrange_starts``' plan, returned at once when it meets
-    the Lagrangian bound; when it differs from ``plan`` the rest runs from both and the cheaper
-    result is returned).
+    the Lagrangian bound; when it differs from ``plan`` both are repaired and polished (and given
+    ``whole_time_limit_s``) and the cheaper is refined).
     ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
     polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
     comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
@@ -354,13 +385,15 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
         start, lb = lagrange_starts(problem, plan, lagrange_time_limit_s, lc=lc)
         if evaluate(problem, start).total <= lb + 1e-9 * abs(lb):   # meets the bound: optimal
             return [int(x) for x in start]
-        if not np.array_equal(start, np.asarray(plan)):   # both starts searched: the cheaper after
+        if not np.array_equal(start, np.asarray(plan)):   # both starts polished: the cheaper after
             # polish is not always the cheaper before (meshgraphnet tiny @ a100-hetero-2x4 cap 0.5:
-            # 1.42x from the Lagrangian start alone, 1.36x from the decode)
-            rest = dict(polish_time_limit_s=polish_time_limit_s, refine_time_limit_s=refine_time_limit_s, lc=lc,
-                        seed=seed, whole_time_limit_s=whole_time_limit_s)
-            out = [improve(problem, x, **rest) for x in (plan, start)]
-            return min(out, key=lambda x: evaluate(problem, x).total)
+            # 1.42x from the Lagrangian start alone, 1.36x from the decode); then one refine from the
+            # cheaper for the whole ``refine_time_limit_s`` (before: each refined for it, twice the time)
+            rest = dict(polish_time_limit_s=polish_time_limit_s, lc=lc, seed=seed, whole_time_limit_s=whole_time_limit_s)
+            out = min((improve(problem, x, **rest) for x in (plan, start)), key=lambda x: evaluate(problem, x).total)
+            if refine_time_limit_s > 0:
+                out = [int(x) for x in refine(problem, out, refine_time_limit_s, seed=seed)]
+            return out
     if whole_time_limit_s > 0:   # first: a proven optimum needs no polish (the default planner's speed)
         plan, proven = whole_milp(problem, plan, whole_time_limit_s, return_status=True)
         if proven:
