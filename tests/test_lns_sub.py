@@ -1,4 +1,4 @@
-"""The LNS neighbourhood MILP (solvers/local/lns.py): the fixed outside usage is merged into one
+"""The LNS neighbourhood MILP (solvers/local/subproblem.py, solvers/local/lns.py): the fixed outside usage is merged into one
 background node per run of time points with no neighbourhood event, which must keep "a sub plan
 fits iff the whole plan fits"; and ``improve`` with two starts refines only the cheaper polished one."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import solvers.local.lns as lns_mod
+import solvers.local.subproblem as sub_mod
 from costmodel.problem import evaluate
 from solvers.local import LocalCosts
 from tests.ilp_helpers import random_problem
@@ -33,11 +34,11 @@ def test_merged_background_keeps_fit_iff_and_merges_long_runs():
         g = LocalCosts(p)
         sel = np.sort(rng.choice(p.num_nodes, size=int(rng.integers(1, 3)), replace=False))
         seen = []
-        real = lns_mod._background
+        real = sub_mod._background
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(lns_mod, "_background", lambda t, cover, *a: seen.append(int((cover > 0).sum()))
+            mp.setattr(sub_mod, "_background", lambda t, cover, *a: seen.append(int((cover > 0).sum()))
                        or seen.append(len(out := real(t, cover, *a))) or out)
-            sub, _ = lns_mod._subproblem(g, s, sel)
+            sub, _ = sub_mod.subproblem(g, s, sel)
         merged += seen[1] < seen[0]
         pad = [0] * (sub.num_nodes - len(sel))
         base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + pad).total
@@ -56,7 +57,7 @@ def test_background_runs_split_at_events_and_gaps():
     times = np.array([0, 2, 4, 6, 8, 10])
     cover = np.array([1, 1, 1, 0, 1, 1])
     bg = np.array([5.0, 7.0, 3.0, 9.0, 1.0, -2.0])
-    assert lns_mod._background(times, cover, bg, np.array([4])) == [(0, 4, 7.0), (4, 6, 3.0), (8, 11, 1.0)]
+    assert sub_mod._background(times, cover, bg, np.array([4])) == [(0, 4, 7.0), (4, 6, 3.0), (8, 11, 1.0)]
 
 
 def test_improve_with_two_starts_refines_the_cheaper_polished_one_once(monkeypatch):
