@@ -16,6 +16,22 @@ from tests.ilp_helpers import random_problem
 from tests.test_edge_memory import _with_random_copies
 
 
+def neighbourhood_plans(p, s, sel, sub) -> list:
+    """Every plan of the neighbourhood ``sel`` (the rest at ``s``) as (whole plan, its cost): each
+    asserted to fit ``sub`` iff the whole plan fits, at the same cost up to a constant."""
+    pad = [0] * (sub.num_nodes - len(sel))
+    base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + pad).total
+    out = []
+    for x in itertools.product(*[range(int(p.num_strategies[i])) for i in sel]):
+        t = s.copy()
+        t[sel] = x
+        cs, cf = evaluate(sub, list(x) + pad), evaluate(p, t)
+        assert cs.feasible == cf.feasible, (x, cs.peak_memory_bytes, cf.peak_memory_bytes, p.usage_limit)
+        assert cs.total + base == pytest.approx(cf.total)
+        out.append((t, cf))
+    return out
+
+
 def test_merged_background_keeps_fit_iff_and_merges_long_runs():
     """Long intervals and a 1-2-node neighbourhood: the background has fewer nodes than covered
     time points, and every plan of the neighbourhood fits the subproblem iff the whole plan fits,
@@ -40,15 +56,7 @@ def test_merged_background_keeps_fit_iff_and_merges_long_runs():
                        or seen.append(len(out := real(t, cover, *a))) or out)
             sub, _ = sub_mod.subproblem(g, s, sel)
         merged += seen[1] < seen[0]
-        pad = [0] * (sub.num_nodes - len(sel))
-        base = evaluate(p, s).total - evaluate(sub, [int(x) for x in s[sel]] + pad).total
-        for x in itertools.product(*[range(int(p.num_strategies[i])) for i in sel]):
-            t = s.copy()
-            t[sel] = x
-            cs, cf = evaluate(sub, list(x) + pad), evaluate(p, t)
-            assert cs.feasible == cf.feasible, (x, cs.peak_memory_bytes, cf.peak_memory_bytes, p.usage_limit)
-            assert cs.total + base == pytest.approx(cf.total)
-            checked += 1
+        checked += len(neighbourhood_plans(p, s, sel, sub))
     assert checked > 50 and merged > 10
 
 
