@@ -65,7 +65,14 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
     neighbourhoods, did no better at this budget. Approximate in time: the last MILP call (given
     the time left) may overrun by its set-up. Each MILP runs under the ILP watchdog
     (``solve_ilp_guarded``, killed 0.5-1 s past its limit, the neighbourhood then skipped): one ran
-    20 minutes past a 1.5 s limit in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5)."""
+    20 minutes past a 1.5 s limit in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5).
+    With copy groups (session 14): on meshgraphnet tiny cap 0.5 (819 nodes, 652 time points, 8,351
+    copy groups) a 90-node neighbourhood was a 790-825-node MILP (one background node per time
+    point, one node per outside copy reader) and none finished in 1 s at load 5-7, so ``refine``
+    never moved BP's decode (h100-2x8 1.807x session 12's ILP, 6 s). Merged background runs and
+    40 nodes (125-230-node MILPs, most solved in 0.5-1.3 s): 6 s from the decode, load 6-7,
+    h100-2x8 1.807 -> 1.481x (seed 0; seed 1 stayed, no improving neighbourhood drawn), a100-hetero-2x4
+    1.514 -> 1.211x; 3 s from a 1.422x plan: 1.400x / 1.308x (seeds 0 / 1)."""
     deadline = time.perf_counter() + float(time_limit_s)
     rng = np.random.default_rng(seed)
     g = LocalCosts(problem)
