@@ -10,7 +10,7 @@ repaired with its copies (``fitting_least_usage_plan``) if that fits (on the tra
 tiny @ fg-random-2 cap 0.15: 1.98x the ILP label where every decode broke the cap by 4.2x).
 With ``polish`` (the default) the plan then gets what the GNN planner gives its own decode
 (``solvers.local.improve``: memory repair, local-search polish and, when the cap binds, refine for
-``REFINE_TIME_LIMIT_S``; when it does not bind, the whole-graph MILP seeded with the plan for
+``CAPPED_REFINE_TIME_LIMIT_S``, 3 s, from the cheaper polished start; when it does not bind, the whole-graph MILP seeded with the plan for
 ``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
@@ -31,8 +31,8 @@ from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import lagrange_time_limit, whole_milp_time_limit
+from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
+from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
@@ -95,7 +95,7 @@ class FGPlanner:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
-            out = improve(problem, x, refine_time_limit_s=(REFINE_TIME_LIMIT_S if binds else 0.0)
+            out = improve(problem, x, refine_time_limit_s=(CAPPED_REFINE_TIME_LIMIT_S if binds else 0.0)
                           if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
                           whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem),
                           lagrange_time_limit_s=0.0 if problem.usage_limit is None else lagrange_time_limit(problem))

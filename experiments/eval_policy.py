@@ -106,7 +106,7 @@ def main(argv=None):
     from experiments.common import print_table, write_results
     from solvers.bp import bp_plan
     from solvers.ilp import solve_ilp
-    from solvers.local import REFINE_TIME_LIMIT_S, greedy_by_cost, least_usage_plan
+    from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, greedy_by_cost, least_usage_plan
 
     caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
     workloads = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]
@@ -122,9 +122,12 @@ def main(argv=None):
         row = {"problem": name, "nodes": p.num_nodes}
         t = time.perf_counter()
         try:
-            # seeded with the least-memory plan (feasible if any plan is), never with a policy's
+            # seeded with the least-memory plan (feasible if any plan is, without resharded copies) and
+            # that plan repaired with its copies priced (without it the 60-s ILP found no plan for
+            # meshgraphnet tiny cap 0.5 at load 3-9 in eval_policy_s13b), never with a policy's
+            fit = fitting_least_usage_plan(p, time_limit_s=2.0) if p.usage_limit is not None else None
             ilp, si = solve_ilp(p, objective="time", time_limit_s=args.ilp_seconds,
-                                initial_plans=[least_usage_plan(p)])
+                                initial_plans=[least_usage_plan(p)] + ([] if fit is None else [list(fit)]))
         except (ValueError, RuntimeError) as exc:
             print(f"{name}: ILP failed ({exc}); skipped", flush=True)
             continue

@@ -24,31 +24,37 @@ import time
 
 import numpy as np
 
-from costmodel.edge_memory import CopyGroups
 from costmodel.problem import Problem, evaluate
-from costmodel.profile import live_on, step_sum
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.lagrange import lagrangian_bound
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
 from solvers.local.repair import repair_memory
+from solvers.local.subproblem import subproblem
+
+_subproblem = subproblem   # the name tests/test_capped_copies.py imports
 
 REFINE_TIME_LIMIT_S = 1.5   # planners: refinement when the memory cap binds
+CAPPED_REFINE_TIME_LIMIT_S = 3.0   # the factor-graph planner's, after the Lagrangian starts (``improve``)
 WHOLE_MILP_TIME_LIMIT_S = 2.0   # planners: the whole-graph MILP when the memory cap does not bind
 WHOLE_MILP_S_PER_NODE, WHOLE_MILP_MAX_S = 0.01, 5.0   # uncapped: 10 ms a node up to 5 s (``whole_milp_time_limit``)
 WHOLE_MILP_MAX_NODES = 2000
 LAGRANGE_TIME_LIMIT_S, LAGRANGE_ROUND_S = 8.0, 3.0   # planners under a cap: ``lagrange_starts``
 LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (``lagrange_time_limit``)
+LNS_SIZE = 90   # refine's neighbourhood size; with copy groups (each node in tens of them) 40:
+LNS_COPIES_SIZE = 40   # meshgraphnet tiny @ h100-2x8 cap 0.5 from BP's decode, 6 s, 1-s MILPs (load 5.4):
+#                        90 nodes 1.807x (no MILP finished), 60 (2 s) 1.654x, 40 1.481x, 25 1.785x
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
 
-def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int = 90) -> np.ndarray:
+def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None) -> np.ndarray:
     """Improve a feasible ``plan`` for ``time_limit_s`` seconds by large-neighbourhood search; never
     returns a worse or infeasible plan (ValueError if ``plan`` is over the memory limit).
 
-    BFS neighbourhoods of ``lns_size`` nodes are re-optimised exactly by the MILP (the rest fixed:
+    BFS neighbourhoods of ``lns_size`` nodes (None: ``LNS_SIZE``, ``LNS_COPIES_SIZE`` with copy
+    groups) are re-optimised exactly by the MILP (the rest fixed:
     their edges fold into unary costs and their live usage into the limit), centred half the time
     on nodes in proportion to the resharding cost the current plan pays on their edges. These are
     the coordinated moves single-node and forest moves miss: e.g. sharding a parameter, its
@@ -59,13 +65,23 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
     neighbourhoods, did no better at this budget. Approximate in time: the last MILP call (given
     the time left) may overrun by its set-up. Each MILP runs under the ILP watchdog
     (``solve_ilp_guarded``, killed 0.5-1 s past its limit, the neighbourhood then skipped): one ran
-    20 minutes past a 1.5 s limit in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5)."""
+    20 minutes past a 1.5 s limit in HiGHS (meshgraphnet tiny @ h100-2x8, cap 0.5).
+    With copy groups (session 14): on meshgraphnet tiny cap 0.5 (819 nodes, 652 time points, 8,351
+    copy groups) a 90-node neighbourhood was a 790-825-node MILP (one background node per time
+    point, one node per outside copy reader) and none finished in 1 s at load 5-7, so ``refine``
+    never moved BP's decode (h100-2x8 1.807x session 12's ILP, 6 s). Merged background runs and
+    40 nodes (125-230-node MILPs, most solved in 0.5-1.3 s): 6 s from the decode, load 6-7,
+    h100-2x8 1.807 -> 1.481x (seed 0; seed 1 stayed, no improving neighbourhood drawn), a100-hetero-2x4
+    1.514 -> 1.211x; 3 s from a 1.422x plan: 1.400x / 1.308x (seeds 0 / 1)."""
     deadline = time.perf_counter() + float(time_limit_s)
     rng = np.random.default_rng(seed)
     g = LocalCosts(problem)
     s = np.asarray(plan, dtype=np.int64).copy()
     if not g.feasible(s):
         raise ValueError("refine needs a plan that fits the memory limit")
+    if lns_size is None:
+        em = problem.edge_memory
+        lns_size = LNS_COPIES_SIZE if em is not None and em.num_groups else LNS_SIZE
     if g.n:
         s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
                    min_sub_time_limit_s=0.05, weighted=True)
@@ -91,7 +107,7 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
             if w.sum() > 0:
                 seed_node = int(rng.choice(g.n, p=w / w.sum()))
         sel = _bfs(g, seed_node, size)
-        sub, back = _subproblem(g, s, sel)
+        sub, back = subproblem(g, s, sel)
         budget = min(sub_time_limit_s, deadline - time.perf_counter() - margin_s)
         if budget < min_sub_time_limit_s:
             break
@@ -129,107 +145,6 @@ def _bfs(g: LocalCosts, start: int, size: int) -> np.ndarray:
                 break
         frontier = nxt
     return np.array(sorted(seen), dtype=np.int64)
-
-
-def _subproblem(g: LocalCosts, s: np.ndarray, sel: np.ndarray):
-    """The problem over ``sel`` with the rest fixed at s: outside edges fold into node costs and the
-    outside live usage becomes single-strategy background nodes (one per compressed time segment).
-    With copy groups, those with a producer or reader in ``sel`` go into the subproblem (their
-    outside nodes as one-strategy, zero-cost, zero-byte nodes; ``_sub_copies``), their bytes under s
-    leave the background, and background nodes also cover where they may be live: a sub plan fits
-    iff the whole plan does (tests/test_capped_copies.py). Before, the copies of s stayed in the
-    background: a move that made a copy live looked fitting and one that killed one did not."""
-    p = g.p
-    pos = np.full(g.n, -1, dtype=np.int64)
-    pos[sel] = np.arange(len(sel))
-    costs, usages, red = [], [], []
-    for i in sel:
-        sl = slice(g.offs[i], g.offs[i + 1])
-        costs.append(g.cost[sl].copy())
-        usages.append(g.usage[sl])
-        red.append(np.zeros(int(g.k[i])))
-    edges, ecosts = [], []
-    for i in sel:
-        for q in range(g.adj_ptr[i], g.adj_ptr[i + 1]):
-            e = int(g.adj_edge[q])
-            j = int(g.adj[q])
-            u, v = int(g.eu[e]), int(g.ev[e])
-            M = g.matrix(e)
-            if pos[j] >= 0:
-                if i == u:  # add each inner edge once, from its producer
-                    edges.append((int(pos[u]), int(pos[v])))
-                    ecosts.append(M.ravel())
-            elif i == u:
-                costs[pos[i]] = costs[pos[i]] + M[:, s[v]]
-            else:
-                costs[pos[i]] = costs[pos[i]] + M[s[u], :]
-    intervals = [tuple(p.intervals[i]) for i in sel]
-    usage_limit = em = None
-    if g.cap is not None:
-        live = g.profile(s)
-        su = np.where(g.live_mask[sel], g.usage[g.offs[sel] + s[sel]], 0.0)
-        bg = live - step_sum(g.lo[sel], g.hi[sel], su, len(g.times))
-        lo, hi = g.lo[sel][g.live_mask[sel]], g.hi[sel][g.live_mask[sel]]
-        cover = step_sum(lo, hi, np.ones(len(lo)), len(g.times))
-        if p.edge_memory is not None:
-            em, outside = _sub_copies(p.edge_memory, s, pos, len(sel))
-            for _ in outside:                  # fixed outside producers / readers: one strategy
-                costs.append(np.zeros(1))
-                usages.append(np.zeros(1))
-                red.append(np.zeros(1))
-                intervals.append((0, 0))
-            if em.num_groups:
-                cur = np.concatenate([s[sel], np.zeros(len(outside), dtype=np.int64)])
-                bg = bg - live_on(g.times, *em.intervals(cur))    # the copies the sub now prices
-                a, b, has = em.spans()
-                cover = cover + live_on(g.times, a[has], b[has], np.ones(int(has.sum())))
-        pts = np.nonzero(cover > 0)[0]
-        for j in pts:
-            t0 = g.times[j]
-            t1 = g.times[j + 1] if j + 1 < len(g.times) else t0 + 1
-            costs.append(np.zeros(1))
-            usages.append(np.array([max(bg[j], 0.0)]))
-            red.append(np.zeros(1))
-            intervals.append((int(t0), int(t1)))
-        usage_limit = g.cap
-    sub = Problem.from_lists(f"{p.name}[lns]", costs, usages, intervals, edges, ecosts,
-                             usage_limit=usage_limit, node_redundant=red, edge_memory=em)
-    return sub, pos
-
-
-def _sub_copies(em: CopyGroups, s: np.ndarray, pos: np.ndarray, n_sel: int):
-    """(the copy groups with a producer or reader in the neighbourhood, over the subproblem's nodes;
-    the outside nodes they involve, in the order of their one-strategy nodes after the
-    neighbourhood's): an outside node's flags are cut to its fixed strategy s[i]."""
-    g_of = em.member_group
-    inside = np.zeros(em.num_groups, dtype=bool)
-    inside |= pos[em.group_node] >= 0
-    inside[g_of[pos[em.member_node] >= 0]] = True
-    inside &= em.group_bytes > 0
-    outside: dict = {}
-
-    def node(i):
-        i = int(i)
-        if pos[i] >= 0:
-            return int(pos[i])
-        return n_sel + outside.setdefault(i, len(outside))
-
-    def cut(flags, i):
-        return flags if pos[int(i)] >= 0 else flags[int(s[int(i)]):int(s[int(i)]) + 1]
-
-    groups = []
-    for gi in np.nonzero(inside)[0].tolist():
-        u = int(em.group_node[gi])
-        members = []
-        for m in range(int(em.member_offsets[gi]), int(em.member_offsets[gi + 1])):
-            v = int(em.member_node[m])
-            members.append((node(v), int(em.member_time[m]),
-                            cut(em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]], v),
-                            cut(em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]], u)))
-        ea, eb = int(em.early_offsets[gi]), int(em.early_offsets[gi + 1])
-        early = cut(em.group_early[ea:eb], u) if eb > ea else np.zeros(0, dtype=bool)
-        groups.append((node(u), float(em.group_bytes[gi]), members, int(em.group_time[gi]), early))
-    return CopyGroups.from_lists(groups), list(outside)
 
 
 def whole_milp_time_limit(problem: Problem) -> float:
@@ -334,8 +249,8 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` first, and if it proves its
     plan optimal that plan is returned without polish or refine; ``lagrange_time_limit_s`` > 0
     under a usage limit: before that, ``lagrange_starts``' plan, returned at once when it meets
-    the Lagrangian bound; when it differs from ``plan`` the rest runs from both and the cheaper
-    result is returned).
+    the Lagrangian bound; when it differs from ``plan`` both are repaired and polished (and given
+    ``whole_time_limit_s``) and the cheaper is refined).
     ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
     polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
     comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
@@ -354,13 +269,15 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
         start, lb = lagrange_starts(problem, plan, lagrange_time_limit_s, lc=lc)
         if evaluate(problem, start).total <= lb + 1e-9 * abs(lb):   # meets the bound: optimal
             return [int(x) for x in start]
-        if not np.array_equal(start, np.asarray(plan)):   # both starts searched: the cheaper after
+        if not np.array_equal(start, np.asarray(plan)):   # both starts polished: the cheaper after
             # polish is not always the cheaper before (meshgraphnet tiny @ a100-hetero-2x4 cap 0.5:
-            # 1.42x from the Lagrangian start alone, 1.36x from the decode)
-            rest = dict(polish_time_limit_s=polish_time_limit_s, refine_time_limit_s=refine_time_limit_s, lc=lc,
-                        seed=seed, whole_time_limit_s=whole_time_limit_s)
-            out = [improve(problem, x, **rest) for x in (plan, start)]
-            return min(out, key=lambda x: evaluate(problem, x).total)
+            # 1.42x from the Lagrangian start alone, 1.36x from the decode); then one refine from the
+            # cheaper for the whole ``refine_time_limit_s`` (before: each refined for it, twice the time)
+            rest = dict(polish_time_limit_s=polish_time_limit_s, lc=lc, seed=seed, whole_time_limit_s=whole_time_limit_s)
+            out = min((improve(problem, x, **rest) for x in (plan, start)), key=lambda x: evaluate(problem, x).total)
+            if refine_time_limit_s > 0:
+                out = [int(x) for x in refine(problem, out, refine_time_limit_s, seed=seed)]
+            return out
     if whole_time_limit_s > 0:   # first: a proven optimum needs no polish (the default planner's speed)
         plan, proven = whole_milp(problem, plan, whole_time_limit_s, return_status=True)
         if proven:
