@@ -331,3 +331,6 @@ def test_union_plan_is_the_capped_optimum_over_the_plans_strategies(seed):
     u2 = union_plan(p, plans + [best], 5.0, start=start)
     assert evaluate(p, u2).total == pytest.approx(bc.total, rel=1e-6, abs=1e-12)
     assert union_plan(p, [], 1.0) is None
+    from solvers.ilp import solve_ilp
+    with pytest.raises(ValueError, match="allowed needs one flag per strategy"):
+        solve_ilp(p, allowed=np.ones(2, dtype=bool), time_limit_s=1.0)
