@@ -36,7 +36,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    memory rows priced into the costs, the copies by pairwise lower-bound terms, each priced problem solved by HiGHS without
    memory rows; its plans are candidates (the capped MILP's root LP does not finish in 60 s on
    copy-heavy traced models; results/bench_capped_s8_cpu.json, zoo tiny on cpu-2x4: gap <= 2 % in
-   9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %).
+   9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %), then the capped MILP on
+   the union of its plans' strategies and the best plan's (``union_plan``, ``union_share`` of the time left).
 
 The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
 toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it
@@ -65,7 +66,7 @@ from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp import solve_ilp
 from solvers.ilp.guard import start_child, stop_child
-from solvers.lagrange import lagrangian_bound
+from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
 
@@ -79,7 +80,7 @@ class CappedConfig:
     milp_share: float = 0.6              # of the time left after the starts, for the MILP
     bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
     bp_max_s: float = 6.0
-    bp_copies_max_s: float = float("inf")  # with copy groups: BP at most this long (0: skipped; an A/B was inconclusive)
+    bp_copies_max_s: float = float("inf")  # with copy groups: BP at most this long (0 skipped it: vit tiny cpu-2x4, 50 % cap, 1.4 -> 33 %)
     search_share: float = 0.1            # of the budget for the search's start on MILP-sized graphs (at
     search_max_s: float = 6.0            # most search_max_s): it finds its plan in the first second or two there
     cfn_min_s: float = 5.0               # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
@@ -93,7 +94,8 @@ class CappedConfig:
     early_lns_max_s: float = 6.0
     bp_improve_s: float = 0.0            # MILP-sized: BP's plan polished + refined (``solvers.local.improve``) this long
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
-    lagrange_left: float = 0.85          # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
+    lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
+    union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
@@ -107,9 +109,8 @@ DEFAULT = CappedConfig()
 
 @dataclass(frozen=True)
 class CappedResult:
-    """``plan`` (None when nothing fits), its ``cost``, the best proven lower ``bound`` (−inf if
-    none), ``gap`` = (cost − bound) / |cost| (None without a bound), ``status`` ("optimal",
-    "time_limit" or "infeasible"), ``source`` (the phase that found the plan) and ``wall_s``."""
+    """``plan`` (None when nothing fits), its ``cost``, the best proven lower ``bound`` (−inf if none), ``gap`` =
+    (cost − bound) / |cost| (None without one), ``status`` ("optimal", "time_limit" or "infeasible"), ``source``, ``wall_s``."""
     plan: list[int] | None
     cost: float
     bound: float
@@ -217,8 +218,9 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
-        if np.isfinite(r.bound):
-            say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
+        say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
+        if cf.union_share > 0 and r.plans and left() > 2.0 and not _closed(best[1], bound):
+            consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if small and left() > 2.0 and not _closed(best[1], bound):
         info = _milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
@@ -308,10 +310,9 @@ def _result(best, bound, info, t0, proven) -> CappedResult:
 
 def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None, relax_cap: bool = False,
                   threads: int | None = None, config: CappedConfig = DEFAULT) -> CappedResult:
-    """``solve_capped`` in a forked child that streams every new best plan through a pipe; at
-    ``time_limit_s`` the child is killed, so a native call (HiGHS) that overruns its own limit
-    cannot delay the answer, and the best plan streamed so far is returned (checked here: a plan
-    over the limit is never returned). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
+    """``solve_capped`` in a forked child that streams every new best plan through a pipe, killed at
+    ``time_limit_s`` (a native call that overruns cannot delay the answer): the best plan streamed so far is
+    returned (checked here: never one over the limit). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
     when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
     (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
@@ -384,9 +385,8 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
 
 
 def _second_search(problem: Problem, time_limit_s: float):
-    """(process, receiving end) of a second large-instance search (``solve_large``, another seed) in
-    a forked child (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost),
-    for an idle core."""
+    """(process, receiving end) of a second ``solve_large`` (another seed) in a forked child
+    (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost), for an idle core."""
     def body(send):
         solve_large(problem, time_limit_s, seed=1, use_lns=False,
                     on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))

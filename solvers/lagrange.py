@@ -287,3 +287,26 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             break
         lam = np.maximum(lam + theta * (target - L) / nrm * h, 0.0)
     return LagrangeResult(best, rounds, plans, best_lam)
+
+
+
+def union_plan(problem: Problem, plans, time_limit_s: float, start=None, threads: int = 2):
+    """The capped MILP restricted to the strategies the ``plans`` use (node i: the union of their
+    strategies at i; ``solve_ilp``'s ``allowed``, the resharded copies priced exactly): a plan of
+    ``problem`` at least as cheap as ``start`` (a fitting plan among them), or None when HiGHS gives
+    none in time. The Lagrangian rounds' plans jump between a cheap one over the cap and a dearer one
+    under it, at a coarse decision (gpt tiny h100-2x8 at cap 3,472,048 B: 1.82e-4 at 1.12x the cap,
+    2.88e-4 at 0.91x; the memory repair of the former fails in 2 s); the union's MILP picks per node
+    between them: 2.45e-4 in 12 s there (results/s14c_capped_gap). Its bound holds for the restriction only."""
+    k = problem.num_strategies
+    P = np.asarray([list(s) for s in plans if s is not None], dtype=np.int64).reshape(-1, problem.num_nodes)
+    if not len(P) or bool((P >= k).any()) or bool((P < 0).any()):
+        return None
+    mask = np.zeros(len(problem.node_costs), dtype=bool)
+    mask[(problem.strategy_offsets[:-1] + P).ravel()] = True
+    try:
+        x, _ = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=start, threads=threads, relax_cap=False,
+                         allowed=mask)
+    except (RuntimeError, ValueError):
+        return None
+    return [int(a) for a in x]

@@ -297,3 +297,32 @@ def test_least_peak_cap_gets_a_plan_where_the_anchor_repair_fails():
         r = solve_capped(pc, 5.0)
         assert r.plan is not None and evaluate(pc, r.plan).feasible, seed
     assert anchor_failed >= 1
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_union_plan_is_the_capped_optimum_over_the_plans_strategies(seed):
+    """``solvers.lagrange.union_plan``: the capped MILP over the strategies some given plan uses, copies
+    priced: its plan fits, is no dearer than the start, and is the brute-force optimum among the plans
+    that pick each node's strategy from those (the capped optimum when one of the plans is it)."""
+    import itertools
+
+    from solvers.lagrange import union_plan
+    rng = np.random.default_rng(500 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(4)]
+    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[1], 0.5)
+    p = p.with_usage_limit(cap)
+    start = min((s for s in plans if evaluate(p, s).feasible), key=lambda s: evaluate(p, s).total)
+    allowed = [sorted({s[i] for s in plans}) for i in range(p.num_nodes)]
+    fits = [c for c in (evaluate(p, list(s)) for s in itertools.product(*allowed)) if c.feasible]
+    u = union_plan(p, plans, 5.0, start=start)
+    assert u is not None and evaluate(p, u).feasible and all(u[i] in allowed[i] for i in range(p.num_nodes))
+    assert evaluate(p, u).total <= evaluate(p, start).total + 1e-12
+    assert evaluate(p, u).total == pytest.approx(min(c.total for c in fits), rel=1e-6, abs=1e-12)
+    best, bc = brute_force(p, "time")
+    u2 = union_plan(p, plans + [best], 5.0, start=start)
+    assert evaluate(p, u2).total == pytest.approx(bc.total, rel=1e-6, abs=1e-12)
+    assert union_plan(p, [], 1.0) is None
+    from solvers.ilp import solve_ilp
+    with pytest.raises(ValueError, match="allowed needs one flag per strategy"):
+        solve_ilp(p, allowed=np.ones(2, dtype=bool), time_limit_s=1.0)

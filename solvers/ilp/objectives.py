@@ -37,7 +37,7 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
               reduce: bool = True, mip_rel_gap: float = 1e-6, threads: int = 2,
               initial_plan=None, forbid: bool = True, initial_plans=None,
               relax_cap: bool = True, config: IlpConfig = IlpConfig(),
-              on_incumbent=None) -> tuple[list[int], SolveInfo]:
+              on_incumbent=None, allowed=None) -> tuple[list[int], SolveInfo]:
     """Plan ``problem`` exactly (see the module docstring). Returns (strategies, SolveInfo).
 
     ``memory_cap_bytes``: tightens ``problem.usage_limit`` (the effective cap is the smaller of
@@ -53,7 +53,9 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
     instances). ``config``: the solver's tuning (``IlpConfig``). ``on_incumbent(plan)``: called with
     plans found before the last MIP ends (the memory objective's copy-free and heuristic plans; the
     caller holds its seeds already);
-    ``solve_ilp_guarded`` answers the best of them when HiGHS overruns its limit.
+    ``solve_ilp_guarded`` answers the best of them when HiGHS overruns its limit. ``allowed``: a bool mask
+    over all strategies (time and weighted objectives): the solve is restricted to them, answer and bound
+    those of the restricted problem (``solvers.lagrange.union_plan``).
 
     Raises InfeasibleError when no plan meets the memory cap / step-time bound, LimitError (a
     ValueError) on a cap or bound that is not a number > 0, and RuntimeError when HiGHS finds no
@@ -84,11 +86,14 @@ def solve_ilp(problem: Problem, objective: str = "time", memory_cap_bytes=None, 
         m_lo = node_min_peak(problem) if problem.edge_memory is not None else min_usage(problem)[1]
     start = best_seed(problem, seeds, cap, max_step_time_s, w.key)
     out = None
-    if relax_cap and cap is not None and not need_m:
+    if allowed is not None and (lexi or len(allowed) != len(problem.node_costs)):
+        raise ValueError("solve_ilp: allowed needs one flag per strategy and the time or a weighted objective")
+    if relax_cap and cap is not None and not need_m and allowed is None:
         out = _relax_cap(problem, o, w, objective, cap, max_step_time_s)
     if out is None:
         out = core(problem, o, Request(weights=w, objective=objective, cap=cap, need_m=need_m,
-                                       max_step_time_s=max_step_time_s, start=start, m_lo=m_lo))
+                                       max_step_time_s=max_step_time_s, start=start, m_lo=m_lo,
+                                       allowed=None if allowed is None else np.asarray(allowed, dtype=bool)))
     if out is None:
         explain_infeasible(problem, cap, max_step_time_s, o)
     return out
