@@ -306,9 +306,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         warnings.warn(f"build_problem: resharding on mesh {tuple(cluster.mesh_shape)} is partly priced by the hand "
                       "rules (no measured table entry; build one with python -m runtime.reshard_probe); "
                       "problem.meta.reshard_stats has the counts", stacklevel=2)
-    sliced, early_from = reader_layout_slices(graph, strats, mesh, reads, intervals, kept, transparent, usages, offs,
-                                              plain_out | aliased, recomputed) if edge_memory else ([], {})
-    sliced += fused_read_groups(graph, strats, mesh, reads, intervals, through)
+    sliced = reader_layout_slices(graph, strats, mesh, reads, intervals, kept, transparent, usages, offs,
+                                  plain_out | aliased, recomputed) + fused_read_groups(graph, strats, mesh, reads, intervals, through) if edge_memory else []
     return Problem(
         name=f"{graph.name or 'graph'}@{cluster.name}",
         strategy_offsets=offs,
@@ -325,7 +324,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i]}, early_from) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i]}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )

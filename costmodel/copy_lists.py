@@ -15,8 +15,7 @@ from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_prod
 from costmodel.value_origin import same_value_source
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=frozenset(),
-                     early_from=None) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=frozenset()) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read;
@@ -80,12 +79,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     Re-priced: vit / mlp ilp-memory 0.878 / 0.807 -> 1.036 / 1.089, moe ilp-memory 0.742 -> 0.933.
     Approximate: charged at the first reader's step only when that reader is active; XLA may put
     the whole tensor in a donated parameter's free buffer (mlp: the gathered batch, 2 KiB): over-count.
-    ``early_from``: value -> step where every copy of it is made (``slice_layout.reader_layout_slices``).
     """
     nodes = graph.nodes
     groups, relayout, remat = {}, {}, {}
     merged = set(combined_candidates(graph, strats, mesh))
-    early_from = early_from or {}
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
@@ -109,8 +106,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
             if g is None:
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
-                                   early_from.get(u, int(intervals[same_value_source(graph, u), 0])),
-                                   ((sent > 0) | (u in early_from)) & ~whole, sent, not any(L))
+                                   int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent,
+                                   not any(L))
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
             gathered = g[4] & np.array([rematerialises(s, L, mesh) for s in src])
             if gathered.any():

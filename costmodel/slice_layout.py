@@ -64,32 +64,34 @@ def _strategy_map(strats, chain) -> np.ndarray | None:
 
 
 def reader_layout_slices(graph: OpGraph, strats, mesh: Mesh, reads, intervals, kept, transparent, usages, offs,
-                         skip=frozenset(), recomputed=None) -> tuple[list, dict]:
-    """(copy groups, {chain end: the slice's step}): an unfolded slice (``SLICES``) keeping one
-    buffer (no program output: ``skip``), with the bitcasts (squeezes, reshapes) that are its only
-    readers, is made by XLA in each reader's layout: a reader taking a local piece of it (the
-    resharding sends nothing) gets that piece from the slice's fusion (a
-    ``dynamic-slice_bitcast_fusion``), so the slice's own layout is a buffer only for readers that
-    take it as it is or through a collective. The slice's own bytes leave ``usages`` (flat, offsets
-    ``offs``, changed in place) and come back as one group per distinct out spec: made at the slice's
-    step under the strategies of that spec, wanted by each reader (v, k) of the chain's end under
-    v's strategies that read that spec as it is or through a collective, live to its last such
-    reader; the copies in the readers' layouts (``copy_group_lists``) are made at the slice's step
-    too (the returned dict), not at each reader's. Readers that recompute the slice
-    (``memory.recomputed_reads``) read none of its buffers. Seen in XLA's buffer assignment, fno's
-    2-D fftn batch-sharded plan at batch 1 (tests/test_dist_fft.py): the four spectral-weight
+                         skip=frozenset(), recomputed=None) -> list:
+    """Copy groups: an unfolded slice (``SLICES``) keeping one buffer (no program output: ``skip``),
+    with the bitcasts (squeezes, reshapes) that are its only readers, is made by XLA in each reader's
+    layout: a reader taking a local piece of it (the resharding sends nothing) gets that piece from
+    the slice's fusion (a ``dynamic-slice_bitcast_fusion``), so the slice's own layout is a buffer
+    only for readers that take it as it is or through a collective. The slice's own bytes leave
+    ``usages`` (flat, offsets ``offs``, changed in place) and come back as one group per distinct out
+    spec: made at its first reader's step (not before the slice's) under the strategies of that
+    spec, wanted by each reader (v, k) of the chain's end under v's strategies that read that spec
+    as it is or through a collective, live to its last such reader. The copies in the readers'
+    layouts stay ``copy_group_lists``' (made at each reader's step). Readers that recompute the
+    slice (``memory.recomputed_reads``) read none of its buffers. Seen in XLA's buffer assignment,
+    fno's 2-D fftn batch-sharded plan at batch 1 (tests/test_dist_fft.py): the four spectral-weight
     slices, replicated c64[1,8,8,16,16] in the plan (128 KiB) and squeezed for the spectral dots,
-    are ``dynamic-slice_bitcast_fusion``s of c64[8,8,4,16] (32 KiB) in the backward dots' layout,
-    live from the forward pass to the backward dots. Approximate: a reader taking the slice resharded
-    with a collective is charged the own-layout buffer to its step (XLA may gather from the slice's
-    operand instead)."""
+    are ``dynamic-slice_bitcast_fusion``s of c64[8,8,4,16] (32 KiB) in the backward dots' layout;
+    the model charged the 128 KiB from the forward pass to the backward dots. Approximate: XLA made
+    those pieces at the forward pass (live to the backward dots); made so here (at the slice's
+    first reader) the FNO cases stay within 10% but the zoo's fno ilp-memory-1.05 row (weight
+    slices read as they are forward and locally sliced backward) re-prices 1.063 -> 1.106, so they
+    are short-lived copies at each reader; a reader taking the slice resharded with a collective is
+    charged the own-layout buffer to its step (XLA may gather from the slice's operand instead)."""
     recomputed = recomputed or {}
     cons = graph.consumers()
     by_end: dict = {}
     for v, k, u, oi, comm in reads:
         if oi == 0:
             by_end.setdefault(u, []).append((v, k, comm))
-    groups, early_from = [], {}
+    groups = []
     for nd in graph.nodes:
         u = nd.id
         if nd.primitive not in SLICES or nd.folded or kept[u] != [0] or u in transparent or (u, 0) in skip:
@@ -104,7 +106,7 @@ def reader_layout_slices(graph: OpGraph, strats, mesh: Mesh, reads, intervals, k
         st_u = strats[u]
         own = np.array([buffer_bytes(nd, 0, st, mesh) for st in st_u])
         usages[offs[u]:offs[u + 1]] -= own
-        early_from[e] = int(intervals[u, 0])
+        made = max(int(intervals[u, 0]), min(int(graph.nodes[v].order) for v, _, _ in readers))
         specs = [st.out_specs[0] for st in st_u]
         for a in [specs.index(sp) for sp in dict.fromkeys(specs)]:
             on = np.array([sp == specs[a] for sp in specs])
@@ -113,8 +115,8 @@ def reader_layout_slices(graph: OpGraph, strats, mesh: Mesh, reads, intervals, k
                                                                 for j, sj in enumerate(strats[v])]), ~on)
                        for v, k, comm in readers]
             if own[a] > 0:
-                groups.append((u, float(own[a]), members, int(intervals[u, 0]), on, np.zeros(len(st_u))))
-    return groups, early_from
+                groups.append((u, float(own[a]), members, made, on, np.zeros(len(st_u))))
+    return groups
 
 
 def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, through) -> list:
