@@ -307,7 +307,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
                       "rules (no measured table entry; build one with python -m runtime.reshard_probe); "
                       "problem.meta.reshard_stats has the counts", stacklevel=2)
     sliced = reader_layout_slices(graph, strats, mesh, reads, intervals, kept, transparent, usages, offs,
-                                  plain_out | aliased, recomputed) + fused_read_groups(graph, strats, mesh, reads, intervals, through) if edge_memory else []
+                                  plain_out | aliased, recomputed) + fused_read_groups(graph, strats, mesh, reads, intervals, through, usages, offs) if edge_memory else []
     return Problem(
         name=f"{graph.name or 'graph'}@{cluster.name}",
         strategy_offsets=offs,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.cost import Mesh
+from costmodel.combined import combined_candidates
+from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import SLICES, buffer_bytes, recomputed_reads
 
@@ -119,7 +120,7 @@ def reader_layout_slices(graph: OpGraph, strats, mesh: Mesh, reads, intervals, k
     return groups
 
 
-def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, through) -> list:
+def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, through, usages, offs) -> list:
     """A buffer read by a fused (or slice-recomputing) node i, which reads it where i's own readers
     run (``through``: (u, output oi, i, operand k, step t) with t past u's interval), is held to t
     only under the strategies where i reads it as it is or a local piece of it (no bytes sent):
@@ -128,17 +129,25 @@ def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, thro
     u's interval end. Seen in XLA's buffer assignment, fno's 3-D fftn batch-sharded plan at batch 1
     (tests/test_dist_fft.py): the spectra's sharded fft outputs (64 KiB) die at their all-gathers
     (``all-gather``, c64[1,8,16,16,16], 110-279), which the weight gradients' pad fusions read
-    (``memory.recomputed_reads``); held to those fusions the model was 1.120 of XLA's memory."""
+    (``memory.recomputed_reads``); held to those fusions the model was 1.120 of XLA's memory. Held
+    as before under a strategy whose all-reduce XLA CPU combines (``combined_candidates``: the copy
+    is made at the reader's step, not early). A group holds the node's whole usage (its
+    collectives' buffers too), as the interval extension did: holding only the output's bytes
+    re-priced rnn tiny dp / fsdp 0.988 / 0.983 -> 0.598 / 0.570 (the unrolled scan's
+    weight-gradient dots, held to the fused sum)."""
     comm_of = {(v, k): comm for v, k, _, _, comm in reads}
+    merged = set(combined_candidates(graph, strats, mesh))
     groups: dict = {}
     for u, oi, i, k, t in through:
         comm = comm_of.get((i, k))
         if t <= intervals[u, 1] or comm is None:
             continue
-        specs = [st.out_specs[oi] for st in strats[u]]
-        for a in [specs.index(sp) for sp in dict.fromkeys(specs)]:
-            on = np.array([sp == specs[a] for sp in specs])
-            g = groups.setdefault((u, oi, specs[a]), (u, buffer_bytes(graph.nodes[u], oi, strats[u][a], mesh), [],
-                                                      int(intervals[u, 1]), on, np.zeros(len(specs))))
-            g[2].append((i, t - 1, np.array([comm[a, j] == 0 for j in range(len(strats[i]))]), ~on))
+        # under a combined all-reduce the read is a copy at the reader's step (copy_group_lists' ``whole``): held
+        whole = [u in merged and any(lowered_kind(c, mesh) != c for c, _, _ in st.collectives) for st in strats[u]]
+        # the node's whole usage (its collectives' buffers too), as the interval it no longer extends held it
+        kinds = [(st.out_specs[oi], w, float(b)) for st, w, b in zip(strats[u], whole, usages[offs[u]:offs[u + 1]])]
+        for a in [kinds.index(kd) for kd in dict.fromkeys(kinds)]:
+            on = np.array([kd == kinds[a] for kd in kinds])
+            g = groups.setdefault((u, oi, kinds[a]), (u, kinds[a][2], [], int(intervals[u, 1]), on, np.zeros(len(kinds))))
+            g[2].append((i, t - 1, np.array([whole[a] or comm[a, j] == 0 for j in range(len(strats[i]))]), ~on))
     return [g for g in groups.values() if g[1] > 0]
