@@ -29,7 +29,9 @@ schedule, ``graph.schedule == "xla"``, a buffer that dies earlier is a copy grou
 ``memory.early_buffers``); a transparent node (a bitcast reshape) extends its producer's interval to
 its own end, and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node
 fused into its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops
-read there (rnn under lax.scan: the unrolled loop's weight-gradient dots all live to one fused add).
+read there (rnn under lax.scan: the unrolled loop's weight-gradient dots all live to one fused add);
+a buffer the fused op reads through a collective dies at it, its copy is read there
+(``slice_layout``: ``read_extents``, ``fused_read_groups``; slices in their readers' layouts).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
@@ -81,6 +83,7 @@ from costmodel.memory import (
     operand_copies,
 )
 from costmodel.problem import Problem, ProblemMeta
+from costmodel.slice_layout import fused_read_groups, read_extents, reader_layout_slices, recomputed_reads
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 from costmodel.value_origin import state_only
 
@@ -192,9 +195,10 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
     # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer)
     via_copy = {r for rs in copied.values() for r in rs if graph.nodes[r[0]].primitive != "dot_general"}
+    recomputed = recomputed_reads(graph, kept, transparent, plain_out)   # cheap buffers a fusion recomputes
     for nd in nodes:
         for k, (src, _) in enumerate(nd.operands):
-            if src >= 0 and (nd.id, k) not in via_copy:
+            if src >= 0 and (nd.id, k) not in via_copy and nd.id not in recomputed.get(src, ()):
                 last_use[src] = max(last_use[src], int(nd.order))
     intervals = np.zeros((n, 2), dtype=np.int64)
     to_end = {src for src, _ in plain_out}
@@ -206,22 +210,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
             end = T if i in to_end else (last_use[i] + 1 if last_use[i] >= 0 else start + 1)
             intervals[i] = (start, max(start, end))
     # fused into their consumers (no buffer): operands and read copies live to their last reader
-    fused = {i for i, nd in enumerate(nodes) if not nd.is_input and i not in transparent and not kept[i]
-             and nd.primitive != "concatenate" and not nd.params.get("synthetic")}
-    for i in range(n - 1, -1, -1):  # consumers have higher ids: their ends are final here
-        nd = nodes[i]
-        if nd.is_input:
-            continue
-        if i in transparent:  # a bitcast keeps its producer's buffer alive
-            u = nd.operands[0][0]
-            if u >= 0 and not nodes[u].is_input:
-                intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
-        elif i in fused:
-            # fused into its consumers: its operands are read where they run (not a concatenate,
-            # whose pieces each reader slices apart, nor the trace's scan-unrolling records)
-            for u, _ in nd.operands:
-                if u >= 0 and not nodes[u].is_input:
-                    intervals[u, 1] = max(intervals[u, 1], intervals[i, 1])
+    fused, through = read_extents(graph, intervals, kept, transparent, recomputed, edge_memory)
 
     early = early_buffers(graph, [[o for o in kept[i] if (i, o) not in aliased] for i in range(n)], kept, intervals,
                           transparent | fused, plain_out) if edge_memory and graph.schedule == "xla" else []
@@ -317,6 +306,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         warnings.warn(f"build_problem: resharding on mesh {tuple(cluster.mesh_shape)} is partly priced by the hand "
                       "rules (no measured table entry; build one with python -m runtime.reshard_probe); "
                       "problem.meta.reshard_stats has the counts", stacklevel=2)
+    sliced = reader_layout_slices(graph, strats, mesh, reads, intervals, kept, transparent, usages, offs,
+                                  plain_out | aliased, recomputed) + fused_read_groups(graph, strats, mesh, reads, intervals, through, usages, offs) if edge_memory else []
     return Problem(
         name=f"{graph.name or 'graph'}@{cluster.name}",
         strategy_offsets=offs,
@@ -333,7 +324,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i]}) + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i]}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )

@@ -35,6 +35,8 @@ EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic
 NOT_DUPLICATED = frozenset({"pad", "concatenate"})
 #: element-wise ops that read their operand's element more than once
 REUSING = frozenset({"integer_pow", "square"})
+#: data-movement heads XLA duplicates into each fusion reading them (``recomputed_reads``)
+SLICES = frozenset({"slice", "dynamic_slice"})
 
 
 def outer_product(nd) -> bool:
@@ -126,8 +128,10 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
     (layout change) instead of folded into the dot: under-count; transient buffers of a group (the
     dot result before a bias add) overlap only briefly and are not counted: under-count near a peak;
     buffers XLA's scheduler reuses in place (element-wise outputs written over a dead operand) are
-    counted separately here (``in_place_nodes`` moves the output's start past that step); XLA's figure includes the temp allocation's fragmentation
-    (its live-range peak is 10-30% below ``temp`` on small models): under-count.
+    counted separately here (``in_place_nodes`` moves the output's start past that step). XLA's figure is
+    the union of the buffers live at its peak to within the temp allocation's alignment holes (gpt
+    tiny ilp-memory-1.05: 33 KB of 973 KB; ``verifier.peak_buffers``), not 10-30% fragmentation as the
+    live-range dump's "(peak)" listing suggested.
     """
     nodes = graph.nodes
     consumers = {key: [(c, k < int(nodes[c].params.get("num_head_operands", len(nodes[c].operands))), k)
@@ -315,3 +319,35 @@ def early_buffer_groups(graph: OpGraph, strats, mesh: Mesh, early, intervals, us
         groups += [(i, v, [(c, e - 1, np.ones(len(strats[c]), dtype=bool), b != v)], int(intervals[i, 0]), b == v)
                    for v in sorted(set(b.tolist())) if v > 0]
     return groups
+
+
+def recomputed_reads(graph: OpGraph, kept, transparent, plain_out=frozenset()) -> dict[int, list[int]]:
+    """node i -> the readers that recompute i's value from i's operands instead of reading i's
+    buffer: i is an unfolded slice (``SLICES``, no program output) that keeps a buffer
+    (``materialised_outputs``: a non-fusible op reads it), and the reader is a fusion (an
+    element-wise node or an ``outer_product`` dot; not a buffer read of a non-fusible op, not a
+    bitcast). XLA duplicates the slice into every fusion reading it, so i's buffer lives to its
+    last buffer reader only, while i's operands live to these readers (the builder moves the reads
+    there). Seen in XLA's buffer assignment, the 2-D fftn slab FNO plan at batch 1
+    (tests/test_dist_fft.py): the spectrum's corner slice (``sg_node_74/slice``, c64[1,8,8,16]) is
+    read by the forward spectral dot and by the weight gradient, an outer product at batch 1 that
+    XLA fuses with the slice into its pad (``bitcast_pad_fusion.3 = fusion(all-gather.8,
+    all-gather)``): the gathered spectrum (``all-gather``, c64[1,16,32,32], 128 KiB) lives from
+    the forward pass to that fusion (94-262 of 294), the slice only to the forward dot; the same
+    under the batch-sharded plan (97-220). Other cheap heads (a transpose, an element-wise chain)
+    are not taken: tried, every cheap non-materialising node so, fno's 2-D fftn batch plan went
+    from 1.074 to 1.235 of XLA's memory (the projection's outer-product gradient and GELU chains
+    moved into each other's steps), not measured further. Approximate: a reader through a bitcast
+    counts as a buffer read; a copy of an operand that i reads resharded still dies at i's step."""
+    nodes = graph.nodes
+    out: dict[int, list[int]] = {}
+    for (i, o), cs in graph.consumers().items():
+        nd = nodes[i]
+        if nd.primitive not in SLICES or nd.folded or i in transparent or not kept[i] or (i, o) in plain_out:
+            continue
+        for c, k in cs:
+            cn = nodes[c]
+            if c in transparent or (non_fusible(cn) and k < int(cn.params.get("num_head_operands", len(cn.operands)))):
+                continue
+            out.setdefault(i, []).append(c)
+    return out

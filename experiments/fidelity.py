@@ -29,8 +29,8 @@ Known outliers and their causes (the terms' docstrings say more):
     (XLA's CPU scheduler issues collectives at once), a slice at each reader's step; a shared
     collective counts once in comm_bytes. Before them (results/fidelity_gpt_mlp_after.json)
     gpt ilp-memory was at 0.49x of XLA's memory and fsdp's collective bytes at 1.33x;
-  * memory, small models (mlp): XLA's temp figure includes allocator fragmentation (on mlp tiny
-    dp the live buffers at XLA's peak sum to 0.119 MiB of its 0.140 MiB), and XLA CPU copies
+  * memory, small models (mlp): no fragmentation: the buffers live at XLA's peak sum to its figure
+    (``verifier.peak_buffers``, mlp tiny dp 146.7 of 146.9 KB; session 14), and XLA CPU copies
     operands into its dot kernels' layout (``copy_*fusion``, kept from forward to backward):
     not modelled (under-count);
   * memory, min-memory plans with copies: the memory objective's phase 1 is now a MIP that the
@@ -73,8 +73,8 @@ Known outliers and their causes (the terms' docstrings say more):
     its new min-memory plan 0.849, collectives 1.061 -> 1.000 re-priced once a copy sliced from a
     replicated copy made earlier sends nothing (``CopyGroups.group_whole``: the router input);
   * still not modelled: XLA CPU's layout copies of dot operands (``copy_bitcast_fusion``:
-    moe's batched-expert einsums, vit's weight-gradient dots), and the temp allocation's
-    fragmentation (moe replicated: the buffers live at XLA's peak sum to 610 KB of its 774 KB);
+    moe's batched-expert einsums, vit's weight-gradient dots); no temp fragmentation to model (session
+    14: moe replicated's buffers live at XLA's peak sum to 774.2 of its 774.2 KB);
   * ``--schedule xla`` (session 12): the model's steps in the order of XLA's schedule of the
     unsharded step (``costmodel.schedule``) and each buffer of a group to its own last reader
     (``memory.early_buffers``); re-priced, memory within 10%: fidelity_s11b (fno left out) 36 -> 39
@@ -130,20 +130,21 @@ CAUSES = {
                            "(meshgraphnet megatron 0.983 -> 1.225), and vit ilp-time / policy and meshgraphnet "
                            "policy (1.12 / 1.10 / 1.14) hold other over-counts the missing broadcasts offset",
     ("gpt", "ilp-memory-1.05"): "under: as gpt ilp-memory (LayerNorm scale and rsqrt broadcasts, 131 KB at XLA's "
-                                "peak) and temp fragmentation (XLA's figure 1483 KB, its live buffers at the peak "
-                                "1384 KB, the model 1313 KB)",
+                                "peak); XLA's figure 1495.6 KB, the union of its buffers live at the peak 1462.3 KB (33 KB of "
+                                "alignment holes in the temp allocation), the model 1325.6 KB (session 14)",
     ("gpt", "policy"): "over: the plan shards the block_1 fc1 gradient dot (5 exposed chain outputs) over the "
                        "sequence and three readers want it replicated: one 64 KiB gather per output read is "
                        "charged (3 x 64 KiB at the model's peak, step 169) where XLA holds none of them there; "
                        "the session-10 model prices the same plan at 1.146",
-    ("moe", "*"): "under: temp fragmentation (ilp-time: XLA's figure 283.0 KB, its live buffers at the peak "
-                  "250.1 KB, the model 241.4 KB = 0.965 of them) and layout copies of the batched-expert einsum operands",
+    ("moe", "*"): "under: not temp fragmentation (ilp-time: XLA's figure 283.0 KB = the union of its buffers live "
+                  "at the peak, session 14; the dump's '(peak)' listing said 250.1 KB), the model 241.4 KB: layout "
+                  "copies of the batched-expert einsum operands and 42 KB not yet attributed",
     ("rnn", "policy"): "under: the unrolled scan's per-step weight-gradient dots (dot.42-54, 4 KiB each) held to "
                        "the fused sum at the end; the model holds them only when their all-reduces are combined "
                        "(builder._read_at_fusion_root), not under this plan's replicated / sliced gradients "
                        "(XLA 132.7 KB, live 130.6, model 117.8)",
-    ("convae", "ilp-memory-1.05"): "under: temp fragmentation (XLA's figure 72.0 KB, its live buffers at the peak "
-                                   "61.4 KB, the model 60.4 KB)",
+    ("convae", "ilp-memory-1.05"): "under: not temp fragmentation (session 14: XLA's figure 64.6 KB, the union of "
+                                   "its buffers live at the peak 64.5 KB, the model 63.2 KB)",
     ("rnn", "ilp-time"): "under (session 12, XLA's buffer assignment, temp peak at position 90 of 97): XLA's "
                          "scheduler runs the unrolled backward's dh recursion first and the per-step weight-gradient "
                          "dots after it, so six per-step products tanh' x dh (multiply_add_fusion.1-6, f32[16,64], "

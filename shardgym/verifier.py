@@ -3,8 +3,8 @@
 Each round compiles the plan without running it (``runtime.execute`` on ShapeDtypeStructs, with
 ``--xla_dump_to`` a fresh directory) and compares XLA's per-device memory (argument + output −
 alias + temp) with the model's prediction for the same plan. Where the prediction is more than
-``tol`` off, or XLA's figure breaks the cap, it reads XLA's buffer assignment at its peak (the
-dump's ``*live-range.txt``: every buffer live at the peak, with its bytes), names each buffer's
+``tol`` off, or XLA's figure breaks the cap, it reads XLA's buffer assignment at its peak
+(``peak_buffers``: every buffer XLA holds there, with its bytes, summing to XLA's figure), names each buffer's
 Problem node (the runtime traces node i under ``jax.named_scope("sg_node_<i>")``, so the HLO
 instruction's ``op_name`` carries i; entry parameters map to input nodes by argument number), and
 charges node i's *chosen* strategy the bytes XLA holds for it beyond what the model charged
@@ -35,7 +35,9 @@ from costmodel.limits import Limits
 from costmodel.problem import Plan, Problem, as_strategy_array, evaluate
 from runtime import core as runtime
 
-_PEAK = re.compile(r"^\s*([\w.\-]+)\{[^}]*\}:\s*(\d+)\s*bytes")
+_ALLOC = re.compile(r"^allocation \d+: size (\d+), ", re.M)
+_VALUE = re.compile(r"^ value: <\d+ ([\w.\-]+)(\{[^}]*\})? @\d+> \(size=(\d+),offset=(\d+)\)", re.M)
+_RANGE = re.compile(r"^\s+([\w.\-]+\{[^}]*\}):(\d+)-(\d+)$", re.M)
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([a-z][\w\-]*)\((.*)$")
 
 
@@ -79,22 +81,52 @@ class Verified:
                                   f"within tolerance {self.within_tol}"])
 
 
-def peak_buffers(dump_dir) -> list[tuple[str, float]]:
-    """(instruction, bytes) of every buffer live at XLA's peak, from the dump's live-range file."""
-    files = sorted(Path(dump_dir).glob("*after_optimizations-live-range.txt"))
+def _dump_file(dump_dir, kind: str) -> str:
+    files = sorted(Path(dump_dir).glob(f"*after_optimizations-{kind}.txt"))
     if not files:
-        raise ValueError(f"{dump_dir}: no *live-range.txt (XLA's dump of the buffer assignment) was written")
-    out, on = [], False
-    for line in files[-1].read_text().splitlines():
-        if "(peak):" in line:
-            on = True
-            continue
-        m = _PEAK.match(line) if on else None
-        if m:
-            out.append((m.group(1), float(m.group(2))))
-        elif on and line.strip() and not line.startswith(" " * 4):
-            break
+        raise ValueError(f"{dump_dir}: no *{kind}.txt (XLA's dump of the buffer assignment) was written; "
+                         "compile with compiler_options={'xla_dump_to': dir}")
+    return files[-1].read_text()
+
+
+def _union(ranges) -> list[tuple[int, int]]:
+    """[(offset, new bytes)] of byte ranges [(offset, size)]: each range is credited the bytes no range
+    before it (by offset, the longer first) covers, so the credits sum to the union."""
+    out, top = [], 0
+    for off, size in sorted(ranges, key=lambda r: (r[0], -r[1])):
+        out.append(max(0, off + size - max(off, top)))
+        top = max(top, off + size)
     return out
+
+
+def peak_buffers(dump_dir) -> list[tuple[str, float]]:
+    """(instruction, bytes) of every buffer XLA holds at its peak, from the dump's buffer assignment
+    (``*buffer-assignment.txt``: each value's allocation, offset and size) and live ranges
+    (``*live-range.txt``): every parameter and output allocation whole (XLA's argument + output −
+    alias bytes, held the whole step; named by its first value), then the values of the temp
+    allocation live at the position where the union of their byte ranges is largest, each credited
+    the bytes of its range that no value listed before it covers (values sharing bytes, e.g. a
+    fusion written over its dying operand, count once). The temp part sums to XLA's temp size less
+    the allocator's alignment holes (tests/test_verify.py checks it). The live-range file's own
+    "(peak)" listing is not used: on the FNO plans of tests/test_dist_fft.py it sums 255-720 KB less
+    than this union (session 13)."""
+    ba, lr = _dump_file(dump_dir, "buffer-assignment"), _dump_file(dump_dir, "live-range")
+    live = {m[0]: (int(m[1]), int(m[2])) for m in _RANGE.findall(lr)}
+    held, temp = [], []
+    for block in re.split(r"^(?=allocation \d+:)", ba, flags=re.M)[1:]:
+        head = block.split("\n", 1)[0]
+        vals = [(n, live[n + (ix or "{}")], int(off), int(sz)) for n, ix, sz, off in _VALUE.findall(block)
+                if n + (ix or "{}") in live]
+        if "preallocated-temp" in head:
+            temp += vals
+        elif vals and ("parameter " in head or "output" in head or "live-out" in head):
+            held.append((vals, float(_ALLOC.match(head).group(1))))
+    best = max({s for _, (s, _), _, _ in temp}, default=0, key=lambda t: sum(_union(
+        [(o, z) for _, (s, e), o, z in temp if s <= t <= e])))
+    # a parameter's buffer is reused for temporaries once it dies: named by the value it holds at the peak
+    out = [(min(vals, key=lambda v: (not v[1][0] <= best <= v[1][1], v[1][0]))[0], b) for vals, b in held]
+    at = sorted(((o, z, n) for n, (s, e), o, z in temp if s <= best <= e), key=lambda r: (r[0], -r[1]))
+    return out + [(n, float(b)) for (_, _, n), b in zip(at, _union([(o, z) for o, z, _ in at])) if b > 0]
 
 
 def instruction_nodes(hlo_text: str, problem: Problem) -> dict[str, int]:

@@ -103,34 +103,25 @@ FNO_CASES = [("tiny", False, "batch"), ("tiny", False, "slab"),
              ("tiny", True, "batch"), ("tiny", True, "slab"), ("tiny", True, "pencil"),
              ("3d-tiny", True, "batch"), ("3d-tiny", True, "slab"), ("3d-tiny", True, "pencil")]
 #: (case, schedule) -> predicted / XLA per-device memory outside 10%, in the trace's order ("program")
-#: and in XLA's ("xla": ``sg.trace(..., schedule="xla")``). Numerics and collectives hold (the
-#: collectives exactly); plan_helpers.assert_memory xfails within 0.02 of these and fails beyond. The
-#: 3-D fftn pencil plan (0.826 until session 11) held at XLA's peak a gathered activation twice, the
-#: all-gather written with its gathered dim major and its relayout copy for the projection's dot
-#: (``all-gather.7``, ``copy_bitcast_fusion.6``, f32[1,16,16,16,32] each), now priced
-#: (``costmodel.cost.gather_relaid``): 0.964. XLA's figure (argument + output - alias + temp) is
-#: its true peak: the union of the byte ranges of the temp allocation's values live at one position
-#: (buffer-assignment offsets, live ranges inclusive) is the temp size to within 1.3 KB for every
-#: case's program-order plan (2-D fftn slab: 1,635,340 of 1,636,192 B at position 215), while the
-#: live-range dump's "(peak)" listing sums 255-720 KB less (why is not established): the gaps are
-#: not fragmentation.
-#: Session 13, the 2-D fftn slab plan (XLA's program: its peak at position 215 of 294): XLA holds
-#: the four spectral-weight slices (``slice_bitcast_fusion.1-4``, c64[8,8,16,16], live ~51 to 216-264:
-#: their last readers, the backward data-gradient dots, run late), both gathered spectra
-#: (``all-gather`` 94-262, ``all-gather.1`` 125-215) and two weight-gradient pads (213-221). The
-#: gathered spectra live that long because the weight gradient at batch 1 is an outer product
-#: fused with the spectrum's corner slice into its pad (``bitcast_pad_fusion.3 = fusion(all-gather.8,
-#: all-gather)``): XLA re-slices the gathered spectrum there instead of reading the slice's buffer.
-#: Priced so (the slice's buffer to its last buffer reader, its operand to the fusions; session-13
-#: patch, not merged) this plan is 1.008 in program order, but 3-D rfftn batch 1.029 -> 1.131 and
-#: five other cases over 1.10: the model's replicated spectral-weight slices (4 x 128 KiB where XLA
-#: holds 4 x 32 KiB in the spectral dots' layout under the batch plans) are an over-count the
-#: shorter spectra had offset, and pricing the slices in the readers' layout needs the readers
-#: behind the squeeze (a bitcast) of each slice: not done. In XLA's order the gaps are this plan
-#: 0.898, 3-D fftn slab 0.885 and 2-D fftn batch 1.108 (the same weight slices charged replicated;
-#: fidelity.py's fno ilp-time row, 1.204 in that order)
-MEMORY_GAP = {(("tiny", True, "slab"), "program"): 0.896, (("tiny", True, "slab"), "xla"): 0.898,
-              (("3d-tiny", True, "slab"), "xla"): 0.885, (("tiny", True, "batch"), "xla"): 1.108}
+#: and in XLA's ("xla": ``sg.trace(..., schedule="xla")``); plan_helpers.assert_memory xfails within
+#: 0.02 of these and fails beyond. None since session 14. The 3-D fftn pencil plan (0.826 until
+#: session 11) held at XLA's peak a gathered activation twice (``costmodel.cost.gather_relaid``).
+#: XLA's figure is its true peak: the union of the byte ranges of the temp values live at one position
+#: is the temp size to within 1.3 KB (``shardgym.verifier.peak_buffers``; the live-range dump's
+#: "(peak)" listing sums 255-720 KB less). Session 13 found, in the 2-D fftn slab plan (0.896 /
+#: 0.898), that XLA re-slices the gathered spectra in the weight gradients' pad fusions (outer
+#: products at batch 1) instead of reading the slices' buffers, so the spectra live to the backward
+#: pass (``memory.recomputed_reads``), and that under the batch plans XLA makes the spectral-weight
+#: slices in the spectral dots' layout (4 x 32 KiB where the model charged 4 x 128 KiB replicated:
+#: ``slice_layout.reader_layout_slices``, through the squeeze); with both, a sharded fft output read
+#: by its gathering transpose dies at the gather (``slice_layout.fused_read_groups``). Session 14,
+#: program / XLA order, before -> after (the ILP re-solves each case's plan on the new model): 2-D
+#: rfftn batch 1.029 / 1.066 -> 0.915 / 0.952, slab 1.041 / 1.062 -> 0.993 / 1.015, 3-D rfftn batch
+#: 1.029 / 1.029 -> 1.029 / 1.029, slab 0.946 -> 1.024 (both), pencil 0.945 -> 1.024 (both), 2-D
+#: fftn batch 1.074 / 1.108 -> 0.991 / 1.024, slab 0.896 / 0.898 -> 0.967 / 0.969, pencil 1.064 /
+#: 1.076 -> 1.061 / 1.068, 3-D fftn batch 1.000 / 0.963 -> 1.065 / 1.028, slab 0.921 / 0.885 ->
+#: 1.060 / 1.023, pencil 0.964 / 0.928 -> 1.026 / 0.991
+MEMORY_GAP: dict = {}
 
 
 def _fno_case_id(case):

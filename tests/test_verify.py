@@ -68,3 +68,26 @@ def test_a_plan_over_the_cap_by_xla_is_never_reported_fitting(setup):
     if not v.fits:  # the tables read meta["unmet"]: fits NO whatever the charged model says
         assert "XLA" in v.plan.meta["unmet"]
     assert np.isfinite(v.rounds[0].xla_memory_bytes)
+
+
+def test_peak_buffers_sum_to_xlas_figure(tmp_path):
+    """The peak listing the verify loop charges from sums to XLA's per-device figure: the
+    parameters and outputs whole plus the union of the temp values live at the peak position,
+    within the temp allocation's alignment holes (1%), with the largest temporary listed."""
+    from shardgym.verifier import peak_buffers
+
+    def f(w, x):
+        h = jnp.tanh(x @ w)              # 512 x 512 f32 = 1 MiB temporaries
+        g = jnp.exp(h @ w.T) * h
+        return jnp.sum(g @ w) + jnp.sum(jnp.sin(h) @ g)
+
+    s = jax.ShapeDtypeStruct((512, 512), jnp.float32)
+    compiled = jax.jit(f).lower(s, s).compile(compiler_options={"xla_dump_to": str(tmp_path)})
+    ma = compiled.memory_analysis()
+    xla = ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes + ma.temp_size_in_bytes
+    listing = peak_buffers(tmp_path)
+    assert ma.temp_size_in_bytes >= 2 * 2 ** 20
+    assert 0 <= xla - sum(b for _, b in listing) <= 0.01 * ma.temp_size_in_bytes
+    assert max(b for _, b in listing) == 2 ** 20
+    with pytest.raises(ValueError, match="buffer assignment"):
+        peak_buffers(tmp_path / "nothing")

@@ -1,0 +1,153 @@
+"""Where buffers read through fusions live: the builder's extension of each value's interval to the
+readers of the nodes fused into their consumers (``read_extents``), the held-only-when-read-as-is
+part of it (``fused_read_groups``), and slices XLA makes in their readers' layouts
+(``reader_layout_slices``), as copy groups (``costmodel.edge_memory.CopyGroups.from_lists``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.combined import combined_candidates
+from costmodel.cost import Mesh, lowered_kind
+from costmodel.graph import OpGraph
+from costmodel.memory import SLICES, buffer_bytes, recomputed_reads
+
+__all__ = ["fused_read_groups", "read_extents", "reader_layout_slices", "recomputed_reads"]
+
+
+def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_memory=True) -> tuple[set, list]:
+    """(fused nodes, held reads): extends ``intervals`` (the nodes' (start, end) steps, in place) so
+    a value is live where it is read. A bitcast (``transparent``) keeps its producer's buffer alive;
+    a node fused into its consumers (no buffer; not a concatenate, whose pieces each reader slices
+    apart, nor the trace's scan-unrolling records) or recomputed by fusions (``recomputed``:
+    ``memory.recomputed_reads``) has its operands read where those run. A buffer (u, output oi) so
+    read by a fused or recomputed node i is not extended when ``edge_memory``: the read is returned
+    as (u, oi, i, operand k, step t) for ``fused_read_groups``."""
+    nodes = graph.nodes
+    fused = {i for i, nd in enumerate(nodes) if not nd.is_input and i not in transparent and not kept[i]
+             and nd.primitive != "concatenate" and not nd.params.get("synthetic")}
+    through: list = []
+    for i in range(len(nodes) - 1, -1, -1):  # consumers have higher ids: their ends are final here
+        nd = nodes[i]
+        if nd.is_input or not (i in transparent or i in fused or i in recomputed):
+            continue
+        t = max(int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1 for c in recomputed[i]) \
+            if i in recomputed else int(intervals[i, 1])
+        for k, (u, oi) in enumerate(nd.operands[:1] if i in transparent else nd.operands):
+            if u >= 0 and not nodes[u].is_input and i not in recomputed.get(u, ()):
+                if edge_memory and i not in transparent and oi in kept[u] and u not in transparent:
+                    through.append((u, oi, i, k, t))
+                else:
+                    intervals[u, 1] = max(intervals[u, 1], t)
+    return fused, through
+
+
+def _chain(graph: OpGraph, u: int, transparent, cons) -> list[int] | None:
+    """[u, t1, ..., tm]: u and the bitcasts (``transparent``) that each read the one before as
+    their only reader, up to the first node read by something else or by several readers."""
+    out = [u]
+    while len(cs := cons.get((out[-1], 0), [])) == 1 and cs[0][0] in transparent:
+        out.append(cs[0][0])
+    return out
+
+
+def _strategy_map(strats, chain) -> np.ndarray | None:
+    """For each strategy of the slice chain[0], the strategy of the chain's end that reads the
+    value as it is at every bitcast (operand spec = the previous out spec), or None if one has none."""
+    idx = np.arange(len(strats[chain[0]]))
+    for prev, t in zip(chain, chain[1:]):
+        spec = [strats[prev][a].out_specs[0] for a in idx]
+        ops = [s.operand_specs[0] for s in strats[t]]
+        if any(sp not in ops for sp in spec):
+            return None
+        idx = np.array([ops.index(sp) for sp in spec])
+    return idx
+
+
+def reader_layout_slices(graph: OpGraph, strats, mesh: Mesh, reads, intervals, kept, transparent, usages, offs,
+                         skip=frozenset(), recomputed=None) -> list:
+    """Copy groups: an unfolded slice (``SLICES``) keeping one buffer (no program output: ``skip``),
+    with the bitcasts (squeezes, reshapes) that are its only readers, is made by XLA in each reader's
+    layout: a reader taking a local piece of it (the resharding sends nothing) gets that piece from
+    the slice's fusion (a ``dynamic-slice_bitcast_fusion``), so the slice's own layout is a buffer
+    only for readers that take it as it is or through a collective. The slice's own bytes leave
+    ``usages`` (flat, offsets ``offs``, changed in place) and come back as one group per distinct out
+    spec: made at its first reader's step (not before the slice's) under the strategies of that
+    spec, wanted by each reader (v, k) of the chain's end under v's strategies that read that spec
+    as it is or through a collective, live to its last such reader. The copies in the readers'
+    layouts stay ``copy_group_lists``' (made at each reader's step). Readers that recompute the
+    slice (``memory.recomputed_reads``) read none of its buffers. Seen in XLA's buffer assignment,
+    fno's 2-D fftn batch-sharded plan at batch 1 (tests/test_dist_fft.py): the four spectral-weight
+    slices, replicated c64[1,8,8,16,16] in the plan (128 KiB) and squeezed for the spectral dots,
+    are ``dynamic-slice_bitcast_fusion``s of c64[8,8,4,16] (32 KiB) in the backward dots' layout;
+    the model charged the 128 KiB from the forward pass to the backward dots. Approximate: XLA made
+    those pieces at the forward pass (live to the backward dots); made so here (at the slice's
+    first reader) the FNO cases stay within 10% but the zoo's fno ilp-memory-1.05 row (weight
+    slices read as they are forward and locally sliced backward) re-prices 1.063 -> 1.106, so they
+    are short-lived copies at each reader; a reader taking the slice resharded with a collective is
+    charged the own-layout buffer to its step (XLA may gather from the slice's operand instead)."""
+    recomputed = recomputed or {}
+    cons = graph.consumers()
+    by_end: dict = {}
+    for v, k, u, oi, comm in reads:
+        if oi == 0:
+            by_end.setdefault(u, []).append((v, k, comm))
+    groups = []
+    for nd in graph.nodes:
+        u = nd.id
+        if nd.primitive not in SLICES or nd.folded or kept[u] != [0] or u in transparent or (u, 0) in skip:
+            continue
+        chain = _chain(graph, u, transparent, cons)
+        amap = _strategy_map(strats, chain)
+        e = chain[-1]
+        readers = [(v, k, comm) for v, k, comm in by_end.get(e, ()) if v not in recomputed.get(u, ())
+                   and v not in chain]
+        if amap is None or not readers:
+            continue
+        st_u = strats[u]
+        own = np.array([buffer_bytes(nd, 0, st, mesh) for st in st_u])
+        usages[offs[u]:offs[u + 1]] -= own
+        made = max(int(intervals[u, 0]), min(int(graph.nodes[v].order) for v, _, _ in readers))
+        specs = [st.out_specs[0] for st in st_u]
+        for a in [specs.index(sp) for sp in dict.fromkeys(specs)]:
+            on = np.array([sp == specs[a] for sp in specs])
+            spec_e = strats[e][amap[a]].out_specs[0]
+            members = [(v, int(graph.nodes[v].order), np.array([comm[amap[a], j] > 0 or sj.operand_specs[k] == spec_e
+                                                                for j, sj in enumerate(strats[v])]), ~on)
+                       for v, k, comm in readers]
+            if own[a] > 0:
+                groups.append((u, float(own[a]), members, made, on, np.zeros(len(st_u))))
+    return groups
+
+
+def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, through, usages, offs) -> list:
+    """A buffer read by a fused (or slice-recomputing) node i, which reads it where i's own readers
+    run (``through``: (u, output oi, i, operand k, step t) with t past u's interval), is held to t
+    only under the strategies where i reads it as it is or a local piece of it (no bytes sent):
+    a read through a collective reads the gathered copy (``copy_group_lists`` keeps that to i's
+    readers), and u's buffer dies at the collective. One group per (u, oi, out spec), made at
+    u's interval end. Seen in XLA's buffer assignment, fno's 3-D fftn batch-sharded plan at batch 1
+    (tests/test_dist_fft.py): the spectra's sharded fft outputs (64 KiB) die at their all-gathers
+    (``all-gather``, c64[1,8,16,16,16], 110-279), which the weight gradients' pad fusions read
+    (``memory.recomputed_reads``); held to those fusions the model was 1.120 of XLA's memory. Held
+    as before under a strategy whose all-reduce XLA CPU combines (``combined_candidates``: the copy
+    is made at the reader's step, not early). A group holds the node's whole usage (its
+    collectives' buffers too), as the interval extension did: holding only the output's bytes
+    re-priced rnn tiny dp / fsdp 0.988 / 0.983 -> 0.598 / 0.570 (the unrolled scan's
+    weight-gradient dots, held to the fused sum)."""
+    comm_of = {(v, k): comm for v, k, _, _, comm in reads}
+    merged = set(combined_candidates(graph, strats, mesh))
+    groups: dict = {}
+    for u, oi, i, k, t in through:
+        comm = comm_of.get((i, k))
+        if t <= intervals[u, 1] or comm is None:
+            continue
+        # under a combined all-reduce the read is a copy at the reader's step (copy_group_lists' ``whole``): held
+        whole = [u in merged and any(lowered_kind(c, mesh) != c for c, _, _ in st.collectives) for st in strats[u]]
+        # the node's whole usage (its collectives' buffers too), as the interval it no longer extends held it
+        kinds = [(st.out_specs[oi], w, float(b)) for st, w, b in zip(strats[u], whole, usages[offs[u]:offs[u + 1]])]
+        for a in [kinds.index(kd) for kd in dict.fromkeys(kinds)]:
+            on = np.array([kd == kinds[a] for kd in kinds])
+            g = groups.setdefault((u, oi, kinds[a]), (u, kinds[a][2], [], int(intervals[u, 1]), on, np.zeros(len(kinds))))
+            g[2].append((i, t - 1, np.array([whole[a] or comm[a, j] == 0 for j in range(len(strats[i]))]), ~on))
+    return [g for g in groups.values() if g[1] > 0]
