@@ -129,8 +129,15 @@ def _fno_case_id(case):
     return f"{'3d' if size.startswith('3d') else '2d'}-{'fftn' if cplx else 'rfftn'}-{kind}"
 
 
-@pytest.mark.parametrize("schedule", ["program", "xla"])
-@pytest.mark.parametrize("case", FNO_CASES, ids=[_fno_case_id(c) for c in FNO_CASES])
+#: XLA's order (opt-in since session 14) on the four cases whose memory it priced worst before
+#: session 14 (the MEMORY_GAP comment); every case runs in the default program order. All eleven
+#: passed in both orders at session 14's merge (``-k xla`` after widening this list re-checks them)
+XLA_ORDER_CASES = [("tiny", True, "batch"), ("tiny", True, "slab"), ("3d-tiny", True, "slab"),
+                   ("3d-tiny", True, "pencil")]
+FNO_RUNS = [(c, "program") for c in FNO_CASES] + [(c, "xla") for c in XLA_ORDER_CASES]
+
+
+@pytest.mark.parametrize(("case", "schedule"), FNO_RUNS, ids=[f"{_fno_case_id(c)}-{s}" for c, s in FNO_RUNS])
 def test_fno_plan_with_distributed_ffts_executes(case, schedule):
     """FNO at batch 1 on the 2x4 CPU mesh, every fft node forced onto one strategy kind (rfftn /
     irfftn, or fftn / ifftn with ``complex_fft``; 2-D and 3-D): the forward and backward numerics
