@@ -239,6 +239,17 @@ def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=No
     return ut, step_sum(np.searchsorted(ut, st[keep]), np.searchsorted(ut, en[keep]), u[keep], len(ut))
 
 
+FIT_RTOL = 1e-9
+"""Relative slack of every "does it fit" test. A plan whose peak equals the cap fits; summing the same usages in
+another order (a reduced problem, the ILP's rows, the env's running sums) can put it an ulp or two over, so the
+test allows ``FIT_RTOL * cap`` (one byte per GB)."""
+
+
+def fits(peak: float, cap: float | None) -> bool:
+    """True when a peak of ``peak`` bytes fits under ``cap`` (None: no cap), within ``FIT_RTOL``."""
+    return cap is None or float(peak) <= float(cap) + FIT_RTOL * abs(float(cap))
+
+
 def evaluate(problem: Problem, plan) -> Cost:
     """Price a plan: vectorised over nodes and edges, O(n + m + n log n)."""
     s = as_strategy_array(problem, plan)
@@ -254,7 +265,7 @@ def evaluate(problem: Problem, plan) -> Cost:
     copies = None if problem.edge_memory is None else problem.edge_memory.intervals(s)
     _, live = usage_profile(problem, problem.node_usages[flat], extra=copies)
     peak = float(max(live.max(), 0.0))
-    feasible = problem.usage_limit is None or peak <= problem.usage_limit
+    feasible = fits(peak, problem.usage_limit)
     total = node_cost + edge_cost
     return Cost(
         total=total,

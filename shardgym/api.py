@@ -137,7 +137,7 @@ def _check_bounds(problem: Problem, plan: Plan, method: str, max_step_time_s) ->
     """UnmetBoundError when a non-ILP plan breaks the cap (the applied problem's usage limit) or
     ``max_step_time_s``: these methods cannot aim at them, so they are checked."""
     cost = evaluate(problem, plan)
-    if problem.usage_limit is not None and cost.peak_memory_bytes > problem.usage_limit:
+    if not cost.feasible:
         raise UnmetBoundError(f"method {method!r}: its plan needs {cost.peak_memory_bytes:.4g} bytes/device, over the "
                               f"memory cap {problem.usage_limit:.4g}; raise the cap or use method 'ilp'", plan, cost)
     if max_step_time_s is not None and cost.step_time_s > max_step_time_s:

@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, fits
 
 
 def random_problem(rng: np.random.Generator, n: int, kmax: int = 4, edge_p: float = 0.4,
@@ -60,7 +60,7 @@ def brute_force(p: Problem, objective: str = "time", cap=None, max_time=None):
     for s in all_plans(p):
         c = evaluate(p, list(s))
         lim = p.usage_limit if cap is None else (cap if p.usage_limit is None else min(cap, p.usage_limit))
-        if lim is not None and c.peak_memory_bytes > lim:
+        if not fits(c.peak_memory_bytes, lim):
             continue
         if max_time is not None and c.total > max_time:
             continue

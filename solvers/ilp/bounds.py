@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.problem import Problem, as_strategy_array, evaluate, usage_profile
+from costmodel.problem import Problem, as_strategy_array, evaluate, fits, usage_profile
 from solvers.local import least_usage_plan
 
 
@@ -122,7 +122,7 @@ def best_seed(problem, seeds, cap, max_time, key):
     best, best_key = None, None
     for s in seeds:
         c = evaluate(problem, s)
-        if (cap is not None and c.peak_memory_bytes > cap) or (max_time is not None and c.total > max_time):
+        if not fits(c.peak_memory_bytes, cap) or (max_time is not None and c.total > max_time):
             continue
         kk = key(c)
         if best_key is None or kk < best_key:

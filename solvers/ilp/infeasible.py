@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from costmodel.problem import evaluate
+from costmodel.problem import evaluate, fits
 from solvers.ilp.bounds import best_seed, min_usage, node_min_peak
 from solvers.ilp.reduced import core
 from solvers.ilp.types import InfeasibleError, Request, RunOptions
@@ -49,7 +49,7 @@ def explain_infeasible(problem, cap, max_time, o: RunOptions):
     _, peak = min_usage(problem)
     if problem.edge_memory is not None:
         peak = node_min_peak(problem)   # a lower bound (the least peak needs a solve)
-    if cap is not None and peak > cap * (1 + 1e-9):
+    if not fits(peak, cap):
         raise_cap(problem, cap, o, peak)
     # memory alone is feasible: the step-time bound fails
     o2 = replace(o, deadline=max(o.deadline, time.perf_counter() + 5.0))   # at least 5 s more

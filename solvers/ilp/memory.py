@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodel.problem import evaluate
+from costmodel.problem import evaluate, fits
 from solvers.ilp.bounds import best_seed, min_usage, node_min_peak
 from solvers.ilp.infeasible import explain_infeasible, min_time_plan_within, raise_cap
 from solvers.ilp.peak_shaver import PeakShaver
@@ -109,7 +109,7 @@ def solve_memory(problem, o: RunOptions, cap, max_time, seeds):
             if r is None:
                 continue
             rc = evaluate(problem, r)
-            if rc.total <= max_time and (cap is None or rc.peak_memory_bytes <= cap) and \
+            if rc.total <= max_time and fits(rc.peak_memory_bytes, cap) and \
                     (got is None or (rc.peak_memory_bytes, rc.total) < (got[1].peak_memory_bytes, got[1].total)):
                 got = (r, rc)
         steps.append((float(c), "heuristic " + ("found" if got else "none"), None))

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from costmodel.limits import Limits
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, fits
 from solvers.ilp.bounds import best_seed, check_seeds, min_usage, minmax, node_min_peak, peak_upper_bound
 from solvers.ilp.infeasible import explain_infeasible, min_time_plan_within
 from solvers.ilp.memory import solve_memory
@@ -109,7 +109,7 @@ def _relax_cap(problem, o: RunOptions, w: Weights, objective, cap, max_time):
     in 140 s. -> the answer, or None when the relaxed LP is fractional or its plan breaks the cap."""
     out = core(problem, o.until(time.perf_counter() + o.config.relax_share * o.left()),
                Request(weights=w, objective=objective, max_step_time_s=max_time, lp_only=True))
-    if out is None or out[1].peak_memory_bytes > cap:
+    if out is None or not fits(out[1].peak_memory_bytes, cap):
         return None
     plan, info = out
     red = dict(info.reduction)

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, fits
 from solvers.local.copies import CopyMoves
 from solvers.local.costs import LocalCosts
 from solvers.local.greedy import least_usage_plan
@@ -82,7 +82,7 @@ def _shave(lc: LocalCosts, x: np.ndarray, profile, usage_at, cap: float, max_rou
             moved.add(i)
             x[i] = lc.local_index[f]
             excess -= saved[f]
-    return x if profile(x).max(initial=0.0) <= cap else None
+    return x if fits(profile(x).max(initial=0.0), cap) else None
 
 
 def repair_memory(problem: Problem, plan, lc: LocalCosts | None = None, max_moves: int | None = None,
