@@ -175,7 +175,12 @@ CAUSES = {
                         "the backward's start) holds the residual output and relu mask (20 KB) and both backward "
                         "conv operands (32 KB) that XLA computes later (positions 30-31 of 52); and the gathered "
                         "kernels' relayout copies kept from the forward to the backward conv (transpose_copy_fusion.3 "
-                        "/ .4, 9,216 + 2,304 B), the gathered mid kernel held to the update (all-gather.2, 13-46 of 47)",
+                        "/ .4, 9,216 + 2,304 B), the gathered mid kernel held to the update (all-gather.2, 13-46 of 47). "
+                        "Session 15, tried again (the plain outputs' intervals from step 0, not merged): program order "
+                        "fsdp 0.810 -> 0.913, ilp-memory 0.738 -> 0.829, megatron 0.997 -> 1.022, no row out; XLA's "
+                        "order: convae replicated / dp / megatron / ilp-time / -1.05 / policy 1.091 / 0.964 / 1.100 / "
+                        "1.015 / 0.964 / 1.015 -> 1.134 / 1.142 / 1.129 / 1.101 / 1.142 / 1.101 (outside 21 -> 17 of 24): "
+                        "there the model holds six 32 KiB conv layout copies at its peak where XLA holds four",
     ("convae", "ilp-memory"): "under: as convae fsdp (the replicated plain outputs XLA counts over the whole "
                               "program: 0.769 -> 0.895 if charged so) and conv layout copies without metadata "
                               "(27.9 KB at XLA's peak)",
