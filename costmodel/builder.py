@@ -83,7 +83,13 @@ from costmodel.memory import (
     operand_copies,
 )
 from costmodel.problem import Problem, ProblemMeta
-from costmodel.slice_layout import fused_read_groups, read_extents, reader_layout_slices, recomputed_reads
+from costmodel.slice_layout import (
+    copied_together,
+    fused_read_groups,
+    read_extents,
+    reader_layout_slices,
+    recomputed_reads,
+)
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 from costmodel.value_origin import state_only
 
@@ -194,7 +200,9 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     last_use = np.full(n, -1, dtype=np.int64)
     copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
     # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer)
-    via_copy = {r for rs in copied.values() for r in rs if graph.nodes[r[0]].primitive != "dot_general"}
+    together = copied_together(graph, copied, plain_out)  # every read a dot's layout copy: made at the first
+    via_copy = {r for (u, oi, _), rs in copied.items() for r in rs if graph.nodes[r[0]].primitive != "dot_general"
+                or graph.nodes[r[0]].order > together.get((u, oi), np.inf)}
     recomputed = recomputed_reads(graph, kept, transparent, plain_out)   # cheap buffers a fusion recomputes
     for nd in nodes:
         for k, (src, _) in enumerate(nd.operands):
@@ -324,7 +332,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i]}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i]}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )

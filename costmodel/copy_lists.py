@@ -157,7 +157,8 @@ def dot_operand_order(nd, k: int) -> tuple | None:
     """The dimension order XLA CPU's DotDecomposer wants for dot_general operand ``k`` (0: lhs
     (batch, free, contracting), 1: rhs (batch, contracting, free)), as a permutation of its dims;
     None when already in order, or when the operand has at most one contracting and one free dim
-    (a 2-D transpose TransposeFolding folds into the dot's dimension numbers: no copy). Probed
+    behind its batch dims, which lead in order (then the order differs at most by a swap of the
+    last two dims, which TransposeFolding folds into the dot's dimension numbers: no copy). Probed
     (jax 0.8 CPU, f32): ``dot_general(x[8,32,32,16], g[8,32,32,128])`` contracting (0,1,2) copies
     x as [16,8192] (``copy_bitcast_fusion``), the same in 2-D ([8192,16] x [8192,128]) copies
     nothing; the weight gradient of a dense layer on a rank-4 input copies its lhs."""
@@ -167,7 +168,7 @@ def dot_operand_order(nd, k: int) -> tuple | None:
     rank = len(nd.operand_types[k].shape)
     con, bat = tuple(int(d) for d in (lc if k == 0 else rc)), tuple(int(d) for d in (lb if k == 0 else rb))
     free = tuple(d for d in range(rank) if d not in con and d not in bat)
-    if len(con) <= 1 and len(free) <= 1 and not bat:
+    if len(con) <= 1 and len(free) <= 1 and bat == tuple(range(len(bat))):
         return None
     order = bat + (free + con if k == 0 else con + free)
     return None if order == tuple(range(rank)) else order
@@ -194,7 +195,7 @@ def layout_copied_reads(graph: OpGraph) -> dict:
     return out
 
 
-def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None) -> list:
+def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None, together=None) -> list:
     """XLA CPU's layout copies of convolution and dot operands, as copy groups (``CopyGroups.from_lists``;
     the builder adds them on ``backend="cpu"`` clusters only: GPU / TPU convolutions take any
     dimension order through their layout assignment, which is not modelled).
@@ -216,7 +217,8 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
     operand counts the resharded copy and the layout copy both.
     Dot operands out of DotDecomposer's order (``dot_operand_order``) are copied the same way, but
     at the dot's step (not early: XLA schedules the ``copy_bitcast_fusion`` just before the dot),
-    and the read keeps the canonical buffer alive to the dot (builder). Re-priced
+    and the read keeps the canonical buffer alive to the dot (builder), unless every read of the value
+    is such a copy (``together``: ``slice_layout.copied_together``). Re-priced
     (experiments.fidelity --reprice): fno dp / fsdp 0.82 / 0.76 -> 1.02 / 0.98 (the all-gathered
     activation's transposed copy for the weight gradient), moe 0.74-0.98 -> 0.85-1.02 (outside
     table), gpt dp 1.10 -> 1.12 and vit dp 1.12 -> 1.13 (already over-counted: the copy lands on
@@ -235,7 +237,9 @@ def layout_copy_lists(graph: OpGraph, strats, mesh: Mesh, start_of, copied=None)
                 if g is None:
                     ku = len(strats[u])
                     early = nodes[v].primitive != "dot_general"  # a dot's copy is made at its step
-                    g = groups[key] = (u, b, [], int(start_of[u]), np.full(ku, early), np.zeros(ku))
+                    at = (together or {}).get((u, oi))  # ... or with the value's other copies (copied_together)
+                    g = groups[key] = (u, b, [], int(start_of[u] if at is None else at), np.full(ku, early or at is not None),
+                                       np.zeros(ku))
                 g[2].append((v, int(nodes[v].order), np.array([d == b for d in dst]),
                              np.zeros(len(strats[u]), dtype=bool)))
     return list(groups.values())

@@ -10,9 +10,10 @@ import numpy as np
 from costmodel.combined import combined_candidates
 from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
-from costmodel.memory import SLICES, buffer_bytes, recomputed_reads
+from costmodel.memory import SLICES, buffer_bytes, materialising, recomputed_reads
 
-__all__ = ["fused_read_groups", "read_extents", "reader_layout_slices", "recomputed_reads"]
+__all__ = ["copied_together", "fused_read_groups", "partly_kept_reads", "read_extents", "reader_layout_slices",
+           "recomputed_reads"]
 
 
 def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_memory=True) -> tuple[set, list]:
@@ -27,12 +28,14 @@ def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_
     fused = {i for i, nd in enumerate(nodes) if not nd.is_input and i not in transparent and not kept[i]
              and nd.primitive != "concatenate" and not nd.params.get("synthetic")}
     through: list = []
+    partly = partly_kept_reads(graph, kept, transparent) if edge_memory else {}
     for i in range(len(nodes) - 1, -1, -1):  # consumers have higher ids: their ends are final here
         nd = nodes[i]
-        if nd.is_input or not (i in transparent or i in fused or i in recomputed):
+        if nd.is_input or not (i in transparent or i in fused or i in recomputed or i in partly):
             continue
-        t = max(int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1 for c in recomputed[i]) \
-            if i in recomputed else int(intervals[i, 1])
+        t = max(int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1
+                for c in (recomputed[i] if i in recomputed else partly[i])) \
+            if i in recomputed or i in partly else int(intervals[i, 1])
         for k, (u, oi) in enumerate(nd.operands[:1] if i in transparent else nd.operands):
             if u >= 0 and not nodes[u].is_input and i not in recomputed.get(u, ()):
                 if edge_memory and i not in transparent and oi in kept[u] and u not in transparent:
@@ -40,6 +43,50 @@ def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_
                 else:
                     intervals[u, 1] = max(intervals[u, 1], t)
     return fused, through
+
+
+def partly_kept_reads(graph: OpGraph, kept, transparent) -> dict[int, list[int]]:
+    """node i -> the readers of i's outputs XLA does not keep (``materialised_outputs``), for i a
+    fused chain (folded ops) behind a head that writes no buffer of its own (not ``materialising``:
+    a transpose, an element-wise op) that keeps some outputs but not all. Such a reader's fusion
+    recomputes the unkept value from i's operands, so they live to it (``read_extents``), as they
+    do for a chain that keeps nothing. XLA's buffer assignment, moe tiny (tests/data/outside_steps.py)
+    under all four solver plans: the SiLU-GLU chain ``transpose(x @ w_gate) -> logistic, 1 - s,
+    s * (1 - s), g = x * s, h = a * g`` keeps h (a dot operand) and s, and the backward fusion of
+    dgate (``copy_bitcast_fusion.1``) reads the gate dot's result (``ynn_fusion.4``) to rebuild
+    s * (1 - s), so that 16 KiB lives from the forward dot to the backward pass (XLA's peak)."""
+    nodes = graph.nodes
+    out: dict[int, list[int]] = {}
+    for (i, o), cs in graph.consumers().items():
+        nd = nodes[i]
+        if (nd.is_input or not nd.folded or not kept[i] or o in kept[i] or i in transparent
+                or materialising(nd)):
+            continue
+        out.setdefault(i, []).extend(c for c, _ in cs)
+    return out
+
+
+def copied_together(graph: OpGraph, copied, plain_out=frozenset()) -> dict:
+    """(u, oi) -> the step of its first reader, for the unfolded result of a dot, conv or reduction
+    (``materialising``; a slice, say, is recomputed into each copy instead) read at two or more
+    steps, every read a dot operand XLA CPU serves from a layout copy (``copied``:
+    ``copy_lists.layout_copied_reads``).
+    XLA's scheduler makes all those copies at the first reader's step, and the value's buffer dies
+    there (``layout_copy_lists`` holds each copy from that step to its dot; the builder ends the
+    value at it). XLA's buffer assignment, moe tiny (tests/data/outside_steps.py): the expert
+    outputs y[e, b, d] are read by the gate-weighted sum and its gate gradient, each in its own
+    batch-major order: under ilp-time both transposed copies of y's all-gather
+    (``transpose_copy_fusion``, ``.1``, 32 KiB each) are made right after it, the second held to
+    the gate gradient's dot; under dp both sliced copies of the replicated y, and y (32 KiB) dies."""
+    reads = {r: order for (_, _, order), rs in copied.items() for r in rs}
+    out = {}
+    for (u, oi), cs in graph.consumers().items():
+        if ((u, oi) in plain_out or not materialising(graph.nodes[u]) or graph.nodes[u].folded
+                or len({graph.nodes[c].order for c, _ in cs}) < 2
+                or any(graph.nodes[c].primitive != "dot_general" or (c, k) not in reads for c, k in cs)):
+            continue
+        out[(u, oi)] = min(int(graph.nodes[c].order) for c, _ in cs)
+    return out
 
 
 def _chain(graph: OpGraph, u: int, transparent, cons) -> list[int] | None:

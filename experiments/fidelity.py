@@ -82,7 +82,13 @@ Known outliers and their causes (the terms' docstrings say more):
     the zoo 16 -> 19 of 24 (figures in costmodel/schedule.py);
   * session 13: both orders executed afresh in results/fidelity_s13c_*.json (README, "Session
     13"); XLA's order was the default here and in ``sg.trace`` for that session, the program order
-    again since session 14 (``sg.trace``'s docstring says why).
+    again since session 14 (``sg.trace``'s docstring says why);
+  * session 15: a partly kept fused chain's operands live to the readers rebuilding its other values
+    (``slice_layout.partly_kept_reads``: moe's gate dot, read by the backward SiLU fusion), a dot
+    result read only through dots' layout copies has them made together at its first reader
+    (``slice_layout.copied_together``), and a batched dot operand one last-two-dims swap off its
+    order is not copied (``copy_lists.dot_operand_order``); re-priced, zoo 44 -> 45 of 48, outside
+    15 -> 19 of 24 (results/fidelity_s15c_reprice.json, fidelity_s15c_outside_reprice.json).
 """
 from __future__ import annotations
 
@@ -136,9 +142,19 @@ CAUSES = {
                        "sequence and three readers want it replicated: one 64 KiB gather per output read is "
                        "charged (3 x 64 KiB at the model's peak, step 169) where XLA holds none of them there; "
                        "the session-10 model prices the same plan at 1.146",
-    ("moe", "*"): "under: not temp fragmentation (ilp-time: XLA's figure 283.0 KB = the union of its buffers live "
-                  "at the peak, session 14; the dump's '(peak)' listing said 250.1 KB), the model 241.4 KB: layout "
-                  "copies of the batched-expert einsum operands and 42 KB not yet attributed",
+    ("moe", "*"): "under (session 15; the re-priced session-13 plans are all within 10% since the gate dot's result "
+                  "and the experts' batch-major copies are held as XLA holds them): the re-solved ilp-memory plan "
+                  "(results/fidelity_s15c_outside_moe.json, 0.849), at XLA's peak (the backward dh dot): XLA writes "
+                  "out a third SiLU value, g = x * s (copy_multiply_fusion, 8 KiB), when a reader takes it as it is "
+                  "(under dp its backward reader slices it and it is not written), and keeps an all-to-all'd copy of "
+                  "the chain's head value for the backward (concatenate.4, 8 KiB); the model holds neither there. "
+                  "Not temp fragmentation: XLA's buffers at its peak (verifier.peak_buffers) sum to its figure",
+    ("rnn", "ilp-memory-1.05"): "over (session 15, XLA's buffer assignment): the model keeps two outputs of each "
+                                "unrolled tanh cell (s and 1 - s^2, 2 x 4 KiB; memory.materialised_outputs' "
+                                "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
+                                "1 - s^2 from s); dropping the second (tried, not merged) moved this row to 0.819 and "
+                                "rnn ilp-time / policy 0.874 / 0.888 -> 0.853 / 0.866: other rnn under-counts, not "
+                                "found, offset it. Collective bytes 0.897: not diagnosed",
     ("rnn", "policy"): "under: the unrolled scan's per-step weight-gradient dots (dot.42-54, 4 KiB each) held to "
                        "the fused sum at the end; the model holds them only when their all-reduces are combined "
                        "(builder._read_at_fusion_root), not under this plan's replicated / sliced gradients "
@@ -159,7 +175,12 @@ CAUSES = {
                         "the backward's start) holds the residual output and relu mask (20 KB) and both backward "
                         "conv operands (32 KB) that XLA computes later (positions 30-31 of 52); and the gathered "
                         "kernels' relayout copies kept from the forward to the backward conv (transpose_copy_fusion.3 "
-                        "/ .4, 9,216 + 2,304 B), the gathered mid kernel held to the update (all-gather.2, 13-46 of 47)",
+                        "/ .4, 9,216 + 2,304 B), the gathered mid kernel held to the update (all-gather.2, 13-46 of 47). "
+                        "Session 15, tried again (the plain outputs' intervals from step 0, not merged): program order "
+                        "fsdp 0.810 -> 0.913, ilp-memory 0.738 -> 0.829, megatron 0.997 -> 1.022, no row out; XLA's "
+                        "order: convae replicated / dp / megatron / ilp-time / -1.05 / policy 1.091 / 0.964 / 1.100 / "
+                        "1.015 / 0.964 / 1.015 -> 1.134 / 1.142 / 1.129 / 1.101 / 1.142 / 1.101 (outside 21 -> 17 of 24): "
+                        "there the model holds six 32 KiB conv layout copies at its peak where XLA holds four",
     ("convae", "ilp-memory"): "under: as convae fsdp (the replicated plain outputs XLA counts over the whole "
                               "program: 0.769 -> 0.895 if charged so) and conv layout copies without metadata "
                               "(27.9 KB at XLA's peak)",

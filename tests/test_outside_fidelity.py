@@ -8,8 +8,10 @@ fsdp 0.86, ilp-time 0.73; convae (see the results file). Before this session's m
 (results/fidelity_outside_before.json) 0 of 24 rows were within 10%: rnn dp 0.41, fsdp 0.18
 (the combined all-reduce of the unrolled loop's gradient contributions, and buffers read by a
 fused add chain living to its root, are now modelled: costmodel.builder), moe 0.57-0.77 (its
-third argument, Adam's v, is now aliased and donated). Not modelled: XLA CPU's layout copies of
-the batched experts' einsum operands (moe ilp-time) and temp fragmentation. convae replicated was
+third argument, Adam's v, is now aliased and donated). moe ilp-time was 0.853 until session 15, not
+from temp fragmentation (XLA's buffers at its peak sum to its figure) but from the SiLU chain's gate dot
+held to the backward and the batched experts' layout copies made together (tests/test_glu_memory.py;
+0.998 since). convae replicated was
 0.72 before XLA CPU's layout copies of conv operands were charged (costmodel.copy_lists
 layout_copy_lists), 1.08 after. Four cases, to keep the suite's time: a change that makes the
 model worse on these kinds fails.
