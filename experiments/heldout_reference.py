@@ -106,8 +106,10 @@ def lookup(entries: dict, name: str, p) -> dict | None:
 @contextlib.contextmanager
 def _locked(path: str):
     import fcntl
+    import tempfile
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as lk:
+    lock = os.path.join(tempfile.gettempdir(), "heldout_reference-" + hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12] + ".lock")
+    with open(lock, "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:
             yield
