@@ -183,6 +183,7 @@ def main(argv=None):
     ap.add_argument("--caps", default="none,0.5")
     ap.add_argument("--only", default="", help="only problems whose name contains this text")
     ap.add_argument("--capped-only", action="store_true", help="skip problems whose cap cannot bind")
+    ap.add_argument("--skip-proven", action="store_true", help="skip problems whose cached cost meets its bound")
     ap.add_argument("--path", default=DEFAULT_PATH)
     args = ap.parse_args(argv)
 
@@ -200,6 +201,8 @@ def main(argv=None):
             continue
         entries = load(args.path)
         old = lookup(entries, name, p)
+        if args.skip_proven and old is not None and old.get("cost") is not None and old.get("proven"):
+            continue
         t = time.perf_counter()
         if not binds:
             plan, si = solve_ilp(p, objective="time", time_limit_s=args.ilp_seconds)
