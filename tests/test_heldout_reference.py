@@ -52,3 +52,22 @@ def test_record_keeps_least_cost_and_greatest_bound(tmp_path):
     assert r["ref_source"] == "cache" and r["ref_cost"] == min(costs) and r["lower_bound"] == lo
     r = reference_for(load(path), "x", p, min(costs), 0.1 * lo)   # ties go to the ILP
     assert r["ref_source"] == "ilp"
+
+
+def test_guarded_ilp_stopped_answers_the_cheapest_fitting_seed(monkeypatch):
+    """eval_policy's 60-s ILP under the watchdog: when HiGHS overruns, the row's plan is the cheapest
+    seed that fits, with status "killed" and no bound (not a hang, not a crash)."""
+    import solvers.ilp.guard as guard
+    from experiments.eval_policy import guarded_ilp
+    p = _problem()
+    seeds = [s for s in (least_usage_plan(p), greedy_by_cost(p)) if evaluate(p, s).feasible]
+    plan, info = guarded_ilp(p, 5.0, seeds)          # the real solve: an answer that fits
+    assert evaluate(p, plan).feasible and info.status in ("optimal", "time_limit")
+
+    def overrun(*a, **k):
+        raise guard.SolveOverrun("stopped", [])
+    monkeypatch.setattr(guard, "solve_ilp_guarded", overrun)
+    plan, info = guarded_ilp(p, 5.0, seeds + [[0] * p.num_nodes])
+    fits = [evaluate(p, s).total for s in seeds + [[0] * p.num_nodes] if evaluate(p, s).feasible]
+    assert info.status == "killed" and info.bound is None
+    assert evaluate(p, plan).total == min(fits)
