@@ -23,7 +23,16 @@ The summary is printed over all problems and over those whose memory cap binds (
 uncapped plan is over it; ``cap_binds`` in each row).
 Plus feasibility of every plan, planning wall time vs ILP wall time, and the planning time of a
 2,000-node random problem (first call and warm; the planner compiles nothing, so they should agree).
-Writes results/eval_policy.json and results/eval_policy.png.
+
+The 60-s ILP is a weak reference where the cap binds (its incumbent was 7-30x worse than the default
+planner's plan in eval_policy_s14b), so each row also has ``ref_cost`` = min(this run's ILP cost, the
+cached best-known cost of ``experiments.heldout_reference``, matched by problem fingerprint), with
+``ref_source`` "ilp" or "cache", and ``lower_bound`` = max(this ILP's dual bound, the cached proven
+bound). Every method key ``k`` then has ``k_vs_ref`` (cost / ref_cost) and ``k_vs_lb`` (cost /
+lower_bound: an upper bound on how far from optimal it can be); ``k`` itself stays cost / this ILP's
+cost. The run's ILP plan and bound and the default planner's plan are merged into the cache
+afterwards (``--no-record``: not).
+Writes results/eval_policy.json and results/eval_policy.png (``--out-name``: results/NAME.*).
 """
 from __future__ import annotations
 
@@ -94,6 +103,8 @@ def main(argv=None):
     ap.add_argument("--no-copies", action="store_true",
                     help="--split fg: drop the problems' edge memory (resharded copies), the model the BP family "
                          "prices; writes results/eval_fgnn_nocopies.json")
+    ap.add_argument("--no-record", action="store_true",
+                    help="do not merge this run's ILP and default plans into results/heldout_reference.json")
     ap.add_argument("--out-name", default="", help="results/NAME.json and .png instead of eval_policy (eval_fgnn with --split fg)")
     args = ap.parse_args(argv)
     if args.split == "fg":
@@ -104,8 +115,10 @@ def main(argv=None):
     from costmodel.problem import evaluate
     from env.workloads import Workload, heldout_workloads, random_problem
     from experiments.common import print_table, write_results
+    from experiments.heldout_reference import load as load_reference
+    from experiments.heldout_reference import problem_name, reference_for
+    from experiments.heldout_reference import record as record_ref
     from solvers.bp import bp_plan
-    from solvers.ilp import solve_ilp
     from solvers.local import REFINE_TIME_LIMIT_S, fitting_least_usage_plan, greedy_by_cost, least_usage_plan
 
     caps = [None if c.strip() == "none" else float(c) for c in args.caps.split(",")]
@@ -115,10 +128,11 @@ def main(argv=None):
     if args.limit:
         workloads = workloads[:args.limit]
     base = Planner.load(args.checkpoint)
+    reference = load_reference()
     rows = []
     for w in workloads:
         p = w.build()
-        name = w.name + ("" if w.memory_cap_fraction is None else f" cap{w.memory_cap_fraction:g}")
+        name = problem_name(w)
         row = {"problem": name, "nodes": p.num_nodes}
         t = time.perf_counter()
         try:
@@ -126,15 +140,20 @@ def main(argv=None):
             # that plan repaired with its copies priced (without it the 60-s ILP found no plan for
             # meshgraphnet tiny cap 0.5 at load 3-9 in eval_policy_s13b), never with a policy's
             fit = fitting_least_usage_plan(p, time_limit_s=2.0) if p.usage_limit is not None else None
-            ilp, si = solve_ilp(p, objective="time", time_limit_s=args.ilp_seconds,
-                                initial_plans=[least_usage_plan(p)] + ([] if fit is None else [list(fit)]))
+            ilp, si = guarded_ilp(p, args.ilp_seconds, [least_usage_plan(p)] + ([] if fit is None else [list(fit)]))
         except (ValueError, RuntimeError) as exc:
             print(f"{name}: ILP failed ({exc}); skipped", flush=True)
+            continue
+        if ilp is None:
+            print(f"{name}: the ILP was stopped and no seed fits; skipped", flush=True)
             continue
         row["ilp_s"] = time.perf_counter() - t
         row["ilp_status"] = si.status
         opt = evaluate(p, ilp).total
         row["ilp_cost"] = opt
+        row.update(reference_for(reference, name, p, opt, getattr(si, "bound", None)))
+        ref, lb = row["ref_cost"], row["lower_bound"]
+        plans = {}
 
         def record(key, plan, seconds=None):
             if plan is None:
@@ -142,7 +161,11 @@ def main(argv=None):
                 row[key + "_feasible"] = False
                 return
             c = evaluate(p, plan)
+            plans[key] = plan
             row[key] = c.total / opt if opt > 0 else float("nan")
+            row[key + "_vs_ref"] = c.total / ref if ref > 0 else float("nan")
+            if lb is not None and lb > 0:
+                row[key + "_vs_lb"] = c.total / lb
             row[key + "_feasible"] = bool(c.feasible)
             if seconds is not None:
                 row[key + "_s"] = seconds
@@ -159,8 +182,9 @@ def main(argv=None):
             record("policy_best16" + sfx, planner.plan(p, mode="greedy", samples=args.samples, polish=pol, seed=args.seed),
                    time.perf_counter() - t)
         if args.skip_policy:
-            free = solve_ilp(p.with_usage_limit(None), objective="time", time_limit_s=args.ilp_seconds)[0]
-            row["cap_binds"] = p.usage_limit is not None and not evaluate(p, free).feasible
+            free = guarded_ilp(p.with_usage_limit(None), args.ilp_seconds, [])[0]
+            # (no uncapped plan in time: counted as binding)
+            row["cap_binds"] = p.usage_limit is not None and (free is None or not evaluate(p, free).feasible)
         else:
             t = time.perf_counter()
             record("policy_greedy_norefine", planner.plan(p, mode="greedy", refine_time_limit_s=0.0, seed=args.seed),
@@ -186,6 +210,12 @@ def main(argv=None):
             bp = bp_plan(p, rounds=60, memory_prices=prices)
             record(key + "_raw", bp, time.perf_counter() - t)
             record(key, finish(p, bp, True, refine_s))
+        if not args.no_record:   # for later runs: what this one found (never lowers the cache's figures)
+            record_ref(name, p, ilp, getattr(si, "bound", None), f"eval_policy ILP {args.ilp_seconds:g}s",
+                       note={"status": si.status, "wall_s": row["ilp_s"]})
+            if plans.get("default") is not None:
+                record_ref(name, p, plans["default"], None, "eval_policy default",
+                           note={"wall_s": row.get("default_s")})
         rows.append(row)
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
@@ -208,15 +238,16 @@ def main(argv=None):
     def summarise(subset):
         out = {}
         for m in methods:
-            for sfx in ("_raw", ""):
+            for sfx in ("_raw", "", "_raw_vs_ref", "_vs_ref", "_raw_vs_lb", "_vs_lb"):
                 k = m + sfx
+                feas = k.replace("_vs_ref", "").replace("_vs_lb", "")
                 vals = [r[k] for r in subset if k in r]
                 proven = [r[k] for r in subset if k in r and r["ilp_status"] == "optimal"]
                 if vals:
                     out[k] = {"median": float(np.nanmedian(vals)), "mean": float(np.nanmean(vals)),
                               "max": float(np.nanmax(vals)),
                               "median_proven": float(np.nanmedian(proven)) if proven else float("nan"),
-                              "all_feasible": all(r.get(k + "_feasible", False) for r in subset if k in r)}
+                              "all_feasible": all(r.get(feas + "_feasible", False) for r in subset if k in r)}
         return out
 
     summary = summarise(rows)
@@ -228,6 +259,11 @@ def main(argv=None):
                        "policy_best16", "policy_finetuned", "random", "greedy_cost", "bp_raw", "bp_lagrangian_raw",
                        "bp_lagrangian", "policy_greedy_s"],
                 title="cost / ILP cost on the held-out split (lower is better; 1 = ILP)")
+    print_table(rows, ["problem", "ilp_status", "ref_source", "default_raw_vs_ref", "default_vs_ref", "default_vs_lb",
+                       "greedy_cost_vs_ref", "bp_lagrangian_vs_ref"],
+                title="cost / best reference (min of this ILP and the cached best-known) and / the best lower bound")
+    table = [t for t in table if t["method"].endswith(("_vs_ref", "_vs_lb"))] + \
+        [t for t in table if not t["method"].endswith(("_vs_ref", "_vs_lb"))]
     print_table(table, ["method", "median", "median_proven", "mean", "max", "all_feasible"],
                 title="summary over held-out problems (median_proven: where the ILP proved its optimum)")
     if capped_rows:
@@ -237,15 +273,35 @@ def main(argv=None):
     if big_row is not None:
         print(f"{big_row['nodes']}-node problem: first call {big_row['plan_s_first_call']:.2f}s, "
               f"warm {big_row['plan_s_warm']:.2f}s")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if args.skip_policy:     # a partial run: its own file, the full evaluation's is left alone
         write_results(args.out_name or "eval_policy_baselines", {"rows": rows, "summary": summary, "summary_capped": summary_capped},
                       config=vars(args), seed=args.seed)
+        plot(rows, methods, os.path.join(root, "results", (args.out_name or "eval_policy_baselines") + ".png"), None)
         return
     write_results(args.out_name or "eval_policy", {"rows": rows, "summary": summary, "summary_capped": summary_capped,
                                   "big_problem": big_row,
                                   "planner": base.describe()}, config=vars(args), seed=args.seed)
-    plot(rows, methods, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-                                     (args.out_name or "eval_policy") + ".png"), big_row)
+    plot(rows, methods, os.path.join(root, "results", (args.out_name or "eval_policy") + ".png"), big_row)
+
+
+def guarded_ilp(p, seconds: float, seeds):
+    """``solve_ilp`` (time objective, ``seeds`` as initial plans) under the watchdog
+    (``solvers.ilp.guard.solve_ilp_guarded``: killed 2 s + 5 % past its limit). HiGHS's presolve can
+    ignore the limit: the first s15 run sat 16 min in ``strengthenInequalities`` on fno tiny @
+    a100-hetero-2x4 cap 0.5. Stopped, the answer is the cheapest fitting seed with status "killed"
+    and no bound (the row's reference then comes from the cache); (None, info) when none fits."""
+    from types import SimpleNamespace
+
+    from costmodel.problem import evaluate
+    from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
+    try:
+        return solve_ilp_guarded(p, objective="time", time_limit_s=seconds, initial_plans=seeds)
+    except SolveOverrun as exc:
+        print(f"{p.name}: {exc}", flush=True)
+        fits = [list(s) for s in list(exc.incumbents) + list(seeds) if evaluate(p, s).feasible]
+        best = min(fits, key=lambda s: evaluate(p, s).total) if fits else None
+        return best, SimpleNamespace(status="killed", bound=None)
 
 
 def _default_plan(p, search: bool):
@@ -259,17 +315,17 @@ def _default_plan(p, search: bool):
         return None
 
 
-def bars(ax, rows, present, label_of, title, fontsize: int = 8, ncol: int = 1):
-    """Grouped bars of cost / ILP cost per problem (log scale), one bar per method in ``present``."""
+def bars(ax, rows, present, label_of, title, fontsize: int = 8, ncol: int = 1, ref: str = "ILP"):
+    """Grouped bars of cost / ``ref`` cost per problem (log scale), one bar per key in ``present``."""
     x = np.arange(len(rows))
     w = 0.8 / max(len(present), 1)
     for j, m in enumerate(present):
         ax.bar(x + j * w - 0.4 + w / 2, [r.get(m, np.nan) for r in rows], w, label=label_of(m))
-    ax.axhline(1.0, color="k", ls="--", lw=1, label="ILP")
+    ax.axhline(1.0, color="k", ls="--", lw=1, label=ref)
     ax.set_yscale("log")
     ax.set_xticks(x)
     ax.set_xticklabels([r["problem"] for r in rows], rotation=35, ha="right", fontsize=fontsize)
-    ax.set_ylabel("plan cost / ILP cost (log scale)")
+    ax.set_ylabel(f"plan cost / {ref} cost (log scale)")
     ax.set_title(title)
     ax.legend(fontsize=fontsize, ncol=ncol)
 
@@ -279,14 +335,18 @@ def plot(rows, methods, path, big_row):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
-    present = ["policy_greedy_raw"] + [m for m in methods if any(m in r for r in rows)]
-    bars(ax, rows, present, lambda m: "policy greedy, raw decode" if m.endswith("_raw")
-         else m.replace("_", " ") + " (+ post-processing)", "Held-out problems: policy vs baselines")
+    keys = ["default_raw"] + [m for m in methods if any(m in r for r in rows)]
+    present = [k + "_vs_ref" for k in keys if any(k + "_vs_ref" in r for r in rows)]
+    bars(ax, rows, present, lambda m: m[:-len("_vs_ref")].replace("_raw", ", raw decode").replace("_", " ")
+         + ("" if "_raw" in m else " (+ post-processing)"),
+         "Held-out problems vs the best reference (min of this ILP and the cached best-known)", ref="best-known")
     ilp_s = [r["ilp_s"] for r in rows]
-    pol_s = [r.get("policy_greedy_s", np.nan) for r in rows]
-    ax2.scatter(ilp_s, pol_s, label="held-out problems (the planner's default)")
-    ax2.scatter([np.nan], [big_row["plan_s_warm"]])
-    ax2.axhline(big_row["plan_s_warm"], color="C1", ls=":", label=f"{big_row['nodes']}-node plan (warm)")
+    timed = "policy_greedy_s" if any("policy_greedy_s" in r for r in rows) else "default_s"
+    pol_s = [r.get(timed, np.nan) for r in rows]
+    ax2.scatter(ilp_s, pol_s, label=f"held-out problems ({timed[:-2].replace('_', ' ')})")
+    if big_row is not None:
+        ax2.scatter([np.nan], [big_row["plan_s_warm"]])
+        ax2.axhline(big_row["plan_s_warm"], color="C1", ls=":", label=f"{big_row['nodes']}-node plan (warm)")
     lo = min([v for v in ilp_s + pol_s if v > 0] + [0.01])
     ax2.plot([lo, max(ilp_s + [1])], [lo, max(ilp_s + [1])], "k--", lw=1, label="equal time")
     ax2.set_xscale("log")
