@@ -17,6 +17,7 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -28,7 +29,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed
-from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
+from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -38,9 +39,13 @@ TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_im
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
-#: time limit on: the planner has no time limit of its own (2-19 s on the zoo tiny models under
-#: load 2-12, bench_capped s6), and its time counts against the core's
+#: time limit on. The planner has no time limit of its own (17 s on gpt tiny h100-2x8 at load 1-2,
+#: 20-55 s at load 7-11), so it runs in a forked child beside the core (``solve_guarded``'s ``late``),
+#: killed at the limit: before, it ran first and the core got what it left (5-40 s of 60, session 14)
 POLICY_SEED_MIN_S = 30.0
+#: False: the policy seed runs first, inline, and the core gets the time it leaves (session 14's way;
+#: experiments/bench_capped.py ``--compare policy_beside=0``)
+POLICY_SEED_BESIDE = True
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -127,33 +132,33 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is the first seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny
-    lost to the policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled
-    on copies that a move makes live). Only on graphs the
+    is a seed computed in a forked child beside the core (``policy_seed.prime()``, if any, runs here
+    first): a candidate answer when it arrives in time, and handed to the core, whose later phases
+    (the Lagrangian's target and representatives, the union, the MILP, LNS) start from it when it is
+    the best (so the answer is never worse than ``method="policy"``'s when the planner finishes
+    within the limit; without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where
+    the repair of every other start stalled on copies that a move makes live). A planner still
+    running at the limit is killed and its plan lost. Without fork it runs first, inline. Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
-    path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
+    path. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
+    late = None
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
-        t = time.perf_counter()
-        try:
-            pol = policy_seed(problem)
-            pol = list(getattr(pol, "strategies", pol))     # a Plan or a list: unwrapped once, here
-        except ValueError as exc:          # the planner found no plan that fits: the core's own starts
-            pol = None
-            if progress:
-                progress(f"policy seed: none ({exc})")
-        if pol is not None:
-            seeds.insert(0, pol)
-            if progress:
-                progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
+        if hasattr(os, "fork") and POLICY_SEED_BESIDE:      # beside the core, not before it (the module docstring)
+            getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
+            late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
+        else:
+            pol = _policy_plan_or_none(policy_seed, problem, progress)
+            seeds[:0] = [] if pol is None else [pol]
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress)
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress,
+                      late=late)
     if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit), guarded: an
         # unguarded 0.5 s fallback ran 19 s (vit tiny cpu-2x4 at cap 731,651 B, load 8.7: 79.8 s of 60)
         rest = time_limit_s - (time.perf_counter() - t0)
@@ -169,6 +174,32 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
                  "objective_name": "time"})
     return r.plan, info
+
+
+def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):
+    """``policy_seed(problem)`` as a list of ints, or None when the planner finds no plan that fits (ValueError)."""
+    t = time.perf_counter()
+    try:
+        pol = policy_seed(problem)
+    except ValueError as exc:          # the planner found no plan that fits: the core's own starts
+        if progress:
+            progress(f"policy seed: none ({exc})")
+        return None
+    pol = [int(x) for x in getattr(pol, "strategies", pol)]     # a Plan or a list: unwrapped once, here
+    if progress:
+        progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
+    return pol
+
+
+def _send_policy_plan(send, policy_seed, problem: Problem) -> None:
+    """The policy seed's child (``solvers.ilp.guard.start_child``): ("plan", plan, seconds) or ("none", why)."""
+    t = time.perf_counter()
+    try:
+        pol = policy_seed(problem)
+    except ValueError as exc:
+        send.send(("none", str(exc)[:200]))
+        return
+    send.send(("plan", [int(x) for x in getattr(pol, "strategies", pol)], time.perf_counter() - t))
 
 
 def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
