@@ -40,12 +40,19 @@ TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_im
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
 #: time limit on. The planner has no time limit of its own (17 s on gpt tiny h100-2x8 at load 1-2,
-#: 20-55 s at load 7-11), so it runs in a forked child beside the core (``solve_guarded``'s ``late``),
-#: killed at the limit: before, it ran first and the core got what it left (5-40 s of 60, session 14)
+#: 20-55 s at load 7-11; session 14: the core got 5-40 s of 60 after it)
 POLICY_SEED_MIN_S = 30.0
-#: False: the policy seed runs first, inline, and the core gets the time it leaves (session 14's way;
-#: experiments/bench_capped.py ``--compare policy_beside=0``)
+#: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core
+#: is idle (cores - 1-min load >= 1); on a busy machine it runs first, inline. Beside the core on 2
+#: cores at load 2.6-7.3 (results/bench_capped_s15b_ab_h100.json, gpt / unet tiny h100-2x8 at 25/50/75 %)
+#: the planner took 23-57 s instead of 16-19 s, BP and the search ~1.5x longer, and the Lagrangian,
+#: started without the planner's plan, got 3-5 rounds on gpt instead of 3-14: gpt plans 1.015e-3 /
+#: 2.450e-4 / 1.711e-4 against 6.898e-4 / 2.455e-4 / 1.388e-4 inline (gap at 50 %: 29.5 against 7.4 %);
+#: unet mixed (plans 0 / -1.0 / +5.3 %, gaps lower beside). False: always inline.
 POLICY_SEED_BESIDE = True
+#: inline, with copy groups: the core skips its own BP and BP's improvement (the planner's decode is
+#: ``bp_solve`` with memory prices, then ``improve``: the same work; BP's bound ignores the copies)
+POLICY_SKIPS_BP = True
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -132,32 +139,34 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is a seed computed in a forked child beside the core (``policy_seed.prime()``, if any, runs here
-    first): a candidate answer when it arrives in time, and handed to the core, whose later phases
-    (the Lagrangian's target and representatives, the union, the MILP, LNS) start from it when it is
-    the best (so the answer is never worse than ``method="policy"``'s when the planner finishes
-    within the limit; without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where
-    the repair of every other start stalled on copies that a move makes live). A planner still
-    running at the limit is killed and its plan lost. Without fork it runs first, inline. Only on graphs the
+    is a seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny lost to the
+    policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled on copies
+    that a move makes live): with an idle core (``_beside``) computed in a forked child beside the core
+    (``policy_seed.prime()``, if any, runs here first), a candidate answer when it arrives in time and
+    handed to the core, whose later phases (the Lagrangian's target and representatives, the union,
+    the MILP, LNS) start from it when it is the best; a planner still running at the limit is killed
+    and its plan lost. Otherwise it runs first, inline (``POLICY_SKIPS_BP``). Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
     path. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
-    late = None
+    late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
-        if hasattr(os, "fork") and POLICY_SEED_BESIDE:      # beside the core, not before it (the module docstring)
+        if _beside():      # a core is idle: beside the core, not before it
             getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
             late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
         else:
             pol = _policy_plan_or_none(policy_seed, problem, progress)
             seeds[:0] = [] if pol is None else [pol]
+            if pol is not None and POLICY_SKIPS_BP and problem.edge_memory is not None:
+                config = replace(TRACED, bp_share=0.0, bp_improve_s=0.0)
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress,
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=config, progress=progress,
                       late=late)
     if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit), guarded: an
         # unguarded 0.5 s fallback ran 19 s (vit tiny cpu-2x4 at cap 731,651 B, load 8.7: 79.8 s of 60)
@@ -174,6 +183,11 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
                  "objective_name": "time"})
     return r.plan, info
+
+
+def _beside() -> bool:
+    """Run the policy seed beside the core (``POLICY_SEED_BESIDE``): with fork and an idle core."""
+    return POLICY_SEED_BESIDE and hasattr(os, "fork") and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
 
 
 def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):

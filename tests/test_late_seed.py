@@ -70,6 +70,7 @@ def test_policy_seed_runs_beside_the_core_and_bounds_the_answer(monkeypatch, tmp
     p, best, cost, worst = _case()
     _weak_core(monkeypatch, worst, tmp_path)
     monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    monkeypatch.setattr(dispatch, "_beside", lambda: True)      # as with an idle core
     primed = []
 
     def policy(q):
@@ -86,3 +87,29 @@ def test_policy_seed_runs_beside_the_core_and_bounds_the_answer(monkeypatch, tmp
         raise ValueError("nothing fits")
     plan, info = dispatch.solve_capped_time(p, 4.0, time.perf_counter(), policy_seed=no_plan)
     assert evaluate(p, plan).feasible
+
+
+def test_busy_machine_runs_the_policy_first_and_skips_the_cores_bp_with_copies(monkeypatch, tmp_path):
+    """No idle core: the planner runs inline before the core (its plan a seed); with copy groups the
+    core then skips its own BP (the planner's decode is BP), without them it keeps it."""
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(905)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    monkeypatch.setattr(dispatch, "_beside", lambda: False)
+
+    def bp(*a, **k):
+        (tmp_path / "bp_ran").write_text("1")
+        return SimpleNamespace(plan=None, lower_bound=-np.inf, rounds=0)
+    monkeypatch.setattr(capped, "bp_solve", bp)
+    for copies in (False, True):
+        p = random_problem(rng, 7, kmax=3, edge_p=0.5, limit_q=None)
+        if copies:
+            p = _with_random_copies(rng, p)
+        plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+        p = p.with_usage_limit(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[4])
+        best, bc = brute_force(p, "time")
+        (tmp_path / "bp_ran").unlink(missing_ok=True)
+        calls = []
+        plan, info = dispatch.solve_capped_time(p, 6.0, time.perf_counter(), policy_seed=lambda q: calls.append(1) or best)
+        assert calls == [1] and evaluate(p, plan).feasible and evaluate(p, plan).total <= bc.total * (1 + 1e-9)
+        assert (tmp_path / "bp_ran").exists() != copies
