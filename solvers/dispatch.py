@@ -29,7 +29,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed
-from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child
+from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -53,6 +53,11 @@ POLICY_SEED_BESIDE = True
 #: inline, with copy groups: the core skips its own BP and BP's improvement (the planner's decode is
 #: ``bp_solve`` with memory prices, then ``improve``: the same work; BP's bound ignores the copies)
 POLICY_SKIPS_BP = True
+#: on a busy machine the core waits for the policy seed at most this share of ``time_limit_s``; a
+#: planner still running then goes on beside the core (its plan a late seed): the seed's share of the
+#: budget is bounded (session 14 at load 7-11: 20-55 s of 60), and where it finishes in time (16-19 s
+#: at load 4-7, bench_capped s15b) nothing changes
+POLICY_SEED_SHARE = 0.4
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -141,25 +146,32 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
     is a seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny lost to the
     policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled on copies
-    that a move makes live): with an idle core (``_beside``) computed in a forked child beside the core
-    (``policy_seed.prime()``, if any, runs here first), a candidate answer when it arrives in time and
-    handed to the core, whose later phases (the Lagrangian's target and representatives, the union,
-    the MILP, LNS) start from it when it is the best; a planner still running at the limit is killed
-    and its plan lost. Otherwise it runs first, inline (``POLICY_SKIPS_BP``). Only on graphs the
+    that a move makes live), computed in a forked child (``policy_seed.prime()``, if any, runs here
+    first). On a busy machine the core waits for it up to ``POLICY_SEED_SHARE`` of the limit (then it
+    is an ordinary seed, ``POLICY_SKIPS_BP``); with an idle core (``_beside``), or when it is not done
+    by then, it runs beside the core: a candidate answer when it arrives in time, and handed to the
+    core, whose later phases (the Lagrangian's target and representatives, the union, the MILP, LNS)
+    start from it when it is the best; a planner still running at the limit is killed and its plan
+    lost. Without fork it runs first, inline, unbounded. Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
     path. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
-        if _beside():      # a core is idle: beside the core, not before it
+        if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
             getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
             late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
+            pol = None
+            if not _beside():
+                pol, running = _await_seed(late, POLICY_SEED_SHARE * time_limit_s - (time.perf_counter() - t0),
+                                           problem, progress)
+                late = late if running else None
         else:
             pol = _policy_plan_or_none(policy_seed, problem, progress)
-            seeds[:0] = [] if pol is None else [pol]
-            if pol is not None and POLICY_SKIPS_BP and problem.edge_memory is not None:
-                config = replace(TRACED, bp_share=0.0, bp_improve_s=0.0)
+        seeds[:0] = [] if pol is None else [pol]
+        if pol is not None and POLICY_SKIPS_BP and problem.edge_memory is not None:
+            config = replace(TRACED, bp_share=0.0, bp_improve_s=0.0)
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
@@ -188,6 +200,23 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
 def _beside() -> bool:
     """Run the policy seed beside the core (``POLICY_SEED_BESIDE``): with fork and an idle core."""
     return POLICY_SEED_BESIDE and hasattr(os, "fork") and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
+
+
+def _await_seed(late, wait_s: float, problem: Problem, progress=None):
+    """(plan or None, still running) of the policy seed's child (``_send_policy_plan``), waiting at
+    most ``wait_s``; a finished child is reaped, one still running is left to the caller."""
+    t = time.perf_counter()
+    try:
+        msg = late[1].recv() if late[1].poll(max(wait_s, 0.0)) else None
+    except EOFError:           # the child died without a plan
+        msg = ("none", "the planner's process ended without a plan")
+    if msg is not None:
+        stop_child(late[0])
+    if progress:
+        progress(f"policy seed: still running after {time.perf_counter() - t:.1f}s: beside the core" if msg is None
+                 else f"policy seed: {evaluate(problem, msg[1]).total:.10g} ({msg[2]:.1f}s)" if msg[0] == "plan"
+                 else f"policy seed: none ({msg[1]})")
+    return (msg[1] if msg is not None and msg[0] == "plan" else None), msg is None
 
 
 def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):

@@ -109,7 +109,26 @@ def test_busy_machine_runs_the_policy_first_and_skips_the_cores_bp_with_copies(m
         p = p.with_usage_limit(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[4])
         best, bc = brute_force(p, "time")
         (tmp_path / "bp_ran").unlink(missing_ok=True)
-        calls = []
-        plan, info = dispatch.solve_capped_time(p, 6.0, time.perf_counter(), policy_seed=lambda q: calls.append(1) or best)
-        assert calls == [1] and evaluate(p, plan).feasible and evaluate(p, plan).total <= bc.total * (1 + 1e-9)
+        log = []
+        plan, info = dispatch.solve_capped_time(p, 6.0, time.perf_counter(), policy_seed=lambda q: best, progress=log.append)
+        assert any(m.startswith("policy seed: ") and "beside" not in m for m in log), log   # waited for, inline
+        assert evaluate(p, plan).feasible and evaluate(p, plan).total <= bc.total * (1 + 1e-9)
         assert (tmp_path / "bp_ran").exists() != copies
+
+
+def test_busy_machine_waits_for_the_policy_seed_only_its_share(monkeypatch, tmp_path):
+    """On a busy machine the core waits for the planner at most ``POLICY_SEED_SHARE`` of the limit;
+    a planner still running then finishes beside the core, and its plan is still the answer."""
+    p, best, cost, worst = _case()
+    _weak_core(monkeypatch, worst, tmp_path)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    monkeypatch.setattr(dispatch, "_beside", lambda: False)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_SHARE", 0.25)    # 2 s of 8
+    log = []
+    t = time.perf_counter()
+    plan, info = dispatch.solve_capped_time(p, 8.0, t, policy_seed=lambda q: time.sleep(4.0) or best,
+                                            progress=lambda m: log.append((time.perf_counter() - t, m)))
+    assert time.perf_counter() - t < 8.5
+    waited = [at for at, m in log if "still running" in m]
+    assert waited and 1.5 < waited[0] < 3.5, log           # the core started at the share, not after the planner
+    assert evaluate(p, plan).total == pytest.approx(cost) and evaluate(p, plan).feasible
