@@ -39,7 +39,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %), then the capped MILP on
    the union of its plans' strategies and the best plan's (``union_plan``, ``union_share`` of the time left).
 
-The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
+The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed (also one
+that arrives while it runs: ``inbox``, ``solve_guarded``'s ``late``), BP,
 toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it
 fits. ``bound`` = the largest of BP's, toulbar2's, the Lagrangian's and HiGHS's (−inf when none
 applies); BP's and toulbar2's price memory by node usages alone, a relaxation of the copy-priced
