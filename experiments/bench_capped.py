@@ -29,7 +29,8 @@ solving for them: the same caps in bytes as X's cells, and no setup solves; prob
 ``--compare FIELD=VALUE,...`` runs every cell twice in one run, interleaved (which goes first
 alternates): "before" with the capped core's configuration (``solvers.dispatch.TRACED``) overridden
 by those fields, "after" as it is, so that a change is measured under the same load; rows carry
-``variant``, and the policy runs once per cell.
+``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0`` and ``policy_seed_share=X``
+(``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` / ``POLICY_SEED_SHARE``.
 
     nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
@@ -126,6 +127,9 @@ def _step(spec: str):
     return zoo.build(kind, name, abstract=True)
 
 
+#: ``--compare`` names that set a ``solvers.dispatch`` setting rather than a CappedConfig field: (name, default)
+_DISPATCH = {"policy_beside": ("POLICY_SEED_BESIDE", True), "policy_skips_bp": ("POLICY_SKIPS_BP", True),
+             "policy_seed_share": ("POLICY_SEED_SHARE", 0.4)}
 #: the default grid (``--full``: every zoo tiny model and outside step on FULL_CLUSTERS)
 SUBSET = ("gpt:tiny,vit:tiny,unet:tiny,meshgraphnet:tiny,outside:moe,autoencoder", "cpu-2x4,h100-2x8")
 FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"
@@ -140,14 +144,14 @@ def _full_problems() -> str:
 def _overrides(text: str | None) -> dict:
     """``--compare``'s "field=value,..." as CappedConfig field values (the field's own type)."""
     from solvers.capped import CappedConfig
-    fields = CappedConfig.__dataclass_fields__
+    fields = {**CappedConfig.__dataclass_fields__, **_DISPATCH}
     out = {}
     for item in filter(None, (text or "").split(",")):
         k, _, v = item.partition("=")
         if k not in fields or not v:
             raise SystemExit(f"--compare: {item!r} is not FIELD=VALUE with a CappedConfig field "
                              f"({', '.join(fields)})")
-        kind = type(getattr(CappedConfig(), k))
+        kind = type(_DISPATCH[k][1]) if k in _DISPATCH else type(getattr(CappedConfig(), k))
         out[k] = bool(int(v)) if kind is bool else kind(v)
     return out
 
@@ -270,12 +274,17 @@ class _traced_config:
         from dataclasses import replace
 
         import solvers.dispatch as dispatch
-        self.saved = dispatch.TRACED
-        dispatch.TRACED = replace(dispatch.TRACED, **self.overrides)
+        self.saved = dispatch.TRACED, {n: getattr(dispatch, n) for n, _ in _DISPATCH.values()}
+        dispatch.TRACED = replace(dispatch.TRACED, **{k: v for k, v in self.overrides.items() if k not in _DISPATCH})
+        for k, v in self.overrides.items():
+            if k in _DISPATCH:
+                setattr(dispatch, _DISPATCH[k][0], v)
 
     def __exit__(self, *exc):
         import solvers.dispatch as dispatch
-        dispatch.TRACED = self.saved
+        dispatch.TRACED = self.saved[0]
+        for n, v in self.saved[1].items():
+            setattr(dispatch, n, v)
 
 
 def _ilp_cell(sg, p, cap: float, seconds: float) -> dict:

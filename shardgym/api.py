@@ -133,6 +133,11 @@ def _policy_plan(problem: Problem) -> list[int]:
     return _solve_policy(problem)[0]
 
 
+#: loads the planner (cached; JAX shapes) in the caller's process, before ``solvers.dispatch`` runs
+#: ``_policy_plan`` in a forked child beside the capped core (the child then runs numpy and HiGHS only)
+_policy_plan.prime = lambda: Planner.load(DEFAULT_POLICY)
+
+
 def _check_bounds(problem: Problem, plan: Plan, method: str, max_step_time_s) -> None:
     """UnmetBoundError when a non-ILP plan breaks the cap (the applied problem's usage limit) or
     ``max_step_time_s``: these methods cannot aim at them, so they are checked."""

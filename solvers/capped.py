@@ -9,7 +9,7 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    problems without copy groups. With resharded copies (``Problem.edge_memory``) the lowest-usage
    plan can be over the limit while other plans fit: it is repaired with the copies priced
    (``solvers.local.fitting_least_usage_plan``), the seeds count as anchors too; without any, the
-   memory objective's least-peak search first (``least_peak_share``, ``_least_peak``), then the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
+   memory objective's least-peak search first (``least_peak_share``, ``least_peak``), then the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
    look for one; "infeasible" then means none was found in time, not a proof.
 2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
    with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
@@ -39,7 +39,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    9/18 cells at the s7 caps, 6/18 before; gpt tiny at the 25 % cap 5.4 % -> 1.0 %), then the capped MILP on
    the union of its plans' strategies and the best plan's (``union_plan``, ``union_share`` of the time left).
 
-The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed, BP,
+The answer is the cheapest feasible plan any phase produced, so it is never worse than a seed (also one
+that arrives while it runs: ``inbox``, ``solve_guarded``'s ``late``), BP,
 toulbar2 or the search. Every plan is kept only if ``evaluate`` (which prices the copies) says it
 fits. ``bound`` = the largest of BP's, toulbar2's, the Lagrangian's and HiGHS's (−inf when none
 applies); BP's and toulbar2's price memory by node usages alone, a relaxation of the copy-priced
@@ -53,6 +54,7 @@ is idle, a second search process (another seed) uses it for the whole budget (th
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
@@ -62,9 +64,9 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
+from solvers.capped_phases import capped_milp, least_peak, uncapped_bound
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
-from solvers.ilp import solve_ilp
 from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
@@ -99,7 +101,7 @@ class CappedConfig:
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
-                                         # most half the time left) for the least-peak search (``_least_peak``)
+                                         # most half the time left) for the least-peak search (``least_peak``)
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
 
@@ -128,8 +130,10 @@ def milp_ok(problem: Problem, config: CappedConfig = DEFAULT) -> bool:
 
 def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None, on_plan=None,
                  threads: int | None = None, relax_cap: bool = False, on_bound=None,
-                 config: CappedConfig = DEFAULT) -> CappedResult:
-    """Min time under ``problem.usage_limit`` within ``time_limit_s`` (the module docstring)."""
+                 config: CappedConfig = DEFAULT, inbox=None) -> CappedResult:
+    """Min time under ``problem.usage_limit`` within ``time_limit_s`` (the module docstring).
+    ``inbox() -> plans``: seeds that arrive while it runs (``solve_guarded``'s ``late``), taken
+    between phases and whenever the Lagrangian asks for its target, as source "late seed"."""
     cf = config
     t0 = time.perf_counter()
     budget = float(time_limit_s)
@@ -162,6 +166,12 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
 
     left = (lambda: deadline - time.perf_counter())
 
+    def take() -> bool:
+        """The late seeds so far offered to ``consider`` (True: it is used as ``take() and ...``)."""
+        for plan in (inbox() if inbox is not None else ()):
+            consider(plan, "late seed")
+        return True
+
     # 1. anchor (with copies: the least-usage plan repaired, and the seeds)
     copies = problem.edge_memory is not None
     anchor = fitting_least_usage_plan(problem, time_limit_s=min(cf.anchor_max_s, 0.1 * budget) if copies else None)
@@ -169,21 +179,23 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
     if best[0] is None and copies and cf.least_peak_share > 0 and left() > 4.0:
-        _least_peak(problem, min(cf.least_peak_share * budget, 0.5 * left()), threads, consider, say, seeds)
+        least_peak(problem, min(cf.least_peak_share * budget, 0.5 * left()), threads, consider, say, seeds)
     if best[0] is None and not copies:
         say("no plan fits the usage limit")
         return CappedResult(None, float("inf"), -float("inf"), None, "infeasible", "none",
                             time.perf_counter() - t0)
     # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
     # the MILP look for one)
+    take()
     small = milp_ok(problem, cf)
     free_plan = None                  # the uncapped optimum (the Lagrangian's round at prices 0)
     short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and cf.uncapped_share > 0 and left() > 6.0:
-        ub, proven_free, free_plan = _uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
+        ub, proven_free, free_plan = uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
                                           say, repair_s=min(cf.repair_max_s, 0.05 * budget))
         tighten(ub)
         relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
+    take()
     t_bp = min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left(), cf.bp_copies_max_s if copies else float("inf"))
     if small and t_bp > 0 and left() > (0.2 if short else 2.0):   # contest-size graphs: BP's plans lose to the search's
         r = bp_solve(problem, rounds=60, memory_prices=True, time_limit_s=t_bp)
@@ -201,32 +213,32 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         prepared = prepare(problem)                # pruning and ties, once for both
         tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
-    if left() > (0.1 if short else 1.0):
+    if take() and left() > (0.1 if short else 1.0):
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
-    if small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
+    if take() and small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
-    if use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
+    if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, t_cfn, best, consider, say))
-    if small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
-        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: best[1],
+    if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
+        r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
         say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
-        if cf.union_share > 0 and r.plans and left() > 2.0 and not _closed(best[1], bound):
+        if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not _closed(best[1], bound):
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
-    if small and left() > 2.0 and not _closed(best[1], bound):
-        info = _milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
+    if take() and small and left() > 2.0 and not _closed(best[1], bound):
+        info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
         if info is not None and np.isfinite(info.bound):
             tighten(float(info.bound))
-        if (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
+        if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
                 and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
     proven = info is not None and info.status == "optimal"
@@ -246,58 +258,6 @@ def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepar
     return r.lower_bound
 
 
-def _least_peak(problem, time_limit_s, threads, consider, say, seeds=()) -> None:
-    """Memory first, when no plan fits yet (copies can put the repaired least-usage plan over a cap
-    that other plans meet): the memory objective (``solvers.ilp.solve_ilp(objective="memory")`` on
-    the problem without its limit, from ``seeds`` (fitting or not): the copy-free model's plan, the
-    peak shaver's bisection, the min-peak MILP), each plan it streams and its answer offered to
-    ``consider`` (kept if it fits)."""
-    try:
-        plan, info = solve_ilp(problem.with_usage_limit(None), objective="memory", time_limit_s=time_limit_s,
-                               threads=threads, initial_plans=[list(s) for s in seeds],
-                               on_incumbent=lambda s: consider(s, "least peak"))
-    except (RuntimeError, ValueError) as exc:
-        say(f"least peak gave nothing: {exc}")
-        return
-    consider(plan, "least peak")
-    say(f"least peak: {info.objective:.10g} B against the limit {problem.usage_limit:.10g} B")
-
-
-def _uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: float = 0.0) -> tuple[float, bool]:
-    """HiGHS on the problem without its limit: dropping the cap is a relaxation, so its dual bound
-    bounds the capped optimum from below, and its plan, when it fits, is a candidate (then the
-    capped optimum when that bound meets it); when it does not fit, that plan repaired with the
-    copies priced and polished, both within ``repair_s`` (``solvers.local.improve``), is one (the
-    policy planner's second start, made from the optimum instead of a decode). (bound, proven, plan): -inf and
-    None when HiGHS gives nothing in time."""
-    try:
-        plan, info = solve_ilp(problem.with_usage_limit(None), time_limit_s=time_limit_s, threads=threads)
-    except (RuntimeError, ValueError) as exc:
-        say(f"uncapped milp gave nothing: {exc}")
-        return -float("inf"), False, None
-    if not consider(plan, "uncapped milp") and repair_s > 0 and not evaluate(problem, plan).feasible:
-        fit = improve(problem, plan, polish_time_limit_s=None, repair_time_limit_s=repair_s)
-        if fit is not None:
-            consider(fit, "uncapped milp, repaired")
-        else:
-            say("uncapped milp's plan: the repair found no plan that fits")
-    say(f"uncapped milp: status={info.status} bound={info.bound:.10g}")
-    return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal", plan
-
-
-def _milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
-    """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
-    try:
-        plan, info = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=best[0], relax_cap=relax_cap,
-                               threads=threads)
-    except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
-        say(f"milp gave no plan: {exc}")
-        return None
-    consider(plan, "milp")
-    say(f"milp: status={info.status} bound={info.bound:.10g}")
-    return info
-
-
 def _result(best, bound, info, t0, proven) -> CappedResult:
     if best[0] is None:   # copies: no phase found a plan that fits in time
         return CappedResult(None, float("inf"), bound, None, "infeasible", "none", time.perf_counter() - t0, info)
@@ -309,36 +269,46 @@ def _result(best, bound, info, t0, proven) -> CappedResult:
 
 
 def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None, relax_cap: bool = False,
-                  threads: int | None = None, config: CappedConfig = DEFAULT) -> CappedResult:
+                  threads: int | None = None, config: CappedConfig = DEFAULT, late=None) -> CappedResult:
     """``solve_capped`` in a forked child that streams every new best plan through a pipe, killed at
     ``time_limit_s`` (a native call that overruns cannot delay the answer): the best plan streamed so far is
     returned (checked here: never one over the limit). The child gets ``time_limit_s`` − ``config.guard_margin_s``.
     Without fork (not POSIX) it runs inline. ``status``/``bound`` come from the child's own result
     when it finishes in time; otherwise the best bound it streamed (−inf if none) and "time_limit"
     (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
-    through the pipe and are passed to ``progress`` here."""
+    through the pipe and are passed to ``progress`` here. ``late``: (process, receiving end) of a
+    seed computed beside the core (``solvers.dispatch``'s policy seed), which sends ("plan", plan,
+    seconds) or ("none", why): a plan that fits is a candidate answer here and is passed on to the
+    core (its ``inbox``), which starts its later phases from it if it is the best; the process is
+    killed at the limit like the core (a seed that is late is lost, never waited for)."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
     if not hasattr(os, "fork") or time_limit_s < 2 * config.guard_margin_s:
+        if late is not None:
+            stop_child(late[0])
         return solve_capped(problem, max(time_limit_s, 0.1), seeds=seeds, progress=progress,
                             relax_cap=relax_cap, threads=threads, config=config)
+    post, mail = mp.get_context("fork").Pipe(duplex=False)    # parent -> core: the late seeds
+
     def body(send):
         r = solve_capped(problem, time_limit_s - config.guard_margin_s, seeds=seeds,
                          progress=None if progress is None else (lambda m: send.send(("log", m))),
                          on_plan=lambda plan, cost: send.send((plan, cost)), relax_cap=relax_cap,
-                         threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config)
+                         threads=threads, on_bound=lambda b: send.send(("bound", b)), config=config,
+                         inbox=lambda: [post.recv() for _ in iter(post.poll, False)])
         send.send(("done", r))
 
     proc, recv = start_child(body)
+    post.close()
     second = None
     if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
         spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
         if spare >= 1.0:
             second = _second_search(problem, time_limit_s - config.guard_margin_s)
         say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
-    best, best_cost, done, bound, from_second = None, float("inf"), None, -float("inf"), False
-    conns = [recv] + ([second[1]] if second is not None else [])
+    best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
+    conns = [recv] + ([second[1]] if second is not None else []) + ([late[1]] if late is not None else [])
     while conns:
         wait = deadline - time.perf_counter()
         ready = mp_wait(conns, wait) if wait > 0 else []
@@ -351,37 +321,58 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             except EOFError:
                 conns.remove(conn)
                 continue
-            if conn is not recv:          # the second search: (plan, cost)
+            if late is not None and conn is late[1]:     # the late seed: ("plan", plan, s) or ("none", why)
+                conns.remove(conn)
+                c = evaluate(problem, msg[1]) if msg[0] == "plan" else None
+                say(f"late seed: {c.total:.10g} after {msg[2]:.1f}s ({time.perf_counter() - t0:.1f}s)" if c is not None
+                    else f"late seed: none ({msg[1]})")
+                if c is not None and c.feasible:
+                    _post(mail, msg[1])
+                    if c.total < best_cost:
+                        best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
+            elif conn is not recv:          # the second search: (plan, cost)
                 if msg[1] < best_cost:
-                    best, best_cost, from_second = msg[0], msg[1], True
+                    best, best_cost, other = msg[0], msg[1], "second search"
                     say(f"second search: {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
             elif msg[0] == "done":
                 done = msg[1]
                 conns.remove(conn)
                 if done.status in ("optimal", "infeasible") and second is not None and second[1] in conns:
                     conns.remove(second[1])   # proven (or nothing fits): the second search cannot help
+                if late is not None and late[1] in conns and (done.status == "optimal" or (
+                        done.status == "infeasible" and problem.edge_memory is None)):
+                    conns.remove(late[1])     # proven (without copies "infeasible" is a proof): no seed helps
             elif msg[0] == "log":     # the child's progress, said here (a caller's list sees it)
                 say(msg[1])
             elif msg[0] == "bound":
                 bound = max(bound, msg[1])
             elif msg[1] < best_cost:
-                best, best_cost, from_second = msg[0], msg[1], False
-    for pr_ in (proc,) + (() if second is None else (second[0],)):
+                best, best_cost, other = msg[0], msg[1], None
+    mail.close()
+    for pr_ in (proc,) + (() if second is None else (second[0],)) + (() if late is None else (late[0],)):
         stop_child(pr_)
     if done is not None and done.plan is not None and done.cost <= best_cost:
-        best, best_cost, from_second = done.plan, done.cost, False
+        best, best_cost, other = done.plan, done.cost, None
     if best is not None and not evaluate(problem, best).feasible:
         say("the solver's plan is over the usage limit: not returned")
         best, best_cost = None, float("inf")
     if best is None:
         status = "infeasible" if done is not None and done.status == "infeasible" else "time_limit"
         return CappedResult(None, float("inf"), -float("inf"), None, status, "none", time.perf_counter() - t0)
-    if done is not None and not from_second:
+    if done is not None and other is None:
         return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
                             time.perf_counter() - t0, done.milp_info)
     bound = bound if done is None else max(bound, done.bound)
-    r = _result([best, best_cost, "second search" if from_second else "streamed"], bound, None, t0, False)
+    r = _result([best, best_cost, other or "streamed"], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
+
+
+def _post(mail, plan) -> None:
+    """Pass a late seed to the core (``solve_capped``'s ``inbox``); the core may be gone already."""
+    try:
+        mail.send([int(x) for x in plan])
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def _second_search(problem: Problem, time_limit_s: float):

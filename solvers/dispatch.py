@@ -17,6 +17,7 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -28,7 +29,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed
-from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
+from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -38,9 +39,25 @@ TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_im
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
-#: time limit on: the planner has no time limit of its own (2-19 s on the zoo tiny models under
-#: load 2-12, bench_capped s6), and its time counts against the core's
+#: time limit on. The planner has no time limit of its own (17 s on gpt tiny h100-2x8 at load 1-2,
+#: 20-55 s at load 7-11; session 14: the core got 5-40 s of 60 after it)
 POLICY_SEED_MIN_S = 30.0
+#: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core
+#: is idle (cores - 1-min load >= 1); on a busy machine it runs first, inline. Beside the core on 2
+#: cores at load 2.6-7.3 (results/bench_capped_s15b_ab_h100.json, gpt / unet tiny h100-2x8 at 25/50/75 %)
+#: the planner took 23-57 s instead of 16-19 s, BP and the search ~1.5x longer, and the Lagrangian,
+#: started without the planner's plan, got 3-5 rounds on gpt instead of 3-14: gpt plans 1.015e-3 /
+#: 2.450e-4 / 1.711e-4 against 6.898e-4 / 2.455e-4 / 1.388e-4 inline (gap at 50 %: 29.5 against 7.4 %);
+#: unet mixed (plans 0 / -1.0 / +5.3 %, gaps lower beside). False: always inline.
+POLICY_SEED_BESIDE = True
+#: inline, with copy groups: the core skips its own BP and BP's improvement (the planner's decode is
+#: ``bp_solve`` with memory prices, then ``improve``: the same work; BP's bound ignores the copies)
+POLICY_SKIPS_BP = True
+#: on a busy machine the core waits for the policy seed at most this share of ``time_limit_s``; a
+#: planner still running then goes on beside the core (its plan a late seed): the seed's share of the
+#: budget is bounded (session 14 at load 7-11: 20-55 s of 60), and where it finishes in time (16-19 s
+#: at load 4-7, bench_capped s15b) nothing changes
+POLICY_SEED_SHARE = 0.4
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -127,33 +144,42 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is the first seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny
-    lost to the policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled
-    on copies that a move makes live). Only on graphs the
+    is a seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny lost to the
+    policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled on copies
+    that a move makes live), computed in a forked child (``policy_seed.prime()``, if any, runs here
+    first). On a busy machine the core waits for it up to ``POLICY_SEED_SHARE`` of the limit (then it
+    is an ordinary seed, ``POLICY_SKIPS_BP``); with an idle core (``_beside``), or when it is not done
+    by then, it runs beside the core: a candidate answer when it arrives in time, and handed to the
+    core, whose later phases (the Lagrangian's target and representatives, the union, the MILP, LNS)
+    start from it when it is the best; a planner still running at the limit is killed and its plan
+    lost. Without fork it runs first, inline, unbounded. Only on graphs the
     MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
-    path. The seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
+    path. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
+    late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
-        t = time.perf_counter()
-        try:
-            pol = policy_seed(problem)
-            pol = list(getattr(pol, "strategies", pol))     # a Plan or a list: unwrapped once, here
-        except ValueError as exc:          # the planner found no plan that fits: the core's own starts
+        if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
+            getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
+            late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
             pol = None
-            if progress:
-                progress(f"policy seed: none ({exc})")
-        if pol is not None:
-            seeds.insert(0, pol)
-            if progress:
-                progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
+            if not _beside():
+                pol, running = _await_seed(late, POLICY_SEED_SHARE * time_limit_s - (time.perf_counter() - t0),
+                                           problem, progress)
+                late = late if running else None
+        else:
+            pol = _policy_plan_or_none(policy_seed, problem, progress)
+        seeds[:0] = [] if pol is None else [pol]
+        if pol is not None and POLICY_SKIPS_BP and problem.edge_memory is not None:
+            config = replace(TRACED, bp_share=0.0, bp_improve_s=0.0)
     if problem.meta is not None:
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
             seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
-    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=TRACED, progress=progress)
+    r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=config, progress=progress,
+                      late=late)
     if r.plan is None:     # the time left, not ``left`` again (that ran 72 s of a 60 s limit), guarded: an
         # unguarded 0.5 s fallback ran 19 s (vit tiny cpu-2x4 at cap 731,651 B, load 8.7: 79.8 s of 60)
         rest = time_limit_s - (time.perf_counter() - t0)
@@ -169,6 +195,54 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
                  "gap": r.gap, "wall_s": time.perf_counter() - t0, "source": r.source,
                  "objective_name": "time"})
     return r.plan, info
+
+
+def _beside() -> bool:
+    """Run the policy seed beside the core (``POLICY_SEED_BESIDE``): with fork and an idle core."""
+    return POLICY_SEED_BESIDE and hasattr(os, "fork") and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
+
+
+def _await_seed(late, wait_s: float, problem: Problem, progress=None):
+    """(plan or None, still running) of the policy seed's child (``_send_policy_plan``), waiting at
+    most ``wait_s``; a finished child is reaped, one still running is left to the caller."""
+    t = time.perf_counter()
+    try:
+        msg = late[1].recv() if late[1].poll(max(wait_s, 0.0)) else None
+    except EOFError:           # the child died without a plan
+        msg = ("none", "the planner's process ended without a plan")
+    if msg is not None:
+        stop_child(late[0])
+    if progress:
+        progress(f"policy seed: still running after {time.perf_counter() - t:.1f}s: beside the core" if msg is None
+                 else f"policy seed: {evaluate(problem, msg[1]).total:.10g} ({msg[2]:.1f}s)" if msg[0] == "plan"
+                 else f"policy seed: none ({msg[1]})")
+    return (msg[1] if msg is not None and msg[0] == "plan" else None), msg is None
+
+
+def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):
+    """``policy_seed(problem)`` as a list of ints, or None when the planner finds no plan that fits (ValueError)."""
+    t = time.perf_counter()
+    try:
+        pol = policy_seed(problem)
+    except ValueError as exc:          # the planner found no plan that fits: the core's own starts
+        if progress:
+            progress(f"policy seed: none ({exc})")
+        return None
+    pol = [int(x) for x in getattr(pol, "strategies", pol)]     # a Plan or a list: unwrapped once, here
+    if progress:
+        progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
+    return pol
+
+
+def _send_policy_plan(send, policy_seed, problem: Problem) -> None:
+    """The policy seed's child (``solvers.ilp.guard.start_child``): ("plan", plan, seconds) or ("none", why)."""
+    t = time.perf_counter()
+    try:
+        pol = policy_seed(problem)
+    except ValueError as exc:
+        send.send(("none", str(exc)[:200]))
+        return
+    send.send(("plan", [int(x) for x in getattr(pol, "strategies", pol)], time.perf_counter() - t))
 
 
 def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:

@@ -11,10 +11,19 @@ def test_compare_overrides_take_each_fields_type_and_name_a_bad_field():
     assert _overrides("cfn_copies_max_s=inf,lagrange_share=0.45,lagrange_restart=0") == {
         "cfn_copies_max_s": float("inf"), "lagrange_share": 0.45, "lagrange_restart": False}
     assert _overrides(None) == {}
+    assert _overrides("policy_beside=0") == {"policy_beside": False}   # solvers.dispatch.POLICY_SEED_BESIDE
     with pytest.raises(SystemExit, match="lagrange_shar=0.4"):
         _overrides("lagrange_shar=0.4")
     with pytest.raises(SystemExit, match="'milp_share'"):
         _overrides("milp_share")
+
+
+def test_compare_sets_and_restores_the_dispatch_setting():
+    import solvers.dispatch as dispatch
+    from experiments.bench_capped import _traced_config
+    with _traced_config({"policy_beside": False, "lagrange_share": 0.3}):
+        assert dispatch.POLICY_SEED_BESIDE is False and dispatch.TRACED.lagrange_share == 0.3
+    assert dispatch.POLICY_SEED_BESIDE is True and dispatch.TRACED.lagrange_share != 0.3
 
 
 def test_table_counts_each_variant_on_its_own():

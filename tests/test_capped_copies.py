@@ -278,9 +278,9 @@ def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed, restart)
 def test_least_peak_cap_gets_a_plan_where_the_anchor_repair_fails():
     """At the least achievable peak (brute force, copies priced) the repaired least-usage plan
     (``fitting_least_usage_plan``) can still break the cap; the capped core's memory-first phase
-    (``solvers.capped._least_peak``: the memory objective's plans) finds one that fits, and so does
+    (``solvers.capped_phases.least_peak``: the memory objective's plans) finds one that fits, and so does
     ``solve_capped``. (vit tiny cpu-2x4 at a 25 % cap: no plan in 60 s, session 11.)"""
-    from solvers.capped import _least_peak
+    from solvers.capped_phases import least_peak
     anchor_failed = 0
     for seed in range(60):
         rng = np.random.default_rng(seed)
@@ -292,7 +292,7 @@ def test_least_peak_cap_gets_a_plan_where_the_anchor_repair_fails():
             continue
         anchor_failed += 1
         fits = []
-        _least_peak(pc, 5.0, 1, lambda s, tag: fits.append(evaluate(pc, s).feasible), lambda m: None)
+        least_peak(pc, 5.0, 1, lambda s, tag: fits.append(evaluate(pc, s).feasible), lambda m: None)
         assert any(fits), seed
         r = solve_capped(pc, 5.0)
         assert r.plan is not None and evaluate(pc, r.plan).feasible, seed
