@@ -14,7 +14,7 @@ beat it), time to the first feasible plan (wall time at the first progress line 
 cost), wall time, and the machine's load average (``os.getloadavg()``) before and after: the
 machine is shared, and a loaded machine solves less in 60 s.
 
-Resumable: rows are appended to results/bench_iopddl.json as they finish; ``--resume`` skips the
+Resumable: rows are appended to results/bench_iopddl.json (``--out-name``) as they finish; ``--resume`` skips the
 instances already in it for the same timeout and tag. Runs one instance at a time. Usage:
 
     nohup python experiments/bench_iopddl.py --set bench,shared --resume > /tmp/bench.log 2>&1 &
@@ -39,7 +39,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH_DIR = os.path.join(HERE, "iopddl_bench")
 BEST_PATH = os.path.join(BENCH_DIR, "best_known.json")
 SHARED = os.path.join(HERE, "..", "..", "shared", "iopddl")
-RESULTS = os.path.join(RESULTS_DIR, "bench_iopddl.json")
 COST_RE = re.compile(r"[:=]\s*(-?[0-9][0-9.eE+-]*)")
 
 
@@ -147,12 +146,15 @@ def main(argv=None) -> None:
     ap.add_argument("--only", default="", help="comma-separated instance names")
     ap.add_argument("--resume", action="store_true", help="skip instances already in results for this tag")
     ap.add_argument("--tag", default="", help="a label for this run (default: the git revision)")
+    ap.add_argument("--out-name", default="bench_iopddl",
+                    help="results/<NAME>.json (default bench_iopddl: the README's figures; name a trial run otherwise)")
     a = ap.parse_args(argv)
+    results = os.path.join(RESULTS_DIR, f"{a.out_name}.json")
     tag = a.tag or git_rev(short=True)
     only = set(filter(None, a.only.split(",")))
     prev = {}
-    if os.path.exists(RESULTS):
-        with open(RESULTS) as f:
+    if os.path.exists(results):
+        with open(results) as f:
             prev = json.load(f)
     rows = [r for r in prev.get("rows", []) if a.resume and r.get("tag") == tag and r["timeout_s"] == a.timeout]
     done = {r["instance"] for r in rows}
@@ -169,7 +171,7 @@ def main(argv=None) -> None:
         rows.append(r)
         _score(rows, best)
         print({k: v for k, v in r.items() if k != "log_tail"}, flush=True)
-        write_results("bench_iopddl", {"tag": tag, "rows": rows, "summary": _summary(rows)},
+        write_results(a.out_name, {"tag": tag, "rows": rows, "summary": _summary(rows)},
                       config=vars(a))
     _score(rows, best)
     print_table([{k: r[k] for k in ("instance", "nodes", "max_strategies", "cost", "score", "feasible",
@@ -177,7 +179,7 @@ def main(argv=None) -> None:
                 title=f"shardgym iopddl at {a.timeout:g} s (tag {tag})")
     summary = _summary(rows)
     print(json.dumps(summary))
-    write_results("bench_iopddl", {"tag": tag, "rows": rows, "summary": summary}, config=vars(a))
+    write_results(a.out_name, {"tag": tag, "rows": rows, "summary": summary}, config=vars(a))
 
 
 def _score(rows: list[dict], best: dict) -> None:
