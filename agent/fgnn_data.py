@@ -27,7 +27,6 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import replace
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, problem_fingerprint
 from env.workloads import TRAIN_PRESETS, Workload, random_cluster, random_problem
 from solvers.bp import bp_plan
 from solvers.capped import solve_guarded
@@ -105,19 +104,9 @@ def heldout_split(big: bool = True) -> list:
 
 
 def problem_hash(p: Problem) -> str:
-    h = hashlib.sha256()
-    for a in (p.strategy_offsets, p.node_costs, p.node_usages, p.intervals, p.edges, p.edge_offsets, p.edge_costs):
-        h.update(np.ascontiguousarray(a).tobytes())
-    h.update(repr(p.usage_limit).encode())
-    em = getattr(p, "edge_memory", None)
-    if em is not None:      # resharded copies change what fits a cap: their arrays are part of the key
-        for k in em.__dataclass_fields__:
-            v = getattr(em, k)
-            if v is not None:
-                h.update(k.encode())
-                h.update(np.ascontiguousarray(v).tobytes())
-    h.update(LABEL_VERSION.encode())   # labels of older versions (unseeded, copy-blind) are never read
-    return h.hexdigest()[:24]
+    """The label cache's key: ``problem_fingerprint`` salted with ``LABEL_VERSION`` (labels of older
+    versions, unseeded or copy-blind, are never read)."""
+    return problem_fingerprint(p, salt=LABEL_VERSION, digits=24)
 
 
 def _label_dir() -> Path:

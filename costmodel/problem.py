@@ -24,6 +24,7 @@ time point.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from typing import Any
@@ -237,6 +238,30 @@ def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=No
         return np.zeros(1, dtype=np.int64), np.zeros(1)
     ut = np.unique(times)
     return ut, step_sum(np.searchsorted(ut, st[keep]), np.searchsorted(ut, en[keep]), u[keep], len(ut))
+
+
+def problem_fingerprint(p: Problem, salt: str = "", digits: int = 20) -> str:
+    """sha256 (its first ``digits`` hex digits) of everything a plan's cost and fit depend on: the
+    strategy / edge layout, node and edge costs, usages, intervals, the usage limit and the copy groups
+    (``Problem.edge_memory``), each array tagged with its name, dtype and shape, then ``salt`` (a cache's
+    version). Any cost-model change that moves one of them changes it: the key of the caches of ILP
+    results (``agent.fgnn_data``'s labels, ``experiments.heldout_reference``)."""
+    h = hashlib.sha256()
+    for name in ("strategy_offsets", "node_costs", "node_usages", "intervals", "edges", "edge_offsets", "edge_costs"):
+        a = np.ascontiguousarray(getattr(p, name))
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    h.update(repr(None if p.usage_limit is None else float(p.usage_limit)).encode())
+    em = p.edge_memory
+    if em is not None:
+        for k, v in sorted(vars(em).items()):
+            if isinstance(v, np.ndarray):
+                a = np.ascontiguousarray(v)
+                h.update(f"em.{k}:{a.dtype.str}:{a.shape}".encode())
+                h.update(a.tobytes())
+    if salt:
+        h.update(salt.encode())
+    return h.hexdigest()[:digits]
 
 
 FIT_RTOL = 1e-9

@@ -10,7 +10,7 @@ that it can be checked: ``lookup`` re-evaluates it and drops an entry whose plan
 no longer costs what is stored) and the greatest lower bound any run has proven (``bound``: the
 HiGHS dual bound, the Lagrangian's or BP's, whichever ``solvers.capped`` reports; the uncapped
 optimum's bound is one too). Keyed by the problem's name (``problem_name``: eval_policy's row name)
-and ``problem_fingerprint``: a hash of every array and the cap the cost model produced, so any
+and ``costmodel.problem.problem_fingerprint``: a hash of every array and the cap the cost model produced, so any
 change to the cost model, the memory model or the builder invalidates an entry (it is then
 recomputed, never silently reused).
 
@@ -41,6 +41,8 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import numpy as np  # noqa: E402
 
+from costmodel.problem import problem_fingerprint  # noqa: E402  (re-exported: the cache key)
+
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
                             "heldout_reference.json")
 #: relative tolerance for "the stored plan still costs the stored cost" and "bound <= cost"
@@ -57,26 +59,6 @@ def heldout_problems(caps=(None, 0.5), only: str = ""):
     from env.workloads import Workload, heldout_workloads
     ws = [Workload(w.model, w.size, w.cluster, None, c) for w in heldout_workloads() for c in caps]
     return [(problem_name(w), w) for w in ws if only in problem_name(w)]
-
-
-def problem_fingerprint(p) -> str:
-    """sha256 (first 20 hex digits) of everything the cost of a plan and its feasibility depend on:
-    the strategy/edge layout, node and edge costs, usages, intervals, the usage limit and the copy
-    groups (``Problem.edge_memory``). Any cost-model change that moves one of them changes it."""
-    h = hashlib.sha256()
-    for name in ("strategy_offsets", "node_costs", "node_usages", "intervals", "edges", "edge_offsets", "edge_costs"):
-        a = np.ascontiguousarray(getattr(p, name))
-        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.tobytes())
-    h.update(repr(None if p.usage_limit is None else float(p.usage_limit)).encode())
-    em = p.edge_memory
-    if em is not None:
-        for k, v in sorted(vars(em).items()):
-            if isinstance(v, np.ndarray):
-                a = np.ascontiguousarray(v)
-                h.update(f"em.{k}:{a.dtype.str}:{a.shape}".encode())
-                h.update(a.tobytes())
-    return h.hexdigest()[:20]
 
 
 def load(path: str = DEFAULT_PATH) -> dict:
