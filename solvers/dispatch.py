@@ -214,35 +214,40 @@ def _await_seed(late, wait_s: float, problem: Problem, progress=None):
         stop_child(late[0])
     if progress:
         progress(f"policy seed: still running after {time.perf_counter() - t:.1f}s: beside the core" if msg is None
-                 else f"policy seed: {evaluate(problem, msg[1]).total:.10g} ({msg[2]:.1f}s)" if msg[0] == "plan"
-                 else f"policy seed: none ({msg[1]})")
+                 else _seed_line(problem, msg))
     return (msg[1] if msg is not None and msg[0] == "plan" else None), msg is None
 
 
-def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):
-    """``policy_seed(problem)`` as a list of ints, or None when the planner finds no plan that fits (ValueError)."""
-    t = time.perf_counter()
-    try:
-        pol = policy_seed(problem)
-    except ValueError as exc:          # the planner found no plan that fits: the core's own starts
-        if progress:
-            progress(f"policy seed: none ({exc})")
-        return None
-    pol = [int(x) for x in getattr(pol, "strategies", pol)]     # a Plan or a list: unwrapped once, here
-    if progress:
-        progress(f"policy seed: {evaluate(problem, pol).total:.10g} ({time.perf_counter() - t:.1f}s)")
-    return pol
-
-
-def _send_policy_plan(send, policy_seed, problem: Problem) -> None:
-    """The policy seed's child (``solvers.ilp.guard.start_child``): ("plan", plan, seconds) or ("none", why)."""
+def _run_policy(policy_seed, problem: Problem) -> tuple:
+    """("plan", plan as a list of ints, seconds) of ``policy_seed(problem)`` (a Plan or a list), or
+    ("none", why) when the planner finds no plan that fits (ValueError): the core's own starts then."""
     t = time.perf_counter()
     try:
         pol = policy_seed(problem)
     except ValueError as exc:
-        send.send(("none", str(exc)[:200]))
-        return
-    send.send(("plan", [int(x) for x in getattr(pol, "strategies", pol)], time.perf_counter() - t))
+        return ("none", str(exc))
+    return ("plan", [int(x) for x in getattr(pol, "strategies", pol)], time.perf_counter() - t)
+
+
+def _policy_plan_or_none(policy_seed, problem: Problem, progress=None):
+    """``_run_policy`` inline: the plan, or None; said through ``progress``."""
+    msg = _run_policy(policy_seed, problem)
+    if progress:
+        progress(_seed_line(problem, msg))
+    return msg[1] if msg[0] == "plan" else None
+
+
+def _seed_line(problem: Problem, msg) -> str:
+    """The progress line of a ``_run_policy`` message."""
+    return (f"policy seed: {evaluate(problem, msg[1]).total:.10g} ({msg[2]:.1f}s)" if msg[0] == "plan"
+            else f"policy seed: none ({msg[1]})")
+
+
+def _send_policy_plan(send, policy_seed, problem: Problem) -> None:
+    """The policy seed's child (``solvers.ilp.guard.start_child``): sends ``_run_policy``'s message
+    (a "none"'s reason cut to 200 characters)."""
+    msg = _run_policy(policy_seed, problem)
+    send.send(msg if msg[0] == "plan" else ("none", msg[1][:200]))
 
 
 def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:
