@@ -293,14 +293,14 @@ def guarded_ilp(p, seconds: float, seeds):
     and no bound (the row's reference then comes from the cache); (None, info) when none fits."""
     from types import SimpleNamespace
 
-    from costmodel.problem import evaluate
+    from solvers.ilp.bounds import best_seed
     from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
     try:
         return solve_ilp_guarded(p, objective="time", time_limit_s=seconds, initial_plans=seeds)
     except SolveOverrun as exc:
         print(f"{p.name}: {exc}", flush=True)
-        fits = [list(s) for s in list(exc.incumbents) + list(seeds) if evaluate(p, s).feasible]
-        best = min(fits, key=lambda s: evaluate(p, s).total) if fits else None
+        best = best_seed(p, [list(s) for s in list(exc.incumbents) + list(seeds)], p.usage_limit, None,
+                         key=lambda c: c.total)
         return best, SimpleNamespace(status="killed", bound=None)
 
 
