@@ -127,9 +127,9 @@ def _step(spec: str):
     return zoo.build(kind, name, abstract=True)
 
 
-#: ``--compare`` names that set a ``solvers.dispatch`` setting rather than a CappedConfig field: (name, default)
-_DISPATCH = {"policy_beside": ("POLICY_SEED_BESIDE", True), "policy_skips_bp": ("POLICY_SKIPS_BP", True),
-             "policy_seed_share": ("POLICY_SEED_SHARE", 0.4)}
+#: ``--compare`` names that set a ``solvers.dispatch`` setting rather than a CappedConfig field (its type: the setting's)
+_DISPATCH = {"policy_beside": "POLICY_SEED_BESIDE", "policy_skips_bp": "POLICY_SKIPS_BP",
+             "policy_seed_share": "POLICY_SEED_SHARE"}
 #: the default grid (``--full``: every zoo tiny model and outside step on FULL_CLUSTERS)
 SUBSET = ("gpt:tiny,vit:tiny,unet:tiny,meshgraphnet:tiny,outside:moe,autoencoder", "cpu-2x4,h100-2x8")
 FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"
@@ -143,6 +143,7 @@ def _full_problems() -> str:
 
 def _overrides(text: str | None) -> dict:
     """``--compare``'s "field=value,..." as CappedConfig field values (the field's own type)."""
+    import solvers.dispatch as dispatch
     from solvers.capped import CappedConfig
     fields = {**CappedConfig.__dataclass_fields__, **_DISPATCH}
     out = {}
@@ -151,7 +152,7 @@ def _overrides(text: str | None) -> dict:
         if k not in fields or not v:
             raise SystemExit(f"--compare: {item!r} is not FIELD=VALUE with a CappedConfig field "
                              f"({', '.join(fields)})")
-        kind = type(_DISPATCH[k][1]) if k in _DISPATCH else type(getattr(CappedConfig(), k))
+        kind = type(getattr(dispatch, _DISPATCH[k])) if k in _DISPATCH else type(getattr(CappedConfig(), k))
         out[k] = bool(int(v)) if kind is bool else kind(v)
     return out
 
@@ -274,11 +275,11 @@ class _traced_config:
         from dataclasses import replace
 
         import solvers.dispatch as dispatch
-        self.saved = dispatch.TRACED, {n: getattr(dispatch, n) for n, _ in _DISPATCH.values()}
+        self.saved = dispatch.TRACED, {n: getattr(dispatch, n) for n in _DISPATCH.values()}
         dispatch.TRACED = replace(dispatch.TRACED, **{k: v for k, v in self.overrides.items() if k not in _DISPATCH})
         for k, v in self.overrides.items():
             if k in _DISPATCH:
-                setattr(dispatch, _DISPATCH[k][0], v)
+                setattr(dispatch, _DISPATCH[k], v)
 
     def __exit__(self, *exc):
         import solvers.dispatch as dispatch
