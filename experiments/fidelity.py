@@ -89,7 +89,13 @@ Known outliers and their causes (the terms' docstrings say more):
     result read only through dots' layout copies has them made together at its first reader
     (``slice_layout.copied_together``), and a batched dot operand one last-two-dims swap off its
     order is not copied (``copy_lists.dot_operand_order``); re-priced, zoo 44 -> 45 of 48, outside
-    15 -> 19 of 24 (results/fidelity_s15c_reprice.json, fidelity_s15c_outside_reprice.json).
+    15 -> 19 of 24 (results/fidelity_s15c_reprice.json, fidelity_s15c_outside_reprice.json);
+  * session 16: a copy that one all-to-all makes (one mesh axis moved to another dim) is not sliced
+    from the value's replicated copy (``costmodel.all_to_all``): rnn ilp-memory-1.05's collective
+    bytes 0.897 -> 1.000, outside collectives 23 -> 24 of 24, nothing else moves; XLA's output
+    allocations measured (tests/test_output_allocations.py, CAUSES for convae): counted whole and
+    filled with temporaries before the update, so neither the producer-step interval nor step 0 is
+    XLA's figure on every row (results/fidelity_s16c_reprice.json, fidelity_s16c_outside_reprice.json).
 """
 from __future__ import annotations
 
@@ -155,13 +161,10 @@ CAUSES = {
                                 "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
                                 "1 - s^2 from s); dropping the second (tried, not merged) moved this row to 0.819 and "
                                 "rnn ilp-time / policy 0.874 / 0.888 -> 0.853 / 0.866: other rnn under-counts, not "
-                                "found, offset it. Collective bytes 0.897 (session 16, partly diagnosed): the model "
-                                "89,536 B, XLA 99,776 B; the all-reduces agree (15,872 B: four, one combined), the "
-                                "resharding does not: the model's edges sum 147,392 B less 73,728 B of shared copies "
-                                "(the wh all-gather read by four forward dots, counted once as XLA's all-gather.7, "
-                                "12,288 B), XLA sends 83,904 B in 38 gathers / all-to-alls (ten f32[16,64] gathers over 4 "
-                                "devices, 3,072 B each, where the model's shared groups leave fewer); the 10,240 B "
-                                "difference is not yet matched to edges",
+                                "found, offset it. Collective bytes 0.897 -> 1.000 (session 16): XLA runs eight reads that "
+                                "move one mesh axis to another dim (wh S1R -> RS1, each backward step's S0R -> RS0) as "
+                                "all-to-alls after the value's replicated all-gather, where the model priced them as "
+                                "slices of it (10,240 B; costmodel.all_to_all)",
     ("rnn", "policy"): "under: as rnn ilp-time (session 16, XLA's buffer assignment, temp peak near the step's end): "
                        "the model does hold the sixteen per-step weight-gradient dots (dot.42-48, dot.51-57, 4 KiB each) "
                        "to the fused sums (slice_layout.fused_read_groups: copy groups from each dot's step to 199-201 of "
