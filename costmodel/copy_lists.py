@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.all_to_all import all_to_all_only
 from costmodel.combined import combined_all_reduce_lists, combined_candidates
 from costmodel.cost import Mesh, axis_changes, gather_relaid, local_bytes, lowered_kind, reshard_measured
 from costmodel.graph import OpGraph
@@ -107,7 +108,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 sent = np.array([comm[a, j] for a in range(len(src))], dtype=np.float64)
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
                                    int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent,
-                                   not any(L))
+                                   not any(L), np.array([all_to_all_only(s, L, mesh) for s in src], dtype=bool))
             g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
             gathered = g[4] & np.array([rematerialises(s, L, mesh) for s in src])
             if gathered.any():

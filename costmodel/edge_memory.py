@@ -66,6 +66,7 @@ class CopyGroups:
     early_offsets: np.ndarray | None = None  # (G+1,)
     group_comm_bytes: np.ndarray | None = None  # flat, like group_early: bytes each device sends to make it
     group_whole: np.ndarray | None = None   # (G,) bool: the copy's layout is replicated (the whole value)
+    group_a2a: np.ndarray | None = None     # flat bool, like group_early: made by all-to-all alone (never sliced)
 
     def shared_comm_bytes(self, s: np.ndarray) -> float:
         """Bytes the pairwise edges charge twice for an early copy read by several members: XLA
@@ -77,7 +78,8 @@ class CopyGroups:
         the replicated copy's first reader gets its own collective (moe ilp-memory-1.05). Bytes
         only: the edge costs (seconds) the solvers see still charge that transition. Re-priced:
         moe's re-solved ilp-memory plan 1.061 -> 1.000 of XLA's collective bytes, rnn ilp-memory
-        1.076 -> 1.055, vit ilp-memory 1.025 -> 0.996; fno's rows 1.000 -> 0.995-0.998."""
+        1.076 -> 1.055, vit ilp-memory 1.025 -> 0.996; fno's rows 1.000 -> 0.995-0.998. Not a copy
+        one all-to-all makes (``group_a2a``, ``costmodel.all_to_all``): XLA runs that collective."""
         if self.group_comm_bytes is None or not len(self.group_comm_bytes):
             return 0.0
         act = self.active(s)
@@ -93,6 +95,8 @@ class CopyGroups:
             whole_at = np.full(int(self.group_node.max()) + 1, np.iinfo(np.int64).max)
             np.minimum.at(whole_at, self.group_node[made & self.group_whole], first[made & self.group_whole])
             sliced = made & ~self.group_whole & (whole_at[self.group_node] < first)
+            if self.group_a2a is not None and len(self.group_a2a):   # costmodel.all_to_all: XLA runs these
+                sliced[has] &= ~self.group_a2a[self.early_offsets[:-1][has] + s[self.group_node[has]]]
             shared = shared + np.where(sliced, per, 0.0)
         return float(shared.sum())
 
@@ -120,9 +124,10 @@ class CopyGroups:
         """``groups``: [(producer node, bytes, [(consumer node, step, want bools, free bools), ...])
         or the same with (producer step, early bools[, bytes sent per producer strategy[, layout
         replicated]]) appended]."""
-        gn, gb, mo, mn, mt, mw, mf, gt, ge, gc, gw = [], [], [0], [], [], [], [], [], [], [], []
+        gn, gb, mo, mn, mt, mw, mf, gt, ge, gc, gw, ga = [], [], [0], [], [], [], [], [], [], [], [], []
         for u, b, members, *early in groups:
             gw.append(bool(early[3]) if len(early) > 3 else False)
+            ga.append(np.asarray(early[4], dtype=bool) if len(early) > 4 else np.zeros(len(early[1]) if early else 0, dtype=bool))
             gn.append(int(u))
             gb.append(float(b))
             gt.append(int(early[0]) if early else 0)
@@ -139,7 +144,7 @@ class CopyGroups:
         return cls(np.array(gn, dtype=np.int64), np.array(gb, dtype=np.float64), np.array(mo, dtype=np.int64),
                    np.array(mn, dtype=np.int64), np.array(mt, dtype=np.int64), cat(mw), offs(mw), cat(mf), offs(mf),
                    np.array(gt, dtype=np.int64), cat(ge), offs(ge),
-                   np.concatenate(gc) if gc else np.zeros(0), np.array(gw, dtype=bool))
+                   np.concatenate(gc) if gc else np.zeros(0), np.array(gw, dtype=bool), cat(ga))
 
     def early(self, g: int, su: int) -> bool:
         """Is group g's copy made by a collective (live from the producer's step) under su?"""
@@ -280,14 +285,18 @@ class CopyGroups:
                           None if self.group_comm_bytes is None else np.concatenate(
                               [self.group_comm_bytes[self.early_offsets[g]:self.early_offsets[g + 1]][np.asarray(keep[int(u)])]
                                if self.early_offsets[g + 1] > self.early_offsets[g] else np.zeros(0)
-                               for g, u in enumerate(self.group_node)] or [np.zeros(0)]), self.group_whole)
+                               for g, u in enumerate(self.group_node)] or [np.zeros(0)]), self.group_whole,
+                          None if self.group_a2a is None or not len(self.group_a2a) else cat(
+                              [self.group_a2a[self.early_offsets[g]:self.early_offsets[g + 1]][np.asarray(keep[int(u)])]
+                               if self.early_offsets[g + 1] > self.early_offsets[g] else np.zeros(0, dtype=bool)
+                               for g, u in enumerate(self.group_node)]))
 
     # ---- JSON (an optional key beside the contest fields) ---------------------------------------
 
     @classmethod
     def from_dict(cls, d: dict) -> "CopyGroups":
         dt = {"group_bytes": np.float64, "member_want": bool, "member_free": bool, "group_early": bool,
-              "group_comm_bytes": np.float64, "group_whole": bool}
+              "group_comm_bytes": np.float64, "group_whole": bool, "group_a2a": bool}
         need = [k for k, f in cls.__dataclass_fields__.items() if f.default is not None and k not in d]
         if need:
             raise ValueError(f"edge_memory: field {need[0]!r} is missing")

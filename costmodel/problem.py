@@ -240,10 +240,15 @@ def usage_profile(problem: Problem, usages: np.ndarray, extra=None, times_too=No
     return ut, step_sum(np.searchsorted(ut, st[keep]), np.searchsorted(ut, en[keep]), u[keep], len(ut))
 
 
+#: CopyGroups fields no plan's cost or fit reads (``Cost.comm_bytes`` only): left out of the fingerprint
+UNPRICED = frozenset({"group_a2a"})
+
+
 def problem_fingerprint(p: Problem, salt: str = "", digits: int = 20) -> str:
     """sha256 (its first ``digits`` hex digits) of everything a plan's cost and fit depend on: the
     strategy / edge layout, node and edge costs, usages, intervals, the usage limit and the copy groups
-    (``Problem.edge_memory``), each array tagged with its name, dtype and shape, then ``salt`` (a cache's
+    (``Problem.edge_memory``, but for ``UNPRICED`` fields, which only the reported collective bytes read),
+    each array tagged with its name, dtype and shape, then ``salt`` (a cache's
     version). Any cost-model change that moves one of them changes it: the key of the caches of ILP
     results (``agent.fgnn_data``'s labels, ``experiments.heldout_reference``)."""
     h = hashlib.sha256()
@@ -255,7 +260,7 @@ def problem_fingerprint(p: Problem, salt: str = "", digits: int = 20) -> str:
     em = p.edge_memory
     if em is not None:
         for k, v in sorted(vars(em).items()):
-            if isinstance(v, np.ndarray):
+            if isinstance(v, np.ndarray) and k not in UNPRICED:
                 a = np.ascontiguousarray(v)
                 h.update(f"em.{k}:{a.dtype.str}:{a.shape}".encode())
                 h.update(a.tobytes())

@@ -407,3 +407,33 @@ def test_a_copy_sliced_from_a_replicated_copy_sends_nothing():
     r = sg.execute(step, abstract, graph, plan)
     assert r.predicted_comm_bytes == pytest.approx(r.collective_wire_bytes, rel=0.05), \
         (r.predicted_comm_bytes, r.collective_wire_bytes)
+
+
+def test_a_one_axis_move_after_a_replicated_copy_is_an_all_to_all():
+    """rnn (tests/data/outside_steps.py) under session 13's min-memory plan within 1.05 x Megatron's
+    step time (tests/data/rnn_min_memory_105_plan.json: results/fidelity_s13c_outside_program.json).
+    The recurrent kernel wh (stored S1R) is all-gathered whole for four forward dots and read S1R ->
+    RS1 by two more; per unrolled backward step the squeezed tanh' x dh (S0R) is gathered whole for
+    the bias reduction and read S0R -> RS0 by a weight-gradient dot. Each of those eight reads moves
+    one mesh axis to another dim, and XLA runs it as an all-to-all (``all-to-all.8``-``.15``:
+    3,072 + 7 x 1,024 B per device), not as a slice of the replicated copy
+    (``costmodel.all_to_all``); its S0R -> RS1 reads (a gather and a slice) it does slice. Predicted /
+    XLA collective bytes before: 0.897."""
+    from costmodel.all_to_all import all_to_all_only
+
+    step, args = STEPS["rnn"]()
+    graph = sg.trace(step, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "rnn_min_memory_105_plan.json"))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    s = np.asarray(plan.strategies)
+    em = problem.edge_memory
+    assert replace(em, group_a2a=None).shared_comm_bytes(s) - em.shared_comm_bytes(s) == 3072 + 7 * 1024
+    x, y = Mesh(sg.Cluster.preset("cpu-2x4")).axis_names
+    assert all_to_all_only(((y,), ()), ((), (y,))) and all_to_all_only(((x,), ()), ((), (x,)))
+    assert not all_to_all_only(((x,), ()), ((), (y,))) and not all_to_all_only(((x, y), ()), ((), (x, y)))
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tuple(args))
+    r = sg.execute(step, abstract, graph, plan)
+    assert sum(c["count"] for c in r.collective_list if c["kind"] == "all-to-all") == 8
+    assert r.predicted_comm_bytes == pytest.approx(r.collective_wire_bytes, rel=0.01), \
+        (r.predicted_comm_bytes, r.collective_wire_bytes)
