@@ -32,7 +32,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, whole_milp_time_limit
+from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, capped_search, lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
@@ -89,9 +89,17 @@ class FGPlanner:
                 raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} "
                                  f"bytes: the least-usage plan peaks at {c.peak_memory_bytes:.4g} bytes")
         raw = evaluate(problem, x)
+        extra = {}
         binds = problem.usage_limit is not None and not raw.feasible
         proven = raw.feasible and raw.total <= lb + 1e-9 * abs(lb)   # BP's lower bound: nothing to search
-        if polish and not proven:
+        if polish and not proven and problem.usage_limit is not None and refine_time_limit_s is None:
+            # under a usage limit: the search budgeted in work units (``solvers.local.lns.capped_search``),
+            # so the plan does not depend on the machine's load
+            out, search = capped_search(problem, x, seed=seed, return_info=True)
+            extra["search"] = search
+            x = x if out is None else out
+            binds = search["phase"] != "uncapped optimum"
+        elif polish and not proven:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
@@ -103,7 +111,7 @@ class FGPlanner:
         x = [int(v) for v in x]
         if return_info:
             return x, {"plan_time_s": time.perf_counter() - t0, "raw_total": raw.total, "raw_feasible": raw.feasible,
-                       "cap_binds": binds, "lower_bound": lb, "proven": bool(proven)}
+                       "cap_binds": binds, "lower_bound": lb, "proven": bool(proven), **extra}
         return x
 
     def _decode(self, problem: Problem, params, bound: bool = True) -> tuple:

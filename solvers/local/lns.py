@@ -21,10 +21,12 @@ this module lazily (its ``__getattr__``), so importing the library does not impo
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
+from solvers.ilp import IlpConfig
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.lagrange import lagrangian_bound
@@ -45,11 +47,16 @@ LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (
 LNS_SIZE = 90   # refine's neighbourhood size; with copy groups (each node in tens of them) 40:
 LNS_COPIES_SIZE = 40   # meshgraphnet tiny @ h100-2x8 cap 0.5 from BP's decode, 6 s, 1-s MILPs (load 5.4):
 #                        90 nodes 1.807x (no MILP finished), 60 (2 s) 1.654x, 40 1.481x, 25 1.785x
+#: deterministic refine (``max_neighbourhoods``): each neighbourhood MILP's node limit and its
+#: wall-clock safety cap (40-node neighbourhoods solve in 0.5-1.3 s at load 5-7; a cap hit makes
+#: that neighbourhood's answer load-dependent, so it is set far above that)
+SUB_NODES, SAFE_SUB_TIME_LIMIT_S = 200, 10.0
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
 
-def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None) -> np.ndarray:
+def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None,
+           max_neighbourhoods: int | None = None, sub_nodes: int | None = None) -> np.ndarray:
     """Improve a feasible ``plan`` for ``time_limit_s`` seconds by large-neighbourhood search; never
     returns a worse or infeasible plan (ValueError if ``plan`` is over the memory limit).
 
@@ -83,22 +90,35 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
         em = problem.edge_memory
         lns_size = LNS_COPIES_SIZE if em is not None and em.num_groups else LNS_SIZE
     if g.n:
-        s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
-                   min_sub_time_limit_s=0.05, weighted=True)
+        if max_neighbourhoods is None:
+            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
+                       min_sub_time_limit_s=0.05, weighted=True)
+        else:   # deterministic: a count of neighbourhoods, each MILP node-limited; the time a safety cap
+            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=SAFE_SUB_TIME_LIMIT_S,
+                       margin_s=0.0, min_sub_time_limit_s=0.05, weighted=True, max_neighbourhoods=max_neighbourhoods,
+                       sub_nodes=SUB_NODES if sub_nodes is None else sub_nodes)
     return s
 
 
 def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
-         sub_time_limit_s: float = 5.0, margin_s: float = 1.0, min_sub_time_limit_s: float = 0.5, weighted: bool = False):
+         sub_time_limit_s: float = 5.0, margin_s: float = 1.0, min_sub_time_limit_s: float = 0.5, weighted: bool = False,
+         max_neighbourhoods: int | None = None, sub_nodes: int | None = None):
     """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed. Each MILP gets
     at most ``sub_time_limit_s`` and ends ``margin_s`` before ``deadline``; none starts with less than
     ``min_sub_time_limit_s`` to run. Centres are uniform over the nodes with a choice or (``weighted``) drawn
-    half the time in proportion to the resharding cost the current plan pays on their edges."""
+    half the time in proportion to the resharding cost the current plan pays on their edges.
+    ``max_neighbourhoods``: stop after that many (a deterministic budget); ``sub_nodes``: each MILP's
+    branch-and-bound node limit (HiGHS ``mip_max_nodes``). With both and a ``sub_time_limit_s`` and
+    ``deadline`` that stop no MILP, the search does not depend on the machine's load."""
     p = g.p
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
         return s, best_cost
-    while time.perf_counter() + margin_s + min_sub_time_limit_s < deadline:
+    config = IlpConfig() if sub_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(sub_nodes)),))
+    done = 0
+    while time.perf_counter() + margin_s + min_sub_time_limit_s < deadline and (
+            max_neighbourhoods is None or done < max_neighbourhoods):
+        done += 1
         seed_node = int(rng.choice(free))
         if weighted and len(g.eu) and rng.random() < 0.5:
             paid = g.ec[g.eoff[:-1] + s[g.eu] * g.k[g.ev] + s[g.ev]]
@@ -114,7 +134,7 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
             plan, _ = solve_ilp_guarded(sub, time_limit_s=budget, grace_s=min(1.0, max(0.5, margin_s)),
-                                        initial_plan=cur, reduce=True, relax_cap=False)
+                                        initial_plan=cur, reduce=True, relax_cap=False, config=config)
         except Exception:  # infeasible, timed out without a plan, or overran (killed): keep the current one
             continue
         t = s.copy()
@@ -286,3 +306,138 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     if refine_time_limit_s > 0:
         plan = refine(problem, plan, refine_time_limit_s, seed=seed)
     return [int(x) for x in plan]
+
+
+@dataclass(frozen=True)
+class CappedBudget:
+    """The work ``capped_search`` may do, in deterministic units (rounds, nodes, neighbourhoods,
+    moves); ``safety_s`` is a wall-clock cap on the whole search and ``step_safety_s`` on each
+    MILP, set far above what they take (they stop nothing on a normally loaded machine; a search
+    they do stop depends on the load, as before)."""
+    rounds: int = 16              # Lagrangian rounds (relaxed problems solved)
+    round_nodes: int = 200        # ... each HiGHS round's branch-and-bound nodes (``mip_max_nodes``)
+    highs_max_nodes: int = 400    # HiGHS rounds up to this many graph nodes, ``bp_relaxed`` rounds above
+    bp_rounds: int = 30           # ``bp_relaxed``: BP's rounds per relaxed problem
+    union_plans: int = 6          # relaxed plans nearest the cap (either side) that join the union MILP
+    union_nodes: int = 50         # the union MILP's node limit
+    polish_moves: int = 64        # polish's forest moves (``polish``'s ``tree_moves``)
+    neighbourhoods: int = 2       # refine's LNS neighbourhoods
+    sub_nodes: int = SUB_NODES    # ... each neighbourhood MILP's node limit
+    safety_s: float = 120.0
+    step_safety_s: float = 30.0
+
+
+CAPPED_BUDGET = CappedBudget()
+
+
+def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, seed: int = 0,
+                  lc: LocalCosts | None = None, return_info: bool = False):
+    """The planners' search under a usage limit, budgeted in work units (``CappedBudget``), so that
+    its plan does not depend on the machine's load (the wall-clock limits are safety caps only).
+    Never worse than ``plan`` when ``plan`` fits; None when ``plan`` does not fit and nothing is
+    found that does.
+
+    1. The uncapped optimum (HiGHS, node-limited): when it fits the cap it is the capped optimum,
+       returned at once (the cap does not bind).
+    2. ``budget.rounds`` Lagrangian rounds (``solvers.lagrange.lagrangian_bound`` from the uncapped
+       optimum, ``plan`` the reference and Polyak target): relaxed MILPs (``round_nodes``) up to
+       ``highs_max_nodes`` graph nodes, ``bp_relaxed`` above (one relaxed MILP of meshgraphnet tiny,
+       819 nodes, took 10.7 s at load 2.4; fno tiny's, 323 nodes, 0.3-0.7 s). Each relaxed plan is
+       repaired to fit (``repair_memory``); the cheapest fitting one is the best start.
+    3. The union MILP (``solvers.lagrange.union_plan``, ``union_nodes``) over ``plan``, the best start
+       and the ``union_plans`` relaxed plans whose peaks are nearest the cap (the rounds jump between
+       a cheap plan over the cap and a dearer one under it; the union picks per node), seeded with the
+       cheaper start, so never worse than it.
+    4. ``polish`` (``polish_moves`` forest moves) and ``refine`` (``neighbourhoods`` LNS MILPs).
+
+    Measured at load 2.3-3.5 (session 16, against the capped core's best-known costs of session 15):
+    meshgraphnet tiny cap 0.5 @ tpu-4x4 union 1.083x in 2.6 s after 22 BP rounds (15 s), then
+    polish + 10 neighbourhoods 1.03x; @ a100-hetero-2x4 1.062x; @ h100-2x8 1.236x (no relaxed plan
+    near the cap); fno tiny @ a100-hetero-2x4 cap 0.5: 20 HiGHS rounds (11.5 s) + union 1.000x.
+    ``return_info`` adds a dict (phase costs, rounds, the Lagrangian bound)."""
+    from solvers.ilp import IlpConfig, solve_ilp
+    from solvers.lagrange import bp_relaxed, union_plan
+    t0 = time.perf_counter()
+    b = budget
+    deadline = t0 + float(b.safety_s)
+    lc = lc or LocalCosts(problem)
+    info = {"rounds": 0, "bound": -float("inf")}
+
+    def left(cap: float) -> float:
+        return max(min(cap, deadline - time.perf_counter()), 0.5)
+
+    def done(x, phase):
+        x = [int(v) for v in x]
+        info["phase"], info["wall_s"] = phase, time.perf_counter() - t0
+        return (x, info) if return_info else x
+
+    s = np.asarray(plan, dtype=np.int64)
+    if not lc.feasible(s):
+        r = repair_memory(problem, s, lc=lc, time_limit_s=left(b.step_safety_s))
+        s = None if r is None else np.asarray(r, dtype=np.int64)
+    cost = (lambda x: evaluate(problem, x).total)
+    best, best_cost = (None, np.inf) if s is None else (s, cost(s))
+    info["start"] = best_cost
+
+    def consider(x, phase):
+        nonlocal best, best_cost
+        if x is None:
+            return
+        x = np.asarray(x, dtype=np.int64)
+        c = evaluate(problem, x)
+        info[phase] = c.total if c.feasible else None
+        info["t_" + phase] = round(time.perf_counter() - t0, 2)   # when the phase ended (s from the start)
+        if c.feasible and c.total < best_cost * (1 - 1e-12):
+            best, best_cost = x, c.total
+
+    node_cfg = (lambda n: IlpConfig(highs_options=(("mip_max_nodes", int(n)),)))
+    first = None
+    if problem.num_nodes <= WHOLE_MILP_MAX_NODES:
+        try:
+            free, fi = solve_ilp(problem.with_usage_limit(None), time_limit_s=left(b.step_safety_s),
+                                 initial_plan=None if s is None else [int(v) for v in s], config=node_cfg(b.round_nodes))
+            if fi.status == "optimal":
+                first = (float(fi.bound), free)
+                if lc.feasible(np.asarray(free)):
+                    info["bound"] = float(fi.bound)
+                    return done(free, "uncapped optimum")
+        except (RuntimeError, ValueError):
+            pass
+    ref = None if best is None else [int(v) for v in best]
+    solver = None if problem.num_nodes <= b.highs_max_nodes else bp_relaxed(b.bp_rounds, b.polish_moves)
+    res = lagrangian_bound(problem, max(deadline - time.perf_counter(), 1.0), upper=lambda: best_cost if np.isfinite(best_cost) else np.inf,
+                           ref=ref, round_s=b.step_safety_s, first=first, max_rounds=b.rounds,
+                           round_nodes=b.round_nodes, relaxed_solver=solver)
+    info["rounds"], info["bound"] = res.rounds, float(res.bound)
+    starts = []
+    for x in res.plans:
+        y = np.asarray(x, dtype=np.int64)
+        if not lc.feasible(y):
+            y = repair_memory(problem, y, lc=lc, time_limit_s=left(b.step_safety_s))
+        if y is not None:
+            starts.append((cost(y), np.asarray(y, dtype=np.int64)))
+    seed_plan = best
+    if starts:
+        c, y = min(starts, key=lambda t: t[0])
+        consider(y, "lagrange start")
+        seed_plan = best
+    if best is None:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
+        info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
+        return (None, info) if return_info else None
+    if res.plans:
+        free_p = problem.with_usage_limit(None)
+        uniq = list({tuple(x): None for x in res.plans})     # the rounds repeat plans (first seen first)
+        peaks = np.array([evaluate(free_p, list(x)).peak_memory_bytes for x in uniq])
+        near = np.argsort(np.abs(np.log(np.maximum(peaks, 1.0) / float(problem.usage_limit))), kind="stable")[:b.union_plans]
+        pool = [list(uniq[i]) for i in sorted(near.tolist())] + [[int(v) for v in seed_plan]]
+        info["union_pool"] = len(pool)
+        if s is not None:
+            pool.append([int(v) for v in s])
+        consider(union_plan(problem, pool, left(b.step_safety_s), start=[int(v) for v in best], max_nodes=b.union_nodes),
+                 "union")
+    x = polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves)
+    consider(x, "polish")
+    if b.neighbourhoods > 0:
+        consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
+                        sub_nodes=b.sub_nodes), "refine")
+    return done(best, "search")
