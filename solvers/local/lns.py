@@ -323,8 +323,8 @@ class CappedBudget:
     polish_moves: int = 64        # polish's forest moves (``polish``'s ``tree_moves``)
     neighbourhoods: int = 2       # refine's LNS neighbourhoods
     sub_nodes: int = SUB_NODES    # ... each neighbourhood MILP's node limit
-    safety_s: float = 120.0
-    step_safety_s: float = 30.0
+    safety_s: float = 300.0
+    step_safety_s: float = 60.0
 
 
 CAPPED_BUDGET = CappedBudget()
