@@ -14,10 +14,17 @@ With ``polish`` (the default) the plan then gets what the GNN planner gives its 
 ``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
-Under a usage limit the search starts with ``solvers.local.lns.lagrange_starts`` for
-``lagrange_time_limit`` (20 ms a node, 2-8 s) (the plans of a short Lagrangian relaxation solved by uncapped MILPs,
-repaired; the cheapest of them and the decode goes on; one that meets the Lagrangian bound is
-returned). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
+Under a usage limit (and no ``refine_time_limit_s`` given) the search is instead
+``solvers.local.lns.capped_search``, budgeted in work units (``CAPPED_BUDGET``: Lagrangian rounds,
+HiGHS node limits, BP rounds, forest moves, LNS neighbourhoods; wall-clock limits only as safety
+caps, 300 s in all, 60 s a MILP), so its plan does not depend on the machine's load: the uncapped
+optimum when it fits, else 16 Lagrangian rounds, their plans repaired, the union MILP over the
+plans nearest the cap, polish, 2 LNS neighbourhoods (session 16, held-out split at load 2.0-2.2:
+binding-cap median 1.000x, max 1.142x the best-known cost, 9-16 s, against 1.179x / 1.451x and
+10-15 s before; the same plan costs at load 3.3 and beside two busy loops at load 5-6).
+With ``refine_time_limit_s`` given, the older wall-clock path: ``solvers.local.lns.lagrange_starts``
+for ``lagrange_time_limit`` (20 ms a node, 2-8 s), then ``improve``; its plan depends on the load.
+``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
