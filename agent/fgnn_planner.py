@@ -15,7 +15,7 @@ With ``polish`` (the default) the plan then gets what the GNN planner gives its 
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
 Under a usage limit (and no ``refine_time_limit_s`` given) the search is instead
-``solvers.local.lns.capped_search``, budgeted in work units (``CAPPED_BUDGET``: Lagrangian rounds,
+``solvers.local.budgeted.capped_search``, budgeted in work units (``CAPPED_BUDGET``: Lagrangian rounds,
 HiGHS node limits, BP rounds, forest moves, LNS neighbourhoods; wall-clock limits only as safety
 caps, 300 s in all, 60 s a MILP), so its plan does not depend on the machine's load: the uncapped
 optimum when it fits, else 16 Lagrangian rounds, their plans repaired, the union MILP over the
@@ -39,7 +39,8 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, capped_search, lagrange_time_limit, whole_milp_time_limit
+from solvers.local.budgeted import capped_search
+from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
@@ -100,7 +101,7 @@ class FGPlanner:
         binds = problem.usage_limit is not None and not raw.feasible
         proven = raw.feasible and raw.total <= lb + 1e-9 * abs(lb)   # BP's lower bound: nothing to search
         if polish and not proven and problem.usage_limit is not None and refine_time_limit_s is None:
-            # under a usage limit: the search budgeted in work units (``solvers.local.lns.capped_search``),
+            # under a usage limit: the search budgeted in work units (``solvers.local.budgeted.capped_search``),
             # so the plan does not depend on the machine's load
             out, search = capped_search(problem, x, seed=seed, return_info=True)
             extra["search"] = search

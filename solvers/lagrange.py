@@ -60,8 +60,10 @@ import numpy as np
 
 from costmodel.problem import Problem
 from costmodel.profile import step_sum
+from solvers.bp import bp_solve
 from solvers.ilp import IlpConfig, solve_ilp
 from solvers.local.costs import LocalCosts
+from solvers.local.polish import polish
 
 
 @dataclass(frozen=True)
@@ -306,8 +308,6 @@ def bp_relaxed(rounds: int = 30, polish_moves: int = 64):
     columns) took 10.7 s to its optimum at load 2.4, most of it the root's cuts and sub-MIPs, and
     its node limit does not bound that; BP + polish took 0.2-0.3 s for a plan 1.5-9 % above it."""
     def solve(q, ref):
-        from solvers.bp import bp_solve
-        from solvers.local.polish import polish
         r = bp_solve(q, rounds=rounds, bound="end")
         lqc = LocalCosts(q)
         x = polish(q, r.plan, time_limit_s=SAFE_POLISH_S, lc=lqc, tree_moves=polish_moves)

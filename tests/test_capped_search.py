@@ -1,4 +1,4 @@
-"""The planners' capped search (``solvers.local.lns.capped_search``): budgeted in work units, so the
+"""The planners' capped search (``solvers.local.budgeted.capped_search``): budgeted in work units, so the
 same problem gives the same plan; never worse than the plan it is seeded with; fits the cap; the
 uncapped optimum returned at once when it fits; both kinds of Lagrangian rounds (HiGHS, BP)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from costmodel.problem import evaluate
+from solvers.local import budgeted as lns_mod
 from solvers.local import least_usage_plan
-from solvers.local import lns as lns_mod
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ilp_helpers import brute_force, random_problem  # noqa: E402
