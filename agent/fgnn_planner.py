@@ -14,10 +14,17 @@ With ``polish`` (the default) the plan then gets what the GNN planner gives its 
 ``whole_milp_time_limit`` (2 s, uncapped 2-5 s; it stops at its proof) first instead, ``solvers.local.lns.whole_milp``). A raw plan whose cost meets BP's lower bound
 (``bp_solve``'s, on the numpy path) is proven optimal and gets no search (exact on trees; on the loopy
 outside-the-zoo steps, 18-211 nodes, BP's bound is 7-46% under the plan, so it never fires there).
-Under a usage limit the search starts with ``solvers.local.lns.lagrange_starts`` for
-``lagrange_time_limit`` (20 ms a node, 2-8 s) (the plans of a short Lagrangian relaxation solved by uncapped MILPs,
-repaired; the cheapest of them and the decode goes on; one that meets the Lagrangian bound is
-returned). ``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
+Under a usage limit (and no ``refine_time_limit_s`` given) the search is instead
+``solvers.local.budgeted.capped_search``, budgeted in work units (``CAPPED_BUDGET``: Lagrangian rounds,
+HiGHS node limits, BP rounds, forest moves, LNS neighbourhoods; wall-clock limits only as safety
+caps, 300 s in all, 60 s a MILP), so its plan does not depend on the machine's load: the uncapped
+optimum when it fits, else 16 Lagrangian rounds, their plans repaired, the union MILP over the
+plans nearest the cap, polish, 2 LNS neighbourhoods (session 16, held-out split at load 2.0-2.2:
+binding-cap median 1.000x, max 1.142x the best-known cost, 9-16 s, against 1.179x / 1.451x and
+10-15 s before; the same plan costs at load 3.3 and beside two busy loops at load 5-6).
+With ``refine_time_limit_s`` given, the older wall-clock path: ``solvers.local.lns.lagrange_starts``
+for ``lagrange_time_limit`` (20 ms a node, 2-8 s), then ``improve``; its plan depends on the load.
+``memory_cap_bytes`` tightens the problem's limit, as ``Planner.plan``'s.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
 from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
+from solvers.local.budgeted import capped_search
 from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
@@ -89,9 +97,17 @@ class FGPlanner:
                 raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} "
                                  f"bytes: the least-usage plan peaks at {c.peak_memory_bytes:.4g} bytes")
         raw = evaluate(problem, x)
+        extra = {}
         binds = problem.usage_limit is not None and not raw.feasible
         proven = raw.feasible and raw.total <= lb + 1e-9 * abs(lb)   # BP's lower bound: nothing to search
-        if polish and not proven:
+        if polish and not proven and problem.usage_limit is not None and refine_time_limit_s is None:
+            # under a usage limit: the search budgeted in work units (``solvers.local.budgeted.capped_search``),
+            # so the plan does not depend on the machine's load
+            out, search = capped_search(problem, x, seed=seed, return_info=True)
+            extra["search"] = search
+            x = x if out is None else out
+            binds = search["phase"] != "uncapped optimum"
+        elif polish and not proven:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
@@ -103,7 +119,7 @@ class FGPlanner:
         x = [int(v) for v in x]
         if return_info:
             return x, {"plan_time_s": time.perf_counter() - t0, "raw_total": raw.total, "raw_feasible": raw.feasible,
-                       "cap_binds": binds, "lower_bound": lb, "proven": bool(proven)}
+                       "cap_binds": binds, "lower_bound": lb, "proven": bool(proven), **extra}
         return x
 
     def _decode(self, problem: Problem, params, bound: bool = True) -> tuple:

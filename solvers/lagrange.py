@@ -60,8 +60,10 @@ import numpy as np
 
 from costmodel.problem import Problem
 from costmodel.profile import step_sum
-from solvers.ilp import solve_ilp
+from solvers.bp import bp_solve
+from solvers.ilp import IlpConfig, solve_ilp
 from solvers.local.costs import LocalCosts
+from solvers.local.polish import polish
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,8 @@ def relaxed_problem(problem: Problem, lc: LocalCosts, terms: CopyTerms | None, l
 def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam0=None,
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
                      progress=None, on_plan=None, first=None, adapt: bool = True,
-                     deflect: bool = True, restart: bool = True) -> LagrangeResult:
+                     deflect: bool = True, restart: bool = True, max_rounds: int | None = None,
+                     round_nodes: int | None = None, relaxed_solver=None) -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
@@ -217,18 +220,23 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     terms = CopyTerms(problem, lc.times) if problem.edge_memory is not None and len(problem.edge_memory.member_node) else None
     er, sr = terms.representatives(ref) if terms is not None else (None, None)
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
+    config = IlpConfig() if round_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(round_nodes)),))
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
     d = None            # the last step's direction (``deflect``)
     best_h = None       # the subgradient at best_lam (``restart``)
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
-    while time.perf_counter() + 0.5 < deadline:
+    while time.perf_counter() + 0.5 < deadline and (max_rounds is None or rounds < max_rounds):
         if pending is not None:       # λ = 0: the caller's uncapped solve
             qb, x, pending, exact = float(pending[0]), pending[1], None, True
         else:
             q = relaxed_problem(problem, lc, terms, lam, er, sr)
             try:
-                x, info = solve_ilp(q, time_limit_s=max(min(round_s, deadline - time.perf_counter()), 0.5),
-                                    threads=threads, mip_rel_gap=1e-5, initial_plan=ref)
+                if relaxed_solver is not None:
+                    x, qb, exact = relaxed_solver(q, ref)
+                    info = None
+                else:
+                    x, info = solve_ilp(q, time_limit_s=max(min(round_s, deadline - time.perf_counter()), 0.5),
+                                        threads=threads, mip_rel_gap=1e-5, initial_plan=ref, config=config)
             except (RuntimeError, ValueError) as exc:
                 say(f"lagrange: relaxed milp gave nothing: {exc}")
                 if not np.any(lam != best_lam):
@@ -236,7 +244,8 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                 lam, theta = 0.5 * (lam + best_lam), theta / 2   # as a round stopped at its limit
                 continue
             rounds += 1
-            qb, exact = float(info.bound), info.status == "optimal"
+            if info is not None:
+                qb, exact = float(info.bound), info.status == "optimal"
             plans.append([int(a) for a in x])
             if on_plan is not None:
                 on_plan(plans[-1])
@@ -289,15 +298,38 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     return LagrangeResult(best, rounds, plans, best_lam)
 
 
+def bp_relaxed(rounds: int = 30, polish_moves: int = 64):
+    """A ``relaxed_solver`` for ``lagrangian_bound`` without HiGHS: min-sum BP (``solvers.bp.bp_solve``,
+    ``rounds``) on the relaxed problem, then ``solvers.local.polish`` on it (forest moves
+    ``polish_moves``, its wall-clock limit a safety cap only); the bound is BP's tree lower bound
+    (valid, weaker than HiGHS's dual bound), the plan a local optimum, not a minimiser, so its
+    subgradient steps are heuristic. Deterministic: no wall-clock budget shapes the answer.
+    Why: on meshgraphnet tiny @ tpu-4x4 cap 0.5 one relaxed MILP (819 nodes, copy terms: 26,124
+    columns) took 10.7 s to its optimum at load 2.4, most of it the root's cuts and sub-MIPs, and
+    its node limit does not bound that; BP + polish took 0.2-0.3 s for a plan 1.5-9 % above it."""
+    def solve(q, ref):
+        r = bp_solve(q, rounds=rounds, bound="end")
+        lqc = LocalCosts(q)
+        x = polish(q, r.plan, time_limit_s=SAFE_POLISH_S, lc=lqc, tree_moves=polish_moves)
+        return [int(a) for a in x], float(r.lower_bound), True
+    return solve
 
-def union_plan(problem: Problem, plans, time_limit_s: float, start=None, threads: int = 2):
+
+#: ``bp_relaxed``'s polish wall-clock safety cap (a capped relaxed problem polishes in 0.1-0.3 s)
+SAFE_POLISH_S = 10.0
+
+
+def union_plan(problem: Problem, plans, time_limit_s: float, start=None, threads: int = 2,
+               max_nodes: int | None = None):
     """The capped MILP restricted to the strategies the ``plans`` use (node i: the union of their
     strategies at i; ``solve_ilp``'s ``allowed``, the resharded copies priced exactly): a plan of
     ``problem`` at least as cheap as ``start`` (a fitting plan among them), or None when HiGHS gives
     none in time. The Lagrangian rounds' plans jump between a cheap one over the cap and a dearer one
     under it, at a coarse decision (gpt tiny h100-2x8 at cap 3,472,048 B: 1.82e-4 at 1.12x the cap,
     2.88e-4 at 0.91x; the memory repair of the former fails in 2 s); the union's MILP picks per node
-    between them: 2.45e-4 in 12 s there (results/s14c_capped_gap). Its bound holds for the restriction only."""
+    between them: 2.45e-4 in 12 s there (results/s14c_capped_gap). Its bound holds for the restriction only.
+    ``max_nodes``: HiGHS's ``mip_max_nodes`` (a deterministic budget; with it and a ``time_limit_s``
+    that does not stop the MILP, the answer does not depend on the machine's load)."""
     k = problem.num_strategies
     P = np.asarray([list(s) for s in plans if s is not None], dtype=np.int64).reshape(-1, problem.num_nodes)
     if not len(P) or bool((P >= k).any()) or bool((P < 0).any()):
@@ -305,8 +337,9 @@ def union_plan(problem: Problem, plans, time_limit_s: float, start=None, threads
     mask = np.zeros(len(problem.node_costs), dtype=bool)
     mask[(problem.strategy_offsets[:-1] + P).ravel()] = True
     try:
+        config = IlpConfig() if max_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(max_nodes)),))
         x, _ = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=start, threads=threads, relax_cap=False,
-                         allowed=mask)
+                         allowed=mask, config=config)
     except (RuntimeError, ValueError):
         return None
     return [int(a) for a in x]

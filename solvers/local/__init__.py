@@ -14,6 +14,7 @@ least-usage plan           ``least_usage_plan``                        solvers/l
 ... that fits (copies)     ``fitting_least_usage_plan``                solvers/local/repair.py
 polish                     ``polish``                                  solvers/local/polish.py
 LNS refine, improve        ``refine``, ``improve``, ``lns``            solvers/local/lns.py
+capped search (budgeted)   ``capped_search``, ``CappedBudget``         solvers/local/budgeted.py
 ... one neighbourhood      ``subproblem``                              solvers/local/subproblem.py
 heuristic plan             ``heuristic_plan``                          solvers/local/heuristic.py
 exact reductions           ``Pruning``, ``Contraction``, ``prepare``   solvers/local/prune.py

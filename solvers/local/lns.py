@@ -14,6 +14,8 @@
   uncapped MILP), repaired to fit; given ``lagrange_time_limit_s`` (the planners under a cap:
   ``lagrange_time_limit``), ``improve`` searches from the cheapest of them and from the plan and
   keeps the cheaper result.
+* ``capped_search`` (the factor-graph planner's search under a usage limit, budgeted in work units)
+  lives in solvers/local/budgeted.py and calls the pieces here.
 
 Imports ``solvers.ilp``, which may itself use this library: ``solvers.local`` exports the names of
 this module lazily (its ``__getattr__``), so importing the library does not import the ILP.
@@ -25,6 +27,7 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
+from solvers.ilp import IlpConfig
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.lagrange import lagrangian_bound
@@ -45,11 +48,16 @@ LAGRANGE_S_PER_NODE, LAGRANGE_MIN_S = 0.02, 2.0   # ... 20 ms a node, 2 to 8 s (
 LNS_SIZE = 90   # refine's neighbourhood size; with copy groups (each node in tens of them) 40:
 LNS_COPIES_SIZE = 40   # meshgraphnet tiny @ h100-2x8 cap 0.5 from BP's decode, 6 s, 1-s MILPs (load 5.4):
 #                        90 nodes 1.807x (no MILP finished), 60 (2 s) 1.654x, 40 1.481x, 25 1.785x
+#: deterministic refine (``max_neighbourhoods``): each neighbourhood MILP's node limit and its
+#: wall-clock safety cap (40-node neighbourhoods solve in 0.5-1.3 s at load 5-7; a cap hit makes
+#: that neighbourhood's answer load-dependent, so it is set far above that)
+SUB_NODES, SAFE_SUB_TIME_LIMIT_S = 200, 10.0
 LNS_MAX_NODES = 5000  # MILP neighbourhood search only below this: on contest-size graphs one HiGHS
 #                       call (reduction + presolve) overran its limit by tens of seconds
 
 
-def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None) -> np.ndarray:
+def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size: int | None = None,
+           max_neighbourhoods: int | None = None, sub_nodes: int | None = None) -> np.ndarray:
     """Improve a feasible ``plan`` for ``time_limit_s`` seconds by large-neighbourhood search; never
     returns a worse or infeasible plan (ValueError if ``plan`` is over the memory limit).
 
@@ -83,22 +91,35 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
         em = problem.edge_memory
         lns_size = LNS_COPIES_SIZE if em is not None and em.num_groups else LNS_SIZE
     if g.n:
-        s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
-                   min_sub_time_limit_s=0.05, weighted=True)
+        if max_neighbourhoods is None:
+            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
+                       min_sub_time_limit_s=0.05, weighted=True)
+        else:   # deterministic: a count of neighbourhoods, each MILP node-limited; the time a safety cap
+            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=SAFE_SUB_TIME_LIMIT_S,
+                       margin_s=0.0, min_sub_time_limit_s=0.05, weighted=True, max_neighbourhoods=max_neighbourhoods,
+                       sub_nodes=SUB_NODES if sub_nodes is None else sub_nodes)
     return s
 
 
 def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, progress, size: int = 300,
-         sub_time_limit_s: float = 5.0, margin_s: float = 1.0, min_sub_time_limit_s: float = 0.5, weighted: bool = False):
+         sub_time_limit_s: float = 5.0, margin_s: float = 1.0, min_sub_time_limit_s: float = 0.5, weighted: bool = False,
+         max_neighbourhoods: int | None = None, sub_nodes: int | None = None):
     """Re-optimise BFS neighbourhoods exactly with the MILP, everything else fixed. Each MILP gets
     at most ``sub_time_limit_s`` and ends ``margin_s`` before ``deadline``; none starts with less than
     ``min_sub_time_limit_s`` to run. Centres are uniform over the nodes with a choice or (``weighted``) drawn
-    half the time in proportion to the resharding cost the current plan pays on their edges."""
+    half the time in proportion to the resharding cost the current plan pays on their edges.
+    ``max_neighbourhoods``: stop after that many (a deterministic budget); ``sub_nodes``: each MILP's
+    branch-and-bound node limit (HiGHS ``mip_max_nodes``). With both and a ``sub_time_limit_s`` and
+    ``deadline`` that stop no MILP, the search does not depend on the machine's load."""
     p = g.p
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
         return s, best_cost
-    while time.perf_counter() + margin_s + min_sub_time_limit_s < deadline:
+    config = IlpConfig() if sub_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(sub_nodes)),))
+    done = 0
+    while time.perf_counter() + margin_s + min_sub_time_limit_s < deadline and (
+            max_neighbourhoods is None or done < max_neighbourhoods):
+        done += 1
         seed_node = int(rng.choice(free))
         if weighted and len(g.eu) and rng.random() < 0.5:
             paid = g.ec[g.eoff[:-1] + s[g.eu] * g.k[g.ev] + s[g.ev]]
@@ -114,7 +135,7 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
             plan, _ = solve_ilp_guarded(sub, time_limit_s=budget, grace_s=min(1.0, max(0.5, margin_s)),
-                                        initial_plan=cur, reduce=True, relax_cap=False)
+                                        initial_plan=cur, reduce=True, relax_cap=False, config=config)
         except Exception:  # infeasible, timed out without a plan, or overran (killed): keep the current one
             continue
         t = s.copy()

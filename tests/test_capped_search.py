@@ -1,0 +1,81 @@
+"""The planners' capped search (``solvers.local.budgeted.capped_search``): budgeted in work units, so the
+same problem gives the same plan; never worse than the plan it is seeded with; fits the cap; the
+uncapped optimum returned at once when it fits; both kinds of Lagrangian rounds (HiGHS, BP)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from costmodel.problem import evaluate
+from solvers.local import budgeted as lns_mod
+from solvers.local import least_usage_plan
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ilp_helpers import brute_force, random_problem  # noqa: E402
+from test_edge_memory import _with_random_copies  # noqa: E402
+
+SMALL = dataclasses.replace(lns_mod.CAPPED_BUDGET, rounds=6, neighbourhoods=2)
+BP_ROUNDS = dataclasses.replace(SMALL, highs_max_nodes=0)   # bp_relaxed rounds even on a small graph
+
+
+def _capped(seed: int, copies: bool):
+    rng = np.random.default_rng(1600 + seed)
+    p = random_problem(rng, 9, kmax=3, edge_p=0.5, limit_q=None)
+    if copies:
+        p = _with_random_copies(rng, p)
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(12)]
+    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[4], 0.5)
+    return p.with_usage_limit(cap)
+
+
+@pytest.mark.parametrize("budget", [SMALL, BP_ROUNDS], ids=["highs-rounds", "bp-rounds"])
+@pytest.mark.parametrize("seed,copies", [(0, False), (1, True), (2, True)])
+def test_capped_search_is_deterministic_fits_and_never_worse_than_its_seed(seed, copies, budget):
+    p = _capped(seed, copies)
+    start = least_usage_plan(p)
+    if not evaluate(p, start).feasible:
+        pytest.skip("the least-usage plan breaks the cap (its copies)")
+    best, bc = brute_force(p, "time")
+    a, info = lns_mod.capped_search(p, start, budget, return_info=True)
+    b = lns_mod.capped_search(p, start, budget)
+    assert a == b                                   # no wall-clock budget shapes the answer
+    ca = evaluate(p, a)
+    assert ca.feasible and ca.total <= evaluate(p, start).total * (1 + 1e-12)
+    assert ca.total >= bc.total * (1 - 1e-9)
+    if info["phase"] != "uncapped optimum":
+        assert info["rounds"] <= budget.rounds
+
+
+def test_capped_search_seeded_with_the_optimum_keeps_it():
+    p = _capped(3, True)
+    best, bc = brute_force(p, "time")
+    out = lns_mod.capped_search(p, best, SMALL)
+    assert evaluate(p, out).total == pytest.approx(bc.total)
+
+
+def test_capped_search_returns_the_uncapped_optimum_when_it_fits(monkeypatch):
+    p = random_problem(np.random.default_rng(1650), 8, kmax=3, edge_p=0.6, limit_q=None)
+    best, bc = brute_force(p)
+    p = p.with_usage_limit(bc.peak_memory_bytes * 1.5)
+
+    def boom(*a, **k):
+        raise AssertionError("searched past a fitting uncapped optimum")
+    monkeypatch.setattr(lns_mod, "lagrangian_bound", boom)
+    out, info = lns_mod.capped_search(p, least_usage_plan(p), SMALL, return_info=True)
+    assert info["phase"] == "uncapped optimum" and evaluate(p, out).total == pytest.approx(bc.total)
+
+
+def test_lagrangian_rounds_stop_at_max_rounds():
+    from solvers.lagrange import bp_relaxed, lagrangian_bound
+    p = _capped(4, True)
+    start = least_usage_plan(p)
+    opt = brute_force(p, "time")[1].total
+    for solver in (None, bp_relaxed()):
+        r = lagrangian_bound(p, 30.0, upper=evaluate(p, start).total * 10, ref=start, max_rounds=3,
+                             round_nodes=50, relaxed_solver=solver)
+        assert r.rounds <= 3 and len(r.plans) == r.rounds
+        assert r.bound <= opt + 1e-6 * abs(opt)     # BP's tree bound is valid too
