@@ -15,13 +15,19 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   rounds the beliefs' argmin plan is priced (``price_step``): λ grows ×2.5 where it is over the limit (at
   least base·10·overload, ``price_base``) and decays ×0.9 where it fits (the contest winner's adaptive
   soft penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades).
+  With copy groups on the edges (solvers/bp_copies.py), once the limit binds the copies are priced on the edge entries
+  that make them, the rule reads the argmin plan's profile with its copies, and the prices update
+  every ``COPY_PRICE_EVERY`` rounds for twice the rounds (decodes every ``COPY_DECODE_EVERY``):
+  held-out meshgraphnet tiny cap 0.5 (h100/tpu/a100), raw decode 2.14/1.93/1.84x -> 1.47/1.40/1.47x
+  the best-known (experiments/raw_decode_bench.py); fno tiny cap 0.5 unchanged (1.41x, 1.18x). Built at
+  the first price update that finds the limit binding (a Python loop: 0.7 s at fno large's 17,629 members).
 * **Decode** (solvers/bp_decode.py): nodes in index order; node i takes the argmin of its belief with the messages from
   already-decided neighbours replaced by the true edge costs to their strategies, skipping
   strategies that would break the limit given the decided nodes and the least usage of the
   undecided ones (so the plan always fits when the lowest-usage plan does). Exact on trees with a
   unique optimum and converged messages (see tests/test_bp.py).
 * **Resharded copies** (``Problem.edge_memory``): the pruned problem keeps them (``prune``). The
-  price rule reads the argmin plan's node usages only (``Messages.price_profile``; with the copies
+  price rule (without copy prices) reads the argmin plan's node usages (``Messages.price_profile``; with the copies
   too, the fg held-out split's meshgraphnet and unet problems ended 5-100 % dearer, measured in
   session 10). Every decode point decodes twice: the plain decode, and the copy-aware one
   (``decode(copies=True)``: the floor also carries the copies each decision makes live, so it fits
@@ -64,10 +70,12 @@ import numpy as np
 
 from costmodel.edge_memory import CopyTracker
 from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from solvers.bp_copies import copy_prices
 from solvers.bp_decode import decode
 from solvers.local import LocalCosts, fit_with_copies, prune
 
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
+COPY_PRICE_EVERY, COPY_DECODE_EVERY = 2, 10   # the same when the copies are priced (2x the rounds)
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
 #                            only up to this many nodes; otherwise at the start and the end
 
@@ -328,6 +336,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     lb = -float("inf")
     decode_every = decode_every or price_every
     binding = g.cap is not None and memory_prices
+    cp, ec0, total = None, mp.ec, rounds       # cp: the copies priced on their edges (bp_copies.py)
     r = 0
 
     def priced():
@@ -347,21 +356,26 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     c = mp.cost
     if bound:
         lb = mp.lower_bound(c, to_u, to_v)       # zero messages: the forest-plus-projections bound
-    while r < rounds and (deadline is None or time.perf_counter() < deadline):
+    while r < total and (deadline is None or time.perf_counter() < deadline):
         to_u, to_v = mp.update(c, to_u, to_v, damping)
         r += 1
-        if binding and r % price_every == 0 and r < rounds:
+        if binding and r % price_every == 0 and r < total:
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
-            ratio = mp.price_profile(arg) / g.cap
-            if bound is True and g.n <= BOUND_EVERY_NODES:
+            ratio = (mp.price_profile(arg) if cp is None else g.profile(arg)) / g.cap
+            if bound is True and g.n <= BOUND_EVERY_NODES and cp is None:   # copy prices over-count: no bound
                 lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
             if r % decode_every == 0:
                 consider(c)
             if not (ratio > 1.0).any() and not lam.any():
                 binding = False            # the limit does not bind the beliefs: plain BP from here
+            elif r == price_every and cp is None and (cp := copy_prices(g)) is not None:   # built once it binds
+                price_every, decode_every, total = COPY_PRICE_EVERY, COPY_DECODE_EVERY, 2 * rounds
             lam = price_step(lam, ratio, base)
             c = priced()
+            if cp is not None:
+                mp.ec = np.minimum(ec0 + cp(lam), mp.big)
     consider(c)
+    mp.ec = ec0                                   # true edge costs again (unpriced decodes, bound)
     if g.cap is not None and memory_prices and (deadline is None or time.perf_counter() < deadline):
         for x in mp.unpriced_decodes(rounds, damping, copies=len(variants) > 1, deadline=deadline):
             cands.add(x)

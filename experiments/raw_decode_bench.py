@@ -1,0 +1,72 @@
+"""The raw decode (``shardgym.solve(method="policy", search=False)``: one BP pass and its masked decode,
+no search) on the 18 held-out problems against the best-known costs (results/heldout_reference.json).
+
+    python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT]
+
+Prints cost / best-known, feasibility and seconds per problem, then the median and max over the
+capped and the uncapped rows, with /proc/loadavg before and after. The built problems are pickled
+in ``--cache`` (default /tmp/heldout_problems.pkl; building them takes a while); delete it after a
+cost-model change (``lookup`` then finds no entry: the ratio prints as nan).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    import shardgym as sg
+    from costmodel.problem import evaluate
+    from experiments.heldout_reference import heldout_problems, load, lookup
+    if os.path.exists(args.cache):
+        with open(args.cache, "rb") as f:
+            probs = pickle.load(f)
+    else:
+        probs = [(n, w.build()) for n, w in heldout_problems()]
+        with open(args.cache, "wb") as f:
+            pickle.dump(probs, f)
+    entries, out = load(), {}
+    print("load", open("/proc/loadavg").read().strip())
+    for name, p in probs:
+        if args.only not in name:
+            continue
+        e = lookup(entries, name, p)
+        t = time.perf_counter()
+        try:
+            c = evaluate(p, sg.solve(p, method="policy", search=False).strategies)
+            cost, feasible = c.total, bool(c.feasible)
+        except ValueError:
+            cost, feasible = float("inf"), False
+        dt = time.perf_counter() - t
+        ratio = cost / e["cost"] if e and e.get("cost") else float("nan")
+        out[name] = {"ratio": ratio, "feasible": feasible, "seconds": dt}
+        print(f"{name:42s} {ratio:7.3f} {'ok' if feasible else 'INFEASIBLE':10s} {dt:6.2f} s", flush=True)
+    for label, capped in (("capped", True), ("uncapped", False)):
+        rows = [v for n, v in out.items() if ("cap" in n) == capped]
+        if rows:
+            rs = [v["ratio"] for v in rows]
+            print(f"{label}: median {np.median(rs):.3f} max {max(rs):.3f} all feasible "
+                  f"{all(v['feasible'] for v in rows)} seconds max {max(v['seconds'] for v in rows):.2f} (n={len(rows)})")
+    print("load", open("/proc/loadavg").read().strip())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
