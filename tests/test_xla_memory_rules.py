@@ -168,8 +168,7 @@ def test_a_gather_of_a_scan_residual_starts_at_its_forward_step():
     assert sum(s.primitive == "dot_general" for s in src) == 15
     plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "rnn_min_memory_plan.json"))
     assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args))
-    r = sg.execute(step, abstract, graph, plan)
+    r = sg.execute(step, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args)), graph, plan)
     ratio = sg.evaluate(problem, plan).peak_memory_bytes / r.xla_memory_bytes
     assert abs(ratio - 1) <= 0.10, f"rnn min-memory plan: predicted / XLA memory {ratio:.3f}"
 
@@ -386,6 +385,17 @@ def test_a_rematerialised_read_holds_the_whole_tensor_before_its_reader(model, f
     _assert_xla_memory_within_10_percent(fn, args, graph, problem, plan, f"{model} tiny min-memory plan")
 
 
+def _stored_outside_plan(name: str, plan_file: str):
+    """(step, args, graph, problem, plan): outside step ``name`` (tests/data/outside_steps.py) traced and
+    built on cpu-2x4, with the stored plan tests/data/``plan_file``, checked not renumbered since."""
+    step, args = STEPS[name]()
+    graph = sg.trace(step, *args)
+    problem = sg.build_problem(graph, "cpu-2x4")
+    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", plan_file))
+    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    return step, args, graph, problem, plan
+
+
 def test_a_copy_sliced_from_a_replicated_copy_sends_nothing():
     """moe (tests/data/outside_steps.py) under the ILP's min-memory plan on cpu-2x4
     (tests/data/moe_min_memory_plan.json: results/fidelity_s12b_outside_moe.json). The router's
@@ -394,17 +404,12 @@ def test_a_copy_sliced_from_a_replicated_copy_sends_nothing():
     (``bitcast_dynamic-slice_fusion = fusion(all-gather, ...)``), no all-to-all. So an early copy
     of a value with an active replicated copy costs no collective (``CopyGroups.group_whole``,
     ``shared_comm_bytes``). Predicted / XLA collective bytes before: 1.061 (the all-to-all's 4 KiB)."""
-    step, args = STEPS["moe"]()
-    graph = sg.trace(step, *args)
-    problem = sg.build_problem(graph, "cpu-2x4")
-    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "moe_min_memory_plan.json"))
-    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    step, args, graph, problem, plan = _stored_outside_plan("moe", "moe_min_memory_plan.json")
     s = np.asarray(plan.strategies)
     em = problem.edge_memory
     whole_free = replace(em, group_whole=None).shared_comm_bytes(s)
     assert em.shared_comm_bytes(s) - whole_free == 4096   # the sliced copy's all-to-all, per device
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args))
-    r = sg.execute(step, abstract, graph, plan)
+    r = sg.execute(step, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tuple(args)), graph, plan)
     assert r.predicted_comm_bytes == pytest.approx(r.collective_wire_bytes, rel=0.05), \
         (r.predicted_comm_bytes, r.collective_wire_bytes)
 
@@ -421,19 +426,14 @@ def test_a_one_axis_move_after_a_replicated_copy_is_an_all_to_all():
     XLA collective bytes before: 0.897."""
     from costmodel.all_to_all import all_to_all_only
 
-    step, args = STEPS["rnn"]()
-    graph = sg.trace(step, *args)
-    problem = sg.build_problem(graph, "cpu-2x4")
-    plan = Plan.from_json(os.path.join(os.path.dirname(__file__), "data", "rnn_min_memory_105_plan.json"))
-    assert Plan.for_problem(problem, plan.strategies).node_specs == plan.node_specs, "strategies renumbered"
+    step, args, graph, problem, plan = _stored_outside_plan("rnn", "rnn_min_memory_105_plan.json")
     s = np.asarray(plan.strategies)
     em = problem.edge_memory
     assert replace(em, group_a2a=None).shared_comm_bytes(s) - em.shared_comm_bytes(s) == 3072 + 7 * 1024
     x, y = Mesh(sg.Cluster.preset("cpu-2x4")).axis_names
     assert all_to_all_only(((y,), ()), ((), (y,))) and all_to_all_only(((x,), ()), ((), (x,)))
     assert not all_to_all_only(((x,), ()), ((), (y,))) and not all_to_all_only(((x, y), ()), ((), (x, y)))
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tuple(args))
-    r = sg.execute(step, abstract, graph, plan)
+    r = sg.execute(step, jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tuple(args)), graph, plan)
     assert sum(c["count"] for c in r.collective_list if c["kind"] == "all-to-all") == 8
     assert r.predicted_comm_bytes == pytest.approx(r.collective_wire_bytes, rel=0.01), \
         (r.predicted_comm_bytes, r.collective_wire_bytes)
