@@ -134,11 +134,9 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
             y = repair_memory(problem, y, lc=lc, time_limit_s=left(b.step_safety_s))
         if y is not None:
             starts.append((cost(y), np.asarray(y, dtype=np.int64)))
-    seed_plan = best
     if starts:
-        c, y = min(starts, key=lambda t: t[0])
-        consider(y, "lagrange start")
-        seed_plan = best
+        consider(min(starts, key=lambda t: t[0])[1], "lagrange start")
+    seed_plan = best
     if best is None:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
         info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
         return (None, info) if return_info else None
