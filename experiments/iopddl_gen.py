@@ -21,7 +21,9 @@ Three families, each deterministic from its seed:
 * ``perturbed``: the shared contest instances (../shared/iopddl) with node costs scaled by
   lognormal noise (sigma 0.2) and the limit pulled half way down towards the lowest-usage peak.
 
-``python experiments/iopddl_gen.py [--families zoo,synth,contest,perturbed] [--only NAME,...]``
+``python experiments/iopddl_gen.py [--families zoo,synth,contest,perturbed] [--only NAME,...] [--force]``
+writes the instances that are missing; ``--force`` rewrites existing ones too (a rewritten committed
+instance needs its entry in experiments/iopddl_bench/best_known.json removed).
 """
 from __future__ import annotations
 
@@ -192,6 +194,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="zoo,synth,contest,perturbed")
     ap.add_argument("--only", default="", help="comma-separated instance names")
+    ap.add_argument("--force", action="store_true",
+                    help="rewrite instances that exist (by default they are kept: the committed ones are "
+                         "scored against experiments/iopddl_bench/best_known.json, and a rebuilt zoo "
+                         "instance follows today's cost model, so its best-known cost no longer applies)")
     a = ap.parse_args(argv)
     fams = set(a.families.split(","))
     only = set(filter(None, a.only.split(",")))
@@ -214,6 +220,9 @@ def main(argv=None) -> None:
         if only and name not in only:
             continue
         path = os.path.join(d, f"{name}.json.gz")
+        if os.path.exists(path) and not a.force:
+            print(f"{path}: kept (exists; --force rewrites it)")
+            continue
         p = make()
         p.to_iopddl(path)
         print(f"{path}: {p!r} ({os.path.getsize(path) / 1e6:.2f} MB)")
