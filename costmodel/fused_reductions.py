@@ -26,6 +26,8 @@ program order puts the update at the step's end (charged, meshgraphnet dp 1.099 
 through a collective stays a copy at the reduction's own step (the builder leaves reductions out of
 ``copy_group_lists``' held reads): held to the fusion, the replicated copy's first reader moved past
 the reads XLA slices from it (rnn ilp-memory-1.05's collective bytes 1.000 -> 1.103).
+A reduction whose strategy all-reduces its partial sum is written out for the collective, its
+operand not held (``slice_layout.fused_read_groups``, per strategy; rnn megatron, dp, fsdp).
 Approximate: the rule reads the global operand size, not the per-device one, against YNNPACK's
 threshold (a reduce over >= 4096 elements that a plan shards below it is still counted as written
 out); "nearest the root" is taken as the latest step.

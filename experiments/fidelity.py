@@ -104,8 +104,10 @@ Known outliers and their causes (the terms' docstrings say more):
     six reduced operands, tanh' x dh, live to that fusion at XLA's peak). Re-priced
     (results/fidelity_s17c_outside_reprice.json, fidelity_s17c_reprice.json): outside, program
     order 19 -> 21 of 24 (rnn ilp-time 0.874 -> 1.007, policy 0.888 -> 1.023; replicated 0.968 ->
-    1.057, megatron 1.030 -> 1.088, dp / fsdp 0.986 / 0.983 -> 0.998 / 1.000), XLA's order 21 of 24
-    (rnn ilp-time 0.931 -> 0.992, policy 0.945 -> 1.007, megatron 1.030 -> 1.084); the zoo 45 of 48
+    1.057, dp / fsdp 0.986 / 0.983 -> 0.992 / 0.993), XLA's order 21 of 24 (rnn ilp-time 0.931 ->
+    0.992, policy 0.945 -> 1.007, replicated 0.974 -> 1.048). Not where the reduction's strategy
+    all-reduces its partial sum (``slice_layout.fused_read_groups``): XLA writes it out for the
+    collective (rnn megatron: all eight reductions apart; 1.088 if fused, 1.030 so); the zoo 45 of 48
     (program) and 43 of 48 (XLA's order) unchanged, vit ilp-time 1.061 -> 1.062, mlp ilp-memory
     (XLA's order) 1.026 -> 1.030, no other row moves. Charging a lone fused reduction too (a bias
     gradient into its optimizer update) moved meshgraphnet dp 1.099 -> 1.112 (out): XLA's scheduler
@@ -182,6 +184,13 @@ CAUSES = {
                                 "that rnn ilp-time / policy lacked are charged now (costmodel.fused_reductions: 1.007 / "
                                 "1.023); this row's peak is the forward's (step 33), so it stays 1.136: the second tanh "
                                 "output is the over-count left",
+    ("rnn", "ilp-memory"): "over, XLA's order only (session 17, XLA's buffer assignment of the stored XLA-order "
+                           "plan): the model's peak is the forward's end (step 33, 85.4 KB), where it holds seven "
+                           "cells' sharded outputs, s and 1 - s^2 (2 x 2 KiB each), beside eleven 4 KiB gathered "
+                           "copies; XLA's peak (76.4 KB) is in the backward and holds no cell output of its own "
+                           "(no add_tanh_fusion), each cell once as its all-gather (all-gather.1-.7, 4 KiB), the "
+                           "gathered wh (16 KiB) and eight 1 KiB backward copies: the second tanh output, as rnn "
+                           "ilp-memory-1.05",
     ("convae", "ilp-memory-1.05"): "under: not temp fragmentation (session 14: XLA's figure 64.6 KB, the union of "
                                    "its buffers live at the peak 64.5 KB, the model 63.2 KB)",
     ("convae", "fsdp"): "under (session 12, XLA's buffer assignment): XLA's figure counts the 13,848 B of "
