@@ -332,7 +332,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i]}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.cost import Mesh, local_bytes
+from costmodel.fused_reductions import fused_reductions, trivial_reduction
 from costmodel.graph import OpGraph
 from costmodel.primitives import REDUCTIONS, SCATTER_COMBINE, WINDOWED
 from costmodel.space_rules import RESHAPES, SCANS
@@ -64,9 +65,10 @@ def non_fusible(nd) -> bool:
 
 def materialising(nd) -> bool:
     """Is ``nd``'s own result a buffer (``MATERIALISING`` heads, unsupported or replicate-only ops),
-    other than an ``outer_product`` dot?"""
-    return ((nd.primitive in MATERIALISING and not outer_product(nd)) or bool(nd.params.get("replicate_only"))
-            or not nd.supported)
+    other than an ``outer_product`` dot or a reduction over size-1 dims (a reshape:
+    ``fused_reductions.trivial_reduction``)?"""
+    return ((nd.primitive in MATERIALISING and not outer_product(nd) and not trivial_reduction(nd))
+            or bool(nd.params.get("replicate_only")) or not nd.supported)
 
 
 def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[list[int]], set[int]]:
@@ -183,6 +185,8 @@ def materialised_outputs(graph: OpGraph, plain_out=frozenset()) -> tuple[list[li
                                                         if o not in ko)):
             ko.append(-1)  # the head's own result, which a later fused consumer reads (see docstring)
         kept.append(sorted(ko))
+    for i in fused_reductions(graph, kept, transparent, plain_out):   # XLA CPU fuses them into their reader
+        kept[i] = []
     return kept, transparent
 
 

@@ -181,10 +181,16 @@ def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, thro
     is made at the reader's step, not early). A group holds the node's whole usage (its
     collectives' buffers too), as the interval extension did: holding only the output's bytes
     re-priced rnn tiny dp / fsdp 0.988 / 0.983 -> 0.598 / 0.570 (the unrolled scan's
-    weight-gradient dots, held to the fused sum)."""
+    weight-gradient dots, held to the fused sum). Not under a reader strategy that all-reduces the
+    reader's own result (a partial sum): XLA writes that result out for the collective, so the
+    reader is no fusion's part and the buffer dies at it (rnn megatron's per-step bias reductions,
+    ``costmodel.fused_reductions``: all eight ``wrapped_reduce`` apart, 1.088 -> 1.030 of XLA's)."""
     comm_of = {(v, k): comm for v, k, _, _, comm in reads}
     merged = set(combined_candidates(graph, strats, mesh))
     groups: dict = {}
+    # a reader whose result is all-reduced (a partial sum) writes it out for the collective: not fused
+    reduced = {i: [any(lowered_kind(c, mesh) in ("all-reduce", "reduce-scatter") for c, _, _ in st.collectives)
+                   for st in strats[i]] for i in {r[2] for r in through}}
     for u, oi, i, k, t in through:
         comm = comm_of.get((i, k))
         if t <= intervals[u, 1] or comm is None:
@@ -196,5 +202,6 @@ def fused_read_groups(graph: OpGraph, strats, mesh: Mesh, reads, intervals, thro
         for a in [kinds.index(kd) for kd in dict.fromkeys(kinds)]:
             on = np.array([kd == kinds[a] for kd in kinds])
             g = groups.setdefault((u, oi, kinds[a]), (u, kinds[a][2], [], int(intervals[u, 1]), on, np.zeros(len(kinds))))
-            g[2].append((i, t - 1, np.array([whole[a] or comm[a, j] == 0 for j in range(len(strats[i]))]), ~on))
+            g[2].append((i, t - 1, np.array([(whole[a] or comm[a, j] == 0) and not reduced[i][j]
+                                             for j in range(len(strats[i]))]), ~on))
     return [g for g in groups.values() if g[1] > 0]

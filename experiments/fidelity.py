@@ -95,7 +95,23 @@ Known outliers and their causes (the terms' docstrings say more):
     bytes 0.897 -> 1.000, outside collectives 23 -> 24 of 24, nothing else moves; XLA's output
     allocations measured (tests/test_output_allocations.py, CAUSES for convae): counted whole and
     filled with temporaries before the update, so neither the producer-step interval nor step 0 is
-    XLA's figure on every row (results/fidelity_s16c_reprice.json, fidelity_s16c_outside_reprice.json).
+    XLA's figure on every row (results/fidelity_s16c_reprice.json, fidelity_s16c_outside_reprice.json);
+  * session 17: XLA CPU fuses a small reduction (< 4096 operand elements; larger ones go to
+    YNNPACK) into the loop fusion of its one reader, at most six per fusion, the latest first
+    (``kMaxReductionsInFusion``), and a reduction over size-1 dims is a reshape
+    (``costmodel.fused_reductions``). Charged where two or more fuse into one fusion (an
+    accumulation chain: rnn's per-step bias gradients summed into the momentum update, whose last
+    six reduced operands, tanh' x dh, live to that fusion at XLA's peak). Re-priced
+    (results/fidelity_s17c_outside_reprice.json, fidelity_s17c_reprice.json): outside, program
+    order 19 -> 21 of 24 (rnn ilp-time 0.874 -> 1.007, policy 0.888 -> 1.023; replicated 0.968 ->
+    1.057, dp / fsdp 0.986 / 0.983 -> 0.992 / 0.993), XLA's order 21 of 24 (rnn ilp-time 0.931 ->
+    0.992, policy 0.945 -> 1.007, replicated 0.974 -> 1.048). Not where the reduction's strategy
+    all-reduces its partial sum (``slice_layout.fused_read_groups``): XLA writes it out for the
+    collective (rnn megatron: all eight reductions apart; 1.088 if fused, 1.030 so); the zoo 45 of 48
+    (program) and 43 of 48 (XLA's order) unchanged, vit ilp-time 1.061 -> 1.062, mlp ilp-memory
+    (XLA's order) 1.026 -> 1.030, no other row moves. Charging a lone fused reduction too (a bias
+    gradient into its optimizer update) moved meshgraphnet dp 1.099 -> 1.112 (out): XLA's scheduler
+    runs such an update right after its reduction, the program order at the step's end.
 """
 from __future__ import annotations
 
@@ -164,22 +180,19 @@ CAUSES = {
                                 "found, offset it. Collective bytes 0.897 -> 1.000 (session 16): XLA runs eight reads that "
                                 "move one mesh axis to another dim (wh S1R -> RS1, each backward step's S0R -> RS0) as "
                                 "all-to-alls after the value's replicated all-gather, where the model priced them as "
-                                "slices of it (10,240 B; costmodel.all_to_all)",
-    ("rnn", "policy"): "under: as rnn ilp-time (session 16, XLA's buffer assignment, temp peak near the step's end): "
-                       "the model does hold the sixteen per-step weight-gradient dots (dot.42-48, dot.51-57, 4 KiB each) "
-                       "to the fused sums (slice_layout.fused_read_groups: copy groups from each dot's step to 199-201 of "
-                       "201); what it lacks there are five per-step products tanh' x dh (multiply_add_fusion.2-6, 4 KiB "
-                       "each) that XLA's scheduler keeps for its late weight-gradient dots, add_tanh_fusion.7 and a "
-                       "ynn_fusion (4 KiB each): XLA 132.7 KB, the model 114.9 KB at that point, 117.8 KB at its own "
-                       "peak (the forward, step 33). In XLA's order (--schedule xla) this row is 0.945",
+                                "slices of it (10,240 B; costmodel.all_to_all). Session 17: the products "
+                                "that rnn ilp-time / policy lacked are charged now (costmodel.fused_reductions: 1.007 / "
+                                "1.023); this row's peak is the forward's (step 33), so it stays 1.136: the second tanh "
+                                "output is the over-count left",
+    ("rnn", "ilp-memory"): "over, XLA's order only (session 17, XLA's buffer assignment of the stored XLA-order "
+                           "plan): the model's peak is the forward's end (step 33, 85.4 KB), where it holds seven "
+                           "cells' sharded outputs, s and 1 - s^2 (2 x 2 KiB each), beside eleven 4 KiB gathered "
+                           "copies; XLA's peak (76.4 KB) is in the backward and holds no cell output of its own "
+                           "(no add_tanh_fusion), each cell once as its all-gather (all-gather.1-.7, 4 KiB), the "
+                           "gathered wh (16 KiB) and eight 1 KiB backward copies: the second tanh output, as rnn "
+                           "ilp-memory-1.05",
     ("convae", "ilp-memory-1.05"): "under: not temp fragmentation (session 14: XLA's figure 64.6 KB, the union of "
                                    "its buffers live at the peak 64.5 KB, the model 63.2 KB)",
-    ("rnn", "ilp-time"): "under (session 12, XLA's buffer assignment, temp peak at position 90 of 97): XLA's "
-                         "scheduler runs the unrolled backward's dh recursion first and the per-step weight-gradient "
-                         "dots after it, so six per-step products tanh' x dh (multiply_add_fusion.1-6, f32[16,64], "
-                         "4 KiB each) live to those late dots (93), beside the sixteen per-step gradient "
-                         "contributions (dot.42-48, dot.51-57) the model also holds to their fused sums; in trace "
-                         "order the model frees each product at its own step's dots (XLA 134.7 KB, the model 117.8 KB)",
     ("convae", "fsdp"): "under (session 12, XLA's buffer assignment): XLA's figure counts the 13,848 B of "
                         "replicated plain outputs (the updated weights: the runtime returns a plain output "
                         "replicated; memory_analysis output_size, every convae row) over the whole program, where "
