@@ -4,7 +4,8 @@ no search) on the 18 held-out problems against the best-known costs (results/hel
     python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT]
 
 Prints cost / best-known, feasibility and seconds per problem, then the median and max over the
-capped and the uncapped rows, with /proc/loadavg before and after. The built problems are pickled
+capped and the uncapped rows, with /proc/loadavg before and after (``--json``: the rows by name,
+and ``_load``). The built problems are pickled
 in ``--cache`` (default /tmp/heldout_problems.pkl; building them takes a while); delete it after a
 cost-model change (``lookup`` then finds no entry: the ratio prints as nan).
 """
@@ -41,7 +42,8 @@ def main() -> None:
         with open(args.cache, "wb") as f:
             pickle.dump(probs, f)
     entries, out = load(), {}
-    print("load", open("/proc/loadavg").read().strip())
+    load_before = open("/proc/loadavg").read().strip()
+    print("load", load_before)
     for name, p in probs:
         if args.only not in name:
             continue
@@ -62,10 +64,11 @@ def main() -> None:
             rs = [v["ratio"] for v in rows]
             print(f"{label}: median {np.median(rs):.3f} max {max(rs):.3f} all feasible "
                   f"{all(v['feasible'] for v in rows)} seconds max {max(v['seconds'] for v in rows):.2f} (n={len(rows)})")
-    print("load", open("/proc/loadavg").read().strip())
+    load_after = open("/proc/loadavg").read().strip()
+    print("load", load_after)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
 
 
 if __name__ == "__main__":
