@@ -9,10 +9,13 @@ and ``_load``). The built problems are pickled
 in ``--cache`` (default /tmp/heldout_problems.pkl; building them takes a while); delete it after a
 cost-model change (``lookup`` then finds no entry: the ratio prints as nan).
 
-Session 17 (results/raw_decode_s17b_before.json, raw_decode_s17b.json, raw_decode_s17b_ablation.json):
-gentler price steps (``solvers.bp.PRICE_UP``/``PRICE_DECAY`` 1.5/0.8, were 2.5/0.9) took the
-binding-cap median 1.179 -> 1.125 and max 1.472 -> 1.409 (meshgraphnet tiny 1.47/1.40/1.47 ->
-1.26/1.31/1.13). The two fno tiny caps did not move (1.409 h100, 1.179 a100); why, measured:
+Session 17 (results/raw_decode_s17b_before.json, raw_decode_s17b.json, raw_decode_s17b_rounds.json,
+raw_decode_s17b_ablation.json): gentler price steps (``solvers.bp.PRICE_UP``/``PRICE_DECAY`` 1.5/0.8,
+were 2.5/0.9) took the binding-cap median 1.179 -> 1.125 and max 1.472 -> 1.409 (meshgraphnet tiny
+1.47/1.40/1.47 -> 1.26/1.31/1.13), the copy-priced phase at 3x the rounds (``COPY_ROUNDS``, was 2x)
+the median to 1.094 (meshgraphnet tiny 1.26/1.28/1.09). The network ships no learned correction, so
+its raw plan is Lagrangian BP's on every row; plain BP (no prices): median 1.181, 2 of 9 over the cap.
+The two fno tiny caps did not move (1.409 h100, 1.179 a100); why, measured:
 the node usages of BP's argmin plan fit (the copies break the cap), so the prices stay 0 and the
 raw plan is the copy-aware decode of plain BP's beliefs. The best-known plans shard the weights and
 their gradient/optimizer nodes (live over the whole step, strategy 0 -> 1 on 28 nodes at a100),
