@@ -59,9 +59,8 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   0.5: 11 % dearer on h100-2x8, 4 % cheaper on tpu-4x4; with the edge unit 2.8-5.1x dearer); a MILP repair of the cheap decode over the
   120 nodes live at its over-cap points (no plan in 3 s). fno tiny @ a100-hetero cap 0.5 (1.18x):
   the plain decode costs 0.76x but breaks the cap by its copies; repair 1.18x (no λ helps: s17, raw_decode_bench.py). fno large @ h100-2x8
-  uncapped (1.22x): BP shards the spectral chain on the batch (node cost 0.41 vs 0.79 ms) and pays
-  0.73 vs 0.15 ms of resharding where the optimum keeps it replicated; 60-200 rounds and damping
-  0.3-0.7 give the same plan, and the bound is 0.51 ms (the optimum 0.94 ms).
+  uncapped (1.22x): BP shards the spectral chain on the batch (node cost 0.41 vs 0.79 ms) and pays 0.73 vs
+  0.15 ms of resharding where the optimum keeps it replicated; 60-200 rounds and damping 0.3-0.7 give the same plan (bound 0.51 ms, optimum 0.94 ms).
 """
 from __future__ import annotations
 
