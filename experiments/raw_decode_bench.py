@@ -4,9 +4,32 @@ no search) on the 18 held-out problems against the best-known costs (results/hel
     python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT]
 
 Prints cost / best-known, feasibility and seconds per problem, then the median and max over the
-capped and the uncapped rows, with /proc/loadavg before and after. The built problems are pickled
+capped and the uncapped rows, with /proc/loadavg before and after (``--json``: the rows by name,
+and ``_load``). The built problems are pickled
 in ``--cache`` (default /tmp/heldout_problems.pkl; building them takes a while); delete it after a
 cost-model change (``lookup`` then finds no entry: the ratio prints as nan).
+
+Session 17 (results/raw_decode_s17b_before.json, raw_decode_s17b.json, raw_decode_s17b_rounds.json,
+raw_decode_s17b_ablation.json): gentler price steps (``solvers.bp.PRICE_UP``/``PRICE_DECAY`` 1.5/0.8,
+were 2.5/0.9) took the binding-cap median 1.179 -> 1.125 and max 1.472 -> 1.409 (meshgraphnet tiny
+1.47/1.40/1.47 -> 1.26/1.31/1.13), the copy-priced phase at 3x the rounds (``COPY_ROUNDS``, was 2x)
+the median to 1.094 (meshgraphnet tiny 1.26/1.28/1.09). The network ships no learned correction, so
+its raw plan is Lagrangian BP's on every row; plain BP (no prices): median 1.181, 2 of 9 over the cap.
+The two fno tiny caps did not move (1.409 h100, 1.179 a100); why, measured:
+the node usages of BP's argmin plan fit (the copies break the cap), so the prices stay 0 and the
+raw plan is the copy-aware decode of plain BP's beliefs. The best-known plans shard the weights and
+their gradient/optimizer nodes (live over the whole step, strategy 0 -> 1 on 28 nodes at a100),
+where the copy-aware decode, meeting the cap at the peak in index order, shards the activations
+there (7 nodes, 145-160). No memory price fixes it: a scan of λ = s on the plain decode's 4
+over-cap points (s = 1e-15..1e-8, 30 BP rounds each, with and without copy prices) gives 0.762x
+over the cap up to s = 1.3e-11, then 2.03x at 0.99 of the cap, 2.5-7x above (never under 1.179x).
+Also tried on these rows, none better: copy prices once only the copies break the cap (1.409 /
+1.179, mgn unchanged), the price rule reading the plain decode's profile with copies (mgn up to
+6.7x with a plan-cost price unit), geometric bracketing of λ between over and under (mgn 1.5-2.1x),
+a bisection of the final λ's scale (5 steps), decode-level prices without re-running messages,
+decodes in reverse / long-lived-last order, the cap scaled 0.5-0.9 in the decode, forcing the
+longest-lived nodes over the cap to their least usage (1.0-12x or over the cap), and decodes every 4
+rounds instead of 10 (mgn unchanged); fno tiny stayed at 1.409 / 1.179 throughout.
 """
 from __future__ import annotations
 
@@ -41,7 +64,8 @@ def main() -> None:
         with open(args.cache, "wb") as f:
             pickle.dump(probs, f)
     entries, out = load(), {}
-    print("load", open("/proc/loadavg").read().strip())
+    load_before = open("/proc/loadavg").read().strip()
+    print("load", load_before)
     for name, p in probs:
         if args.only not in name:
             continue
@@ -62,10 +86,11 @@ def main() -> None:
             rs = [v["ratio"] for v in rows]
             print(f"{label}: median {np.median(rs):.3f} max {max(rs):.3f} all feasible "
                   f"{all(v['feasible'] for v in rows)} seconds max {max(v['seconds'] for v in rows):.2f} (n={len(rows)})")
-    print("load", open("/proc/loadavg").read().strip())
+    load_after = open("/proc/loadavg").read().strip()
+    print("load", load_after)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,17 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   (flooding converges after diameter rounds; damping only slows it).
 * **Memory prices** (``memory_prices``, when the limit binds): λ_t ≥ 0 per compressed time point of
   the liveness grid turn usage into cost, c_i(s) + u_i(s)·Σ_{t∈interval(i)} λ_t. Every ``price_every``
-  rounds the beliefs' argmin plan is priced (``price_step``): λ grows ×2.5 where it is over the limit (at
-  least base·10·overload, ``price_base``) and decays ×0.9 where it fits (the contest winner's adaptive
-  soft penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades).
+  rounds the beliefs' argmin plan is priced (``price_step``): λ grows ×1.5 where it is over the limit (at
+  least base·10·overload, ``price_base``) and decays ×0.8 where it fits (the contest winner's adaptive soft
+  penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades). ×2.5/×0.9 before s17 overshot (decodes at 0.66-0.86 of the cap); ×1.5/×0.8: held-out mgn tiny cap 0.5
+  1.47/1.40/1.47x -> 1.26/1.31/1.13x best-known; 0.50-1.04x the old plan on 14 capped training problems.
   With copy groups on the edges (solvers/bp_copies.py), once the limit binds the copies are priced on the edge entries
   that make them, the rule reads the argmin plan's profile with its copies, and the prices update
-  every ``COPY_PRICE_EVERY`` rounds for twice the rounds (decodes every ``COPY_DECODE_EVERY``):
+  every ``COPY_PRICE_EVERY`` rounds for ``COPY_ROUNDS`` times the rounds (decodes every ``COPY_DECODE_EVERY``):
   held-out meshgraphnet tiny cap 0.5 (h100/tpu/a100), raw decode 2.14/1.93/1.84x -> 1.47/1.40/1.47x
-  the best-known (experiments/raw_decode_bench.py); fno tiny cap 0.5 unchanged (1.41x, 1.18x). Built at
-  the first price update that finds the limit binding (a Python loop: 0.7 s at fno large's 17,629 members).
+  the best-known (experiments/raw_decode_bench.py); fno tiny cap 0.5 unchanged (1.41x, 1.18x); 3x not 2x (s17):
+  1.26/1.31/1.13x -> 1.26/1.28/1.09x, 14 capped training problems 0.97-1.00x (4x: as 3x). Built at the first
+  price update that finds the limit binding (a Python loop: 0.7 s at fno large's 17,629 members).
 * **Decode** (solvers/bp_decode.py): nodes in index order; node i takes the argmin of its belief with the messages from
   already-decided neighbours replaced by the true edge costs to their strategies, skipping
   strategies that would break the limit given the decided nodes and the least usage of the
@@ -56,10 +58,9 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   edge costs (the median |node cost| is 1e-13 s, the median edge cost 3e-5 s; meshgraphnet tiny cap
   0.5: 11 % dearer on h100-2x8, 4 % cheaper on tpu-4x4; with the edge unit 2.8-5.1x dearer); a MILP repair of the cheap decode over the
   120 nodes live at its over-cap points (no plan in 3 s). fno tiny @ a100-hetero cap 0.5 (1.18x):
-  the plain decode costs 0.76x but breaks the cap by its copies; repair 1.18x. fno large @ h100-2x8
-  uncapped (1.22x): BP shards the spectral chain on the batch (node cost 0.41 vs 0.79 ms) and pays
-  0.73 vs 0.15 ms of resharding where the optimum keeps it replicated; 60-200 rounds and damping
-  0.3-0.7 give the same plan, and the bound is 0.51 ms (the optimum 0.94 ms).
+  the plain decode costs 0.76x but breaks the cap by its copies; repair 1.18x (no λ helps: s17, raw_decode_bench.py). fno large @ h100-2x8
+  uncapped (1.22x): BP shards the spectral chain on the batch (node cost 0.41 vs 0.79 ms) and pays 0.73 vs
+  0.15 ms of resharding where the optimum keeps it replicated; 60-200 rounds and damping 0.3-0.7 give the same plan (bound 0.51 ms, optimum 0.94 ms).
 """
 from __future__ import annotations
 
@@ -75,16 +76,16 @@ from solvers.bp_decode import decode
 from solvers.local import LocalCosts, fit_with_copies, prune
 
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
-COPY_PRICE_EVERY, COPY_DECODE_EVERY = 2, 10   # the same when the copies are priced (2x the rounds)
-BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update
-#                            only up to this many nodes; otherwise at the start and the end
+PRICE_UP, PRICE_DECAY = 1.5, 0.8   # price_step's factors over and under the limit
+COPY_PRICE_EVERY, COPY_DECODE_EVERY, COPY_ROUNDS = 2, 10, 3   # the same when the copies are priced (3x the rounds)
+BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update up to this size
 
 
 def price_step(lam, ratio, base, xp=np):
     """One Lagrangian price update (numpy, or ``xp=jax.numpy`` in agent/fgnn.py): where the argmin
-    plan's profile is over the limit (``ratio`` = profile / limit > 1), λ ← max(2.5·λ, base·10·(ratio − 1));
-    elsewhere λ ← 0.9·λ."""
-    return xp.where(ratio > 1.0, xp.maximum(lam * 2.5, base * 10.0 * (ratio - 1.0)), lam * 0.9)
+    plan's profile is over the limit (``ratio`` = profile / limit > 1), λ ← max(PRICE_UP·λ, base·10·(ratio − 1));
+    elsewhere λ ← PRICE_DECAY·λ."""
+    return xp.where(ratio > 1.0, xp.maximum(lam * PRICE_UP, base * 10.0 * (ratio - 1.0)), lam * PRICE_DECAY)
 
 
 def price_base(mp: Messages) -> float:
@@ -369,7 +370,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
             if not (ratio > 1.0).any() and not lam.any():
                 binding = False            # the limit does not bind the beliefs: plain BP from here
             elif r == price_every and cp is None and (cp := copy_prices(g)) is not None:   # built once it binds
-                price_every, decode_every, total = COPY_PRICE_EVERY, COPY_DECODE_EVERY, 2 * rounds
+                price_every, decode_every, total = COPY_PRICE_EVERY, COPY_DECODE_EVERY, COPY_ROUNDS * rounds
             lam = price_step(lam, ratio, base)
             c = priced()
             if cp is not None:

@@ -162,3 +162,30 @@ def test_fast_decode_is_the_reference_decode(case):
                 assert (ref is None and got is None) or np.array_equal(ref, got)
                 seen += ref is not None
     assert seen > 0
+
+
+def test_price_step_grows_gently_and_decays():
+    """``price_step`` (session 17: ×1.5 over the limit, at least base·10·overload; ×0.8 under it;
+    ×2.5/×0.9 overshot on the held-out meshgraphnet caps): the rule on three points."""
+    from solvers.bp import PRICE_DECAY, PRICE_UP, price_step
+    lam = np.array([2.0, 2.0, 0.0])
+    out = price_step(lam, np.array([1.01, 0.5, 1.2]), base=1.0)
+    assert out == pytest.approx([max(PRICE_UP * 2.0, 0.1), PRICE_DECAY * 2.0, 2.0])
+    assert (PRICE_UP, PRICE_DECAY) == (1.5, 0.8)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lagrangian_bp_fits_and_is_near_the_optimum_on_small_capped_problems(seed):
+    """Random 7-node problems under a cap between the least and greatest peak: Lagrangian BP's plan
+    fits and is within 1.5x of the brute-force optimum."""
+    rng = np.random.default_rng(100 + seed)
+    p = random_problem(rng, n=7, kmax=3)
+    lo = evaluate(p, [int(np.argmin(p.node_usages[p.strategy_offsets[i]:p.strategy_offsets[i + 1]]))
+                      for i in range(p.num_nodes)]).peak_memory_bytes
+    hi = evaluate(p, [int(np.argmax(p.node_usages[p.strategy_offsets[i]:p.strategy_offsets[i + 1]]))
+                      for i in range(p.num_nodes)]).peak_memory_bytes
+    p = p.with_usage_limit(lo + 0.4 * (hi - lo))
+    _, bc = brute_force(p)
+    r = bp_solve(p, rounds=60, memory_prices=True)
+    assert r.plan is not None and evaluate(p, r.plan).feasible
+    assert r.cost <= 1.5 * bc.total + 1e-9

@@ -49,3 +49,17 @@ def test_bound_stays_valid_and_plans_fit_with_copies(seed):
     if r.plan is not None:
         c = evaluate(p, r.plan)
         assert c.feasible and c.total == pytest.approx(r.cost)
+
+
+def test_copy_priced_phase_runs_copy_rounds_times_the_rounds():
+    """``_problem`` with the consumers live to step 6 and B at 2 bytes: the fastest plan (B
+    everywhere) is over the limit 8 by its node usages, so the copies are priced and the run goes on
+    for ``COPY_ROUNDS`` (3, session 17; 2 before) times the rounds asked; its plan fits and is optimal."""
+    from costmodel.problem import Problem
+    p = _problem(usage_limit=8.0)
+    p = Problem.from_lists("copies", [[0.0, 5.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]],
+                           [[4.0, 4.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]], [[0, 6], [1, 6], [3, 6], [5, 6]],
+                           [[0, 1], [0, 2], [0, 3]], [[0.0] * 4] * 3, usage_limit=8.0, edge_memory=p.edge_memory)
+    r = bp.bp_solve(p, rounds=20)
+    assert bp.COPY_ROUNDS == 3 and r.rounds == bp.COPY_ROUNDS * 20
+    assert evaluate(p, r.plan).feasible and r.cost == pytest.approx(brute_force(p)[1].total)

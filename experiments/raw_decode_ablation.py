@@ -1,0 +1,70 @@
+"""Ablation of the raw decode on the held-out binding-cap problems: the shipped network's raw plan
+(``shardgym.solve(method="policy", search=False)``) against Lagrangian BP (``bp_solve`` with memory
+prices, what a network with zero learned corrections is) and plain BP (no prices; the decode still
+masks by the least-usage floor), each as cost / best-known (results/heldout_reference.json).
+
+    python experiments/raw_decode_ablation.py [--only SUBSTRING] [--json OUT]
+
+Uses experiments/raw_decode_bench.py's pickled problems (``--cache``, built by it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="cap")
+    ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    import shardgym as sg
+    from costmodel.problem import evaluate
+    from experiments.heldout_reference import load, lookup
+    from solvers.bp import bp_solve
+    with open(args.cache, "rb") as f:
+        probs = pickle.load(f)
+    entries, out = load(), {}
+    runs = {"network": lambda p: sg.solve(p, method="policy", search=False).strategies,
+            "lagrangian_bp": lambda p: bp_solve(p, rounds=60, memory_prices=True, bound=False).plan,
+            "plain_bp": lambda p: bp_solve(p, rounds=60, memory_prices=False, bound=False).plan}
+    load_before = open("/proc/loadavg").read().strip()
+    for name, p in probs:
+        if args.only not in name:
+            continue
+        e = lookup(entries, name, p)
+        row = {}
+        for label, run in runs.items():
+            t = time.perf_counter()
+            x = run(p)
+            c = evaluate(p, x) if x is not None else None
+            ok = bool(c is not None and c.feasible)
+            row[label] = {"ratio": c.total / e["cost"] if ok else float("inf"), "feasible": ok,
+                          "seconds": time.perf_counter() - t}
+        out[name] = row
+        print(f"{name:42s} " + " ".join(f"{k} {v['ratio']:6.3f}{'' if v['feasible'] else '!'}" for k, v in row.items()),
+              flush=True)
+    for label in runs:
+        rs = [r[label]["ratio"] for r in out.values()]
+        if rs:
+            print(f"{label}: median {np.median(rs):.3f} max {max(rs):.3f} (n={len(rs)})")
+    load_after = open("/proc/loadavg").read().strip()
+    print("load", load_before, "->", load_after)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
