@@ -14,13 +14,14 @@ between rounds (``adapt``), so every cut's low_t(x) is recomputed with the curre
 each QP (then each f_x is above the current L).
 
 Scaling: μ_t = λ_t·cap/U and values /U (U the target or the first bound's size), so the QP's
-numbers are O(1). The first step is ``FIRST_STEP`` of Polyak's (u = |g|²/(FIRST_STEP·(target - L))).
+numbers are O(1). The first step is ``FIRST_STEP`` times Polyak's (u = |g|²/(FIRST_STEP·(target - L))).
 Why (session 17): the Polyak subgradient rule's L oscillates (vit tiny h100-2x8 at the 75 % cap:
 -2.5e-4 at round 1, then 3.2e-5 / 4.9e-5 alternating) -- a target 20-40 % above the dual optimum
-makes its steps too long. lagrangian_bound alone, 12 rounds each (a count, not seconds, so the load
-does not decide), session 15's costs as targets, h100-2x8 at session 15's caps, polyak -> bundle:
-gpt tiny 25 % 4.704e-4 -> 4.706e-4, vit tiny 75 % 3.591e-5 -> 5.002e-5, meshgraphnet tiny 50 %
-3.321e-4 -> 3.440e-4, unet tiny 75 % 1.354e-4 -> 1.410e-4; its L rises almost monotonically.
+makes its steps too long. lagrangian_bound alone, a round count each (not seconds, so the load does
+not decide), session 15's costs as targets, h100-2x8 at session 15's caps (results/s17a/lagrange_step.json,
+FIRST_STEP 0.25 there), polyak -> bundle at 12 / 24 rounds: gpt tiny 25 % 4.704 -> 4.706e-4 / 4.998 ->
+4.893e-4 (the bundle converged at 16), vit tiny 75 % 3.59 -> 5.00e-5 / 5.05 -> 5.58e-5, meshgraphnet
+tiny 50 % 3.321 -> 3.440e-4 / 3.639 -> 3.717e-4, unet tiny 75 % 1.354 -> 1.410e-4 / 1.451 -> 1.652e-4.
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ import scipy.sparse as sp
 
 #: at most this many cuts in the model (the oldest go first)
 MAX_CUTS = 60
-#: the first step's length as a fraction of Polyak's toward the target (the incumbent is far above
-#: the dual optimum: a full Polyak step from λ = 0 lands at L = -2.5e-4 on vit tiny h100-2x8 75 %)
-FIRST_STEP = 0.25
+#: the first step's length as a fraction of Polyak's toward the target. Best bound after 8 rounds
+#: (h100-2x8, the rows below), FIRST_STEP 1 / 0.5 / 0.25 / the Polyak rule: gpt 4.71 / 4.61 / 4.33 /
+#: 4.50e-4, vit 4.55 / 4.94 / 4.03 / 3.59e-5, meshgraphnet 3.47 / 3.30 / 3.27 / 3.28e-4, unet 1.23 / - /
+#: 1.18 / 1.21e-4 (the in-core Lagrangian gets 3-8 rounds at load 5-7, 7-28 at load 1-5)
+FIRST_STEP = 1.0
 
 
 class Bundle:
