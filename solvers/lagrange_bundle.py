@@ -22,6 +22,11 @@ not decide), session 15's costs as targets, h100-2x8 at session 15's caps (resul
 FIRST_STEP 0.25 there), polyak -> bundle at 12 / 24 rounds: gpt tiny 25 % 4.704 -> 4.706e-4 / 4.998 ->
 4.893e-4 (the bundle converged at 16), vit tiny 75 % 3.59 -> 5.00e-5 / 5.05 -> 5.58e-5, meshgraphnet
 tiny 50 % 3.321 -> 3.440e-4 / 3.639 -> 3.717e-4, unet tiny 75 % 1.354 -> 1.410e-4 / 1.451 -> 1.652e-4.
+In the core (bench_capped --compare lagrange_step=polyak, the 12 h100-2x8 cells of gpt/vit/unet/
+meshgraphnet tiny at s15's caps, results/bench_capped_s17a_ab4c.json + _ab8.json, load 1.8-7.2): the
+bound rose in 8 cells (gap e.g. unet 75 % 20.2 -> 10.5 %, gpt 75 % 28.6 -> 12.0 %, vit 75 % 41.2 ->
+29.5 %) and fell in 4 (meshgraphnet 25/50/75 %, vit 25 %: its prices gave slower relaxed MILPs there,
+5-13 rounds against 5-27); no cell reached 2 %.
 """
 from __future__ import annotations
 
