@@ -99,6 +99,7 @@ class CappedConfig:
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
+    lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
                                          # most half the time left) for the least-peak search (``least_peak``)
@@ -226,7 +227,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         tighten(_cfn(problem, t_cfn, best, consider, say))
     if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
-                             ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart,
+                             ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart, step=cf.lagrange_step,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)

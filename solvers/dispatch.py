@@ -35,7 +35,9 @@ from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
 #: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
 #: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
-TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0)
+#: and the Lagrangian's bundle step (``solvers.lagrange_bundle``; IOPDDL problems have no copy groups,
+#: so no Lagrangian phase)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0, lagrange_step="bundle")
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this

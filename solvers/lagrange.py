@@ -50,6 +50,7 @@ target 3 above the dual optimum 1.5), so a round that does not raise the bound s
 gpt tiny h100-2x8 cap 1,947,600 B 3.837e-4 -> 4.631e-4 (5 rounds each), cap 3,289,744 B 2.501e-4
 -> 2.557e-4 (17 / 25 rounds); unet tiny h100-2x8 cap 2,514,164 B 8.235e-4 -> 8.141e-4 (7 / 7
 rounds: 1.1 % lower there); the hand case with early copies 0.749 -> 0.885 (the dual optimum 1.5 without).
+``step="bundle"`` (``solvers.lagrange_bundle``, what ``shardgym.solve`` uses) picks the prices from every round's plan instead.
 """
 from __future__ import annotations
 
@@ -58,10 +59,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from costmodel.problem import Problem
+from costmodel.problem import Problem, evaluate
 from costmodel.profile import step_sum
 from solvers.bp import bp_solve
 from solvers.ilp import IlpConfig, solve_ilp
+from solvers.lagrange_bundle import Bundle
 from solvers.local.costs import LocalCosts
 from solvers.local.polish import polish
 
@@ -197,7 +199,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
                      progress=None, on_plan=None, first=None, adapt: bool = True,
                      deflect: bool = True, restart: bool = True, max_rounds: int | None = None,
-                     round_nodes: int | None = None, relaxed_solver=None) -> LagrangeResult:
+                     round_nodes: int | None = None, relaxed_solver=None, step: str = "polyak") -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
@@ -225,6 +227,10 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     d = None            # the last step's direction (``deflect``)
     best_h = None       # the subgradient at best_lam (``restart``)
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
+    bundle = None       # ``step="bundle"``: the cutting-plane model (made at the first bound)
+    reps = centre_reps = 0   # ... which representatives are current, and were when the centre was solved
+    best_at_restart = -np.inf
+    low = (lambda x: terms.low_profile(x, er, sr, T)) if terms is not None else (lambda x: 0.0)
     while time.perf_counter() + 0.5 < deadline and (max_rounds is None or rounds < max_rounds):
         if pending is not None:       # λ = 0: the caller's uncapped solve
             qb, x, pending, exact = float(pending[0]), pending[1], None, True
@@ -239,6 +245,11 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                                         threads=threads, mip_rel_gap=1e-5, initial_plan=ref, config=config)
             except (RuntimeError, ValueError) as exc:
                 say(f"lagrange: relaxed milp gave nothing: {exc}")
+                if bundle is not None:     # a null step: nearer the centre
+                    lam = _bundle_back(bundle, low, best, say)
+                    if lam is None:
+                        break
+                    continue
                 if not np.any(lam != best_lam):
                     break
                 lam, theta = 0.5 * (lam + best_lam), theta / 2   # as a round stopped at its limit
@@ -250,6 +261,11 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             if on_plan is not None:
                 on_plan(plans[-1])
         if not np.isfinite(qb):     # no bound in the round's time (a loaded machine): as a round stopped at its limit
+            if bundle is not None:
+                lam = _bundle_back(bundle, low, best, say)
+                if lam is None:
+                    break
+                continue
             if not np.any(lam != best_lam):
                 break
             lam, theta, d = 0.5 * (lam + best_lam), theta / 2, None
@@ -266,6 +282,27 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
         say(f"lagrange[{rounds}]: L={L:.10g} best={best:.10g} ({time.perf_counter() - t0:.1f}s)")
         if cap is None or L >= up - 1e-9 * abs(up):
             break
+        if step == "bundle":
+            target = up if np.isfinite(up) else best + 0.1 * max(abs(best), 1e-12)
+            if bundle is None:
+                bundle = Bundle(float(cap), target if target > 0 else max(abs(L), 1e-12))
+            bundle.add(evaluate(problem, x).total, lc.profile_of(lc.live_usage[lc.offs[:-1] + x]), x)
+            if bundle.result(lam, L) == "serious":
+                centre_reps = reps
+            if terms is not None and adapt:     # as the subgradient rule: x's active members first
+                er, sr = terms.representatives(x, ref)
+                reps += 1
+            try:
+                lam, rise = bundle.next(low, target, max(min(5.0, deadline - time.perf_counter() - 0.5), 0.1))
+            except (RuntimeError, ValueError) as exc:
+                say(f"lagrange: bundle step failed: {exc}")
+                break
+            if rise <= 1e-6 * max(abs(best), 1e-300):     # the model's optimum is the centre
+                if centre_reps == reps or best <= best_at_restart:   # ... at these copy terms (or no better
+                    break                                              # since the last restart): converged
+                # the centre's bound was for other copy terms (``adapt``): solve it again under these
+                lam, centre_reps, best_at_restart = bundle.restart(), reps, best
+            continue
         if not exact:     # too hard at these prices to solve in a round: back half way to the best, smaller steps
             theta, d = theta / 2, None
             if np.any(lam != best_lam):
@@ -296,6 +333,17 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             break
         lam = np.maximum(lam + theta * (target - L) / nrm * h, 0.0)
     return LagrangeResult(best, rounds, plans, best_lam)
+
+
+def _bundle_back(bundle: Bundle, low, best: float, say):
+    """After a round with no bound (``step="bundle"``): prices nearer the centre (u doubled), or
+    None when the model's QP fails too."""
+    bundle.u *= 2.0
+    try:
+        return bundle.next(low, best + 0.1 * abs(best), 1.0)[0]
+    except (RuntimeError, ValueError) as exc:
+        say(f"lagrange: bundle step failed: {exc}")
+        return None
 
 
 def bp_relaxed(rounds: int = 30, polish_moves: int = 64):

@@ -1,0 +1,60 @@
+"""The Lagrangian bound's proximal bundle step (``solvers.lagrange_bundle``, ``lagrangian_bound(...,
+step="bundle")``): its QP against the closed form, the 4-node hand case's dual optimum reached in a
+few rounds, and on small random problems with copy groups the bound never above the brute-force
+capped optimum (the model only picks the prices; every reported L is evaluated)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from costmodel.problem import evaluate
+from solvers.lagrange import lagrangian_bound
+from solvers.lagrange_bundle import _prox_qp
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ilp_helpers import brute_force, random_problem  # noqa: E402
+from test_edge_memory import _problem, _with_random_copies  # noqa: E402
+from test_lagrange_reps import _with_shared_copies  # noqa: E402
+
+
+def test_prox_qp_one_cut_is_the_projected_gradient_step():
+    """One cut c + g·μ: the maximiser of c + g·μ - (u/2)|μ|² over μ >= 0 is max(g, 0)/u."""
+    g = np.array([[0.5, -1.0, 0.2, 0.0]])
+    mu = _prox_qp(g, np.array([0.3]), np.zeros(4), 2.0, 5.0)
+    assert mu == pytest.approx(np.maximum(g[0], 0) / 2.0, abs=1e-6)
+
+
+def test_bundle_reaches_the_hand_case_dual_optimum():
+    """Short-lived copies only (priced exactly by their terms): the Lagrangian dual is 1.5
+    (tests/test_capped_copies.py); the bundle step gets there in a few rounds (the Polyak rule: 23)."""
+    p = _problem(usage_limit=10.0, early=False)
+    r = lagrangian_bound(p, 10.0, upper=3.0, step="bundle")
+    assert r.bound == pytest.approx(1.5, rel=1e-3)
+    assert r.rounds <= 8
+    assert lagrangian_bound(_problem(usage_limit=10.0, early=True), 5.0, upper=3.0, step="bundle").bound <= 3.0 + 1e-9
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("seed", range(10))
+def test_bundle_bound_is_below_the_brute_force_capped_optimum(seed, shared):
+    """Random 5-node problems with random copy groups (one member a group, or several sharing a
+    collective-made copy), caps that bind: the bound never passes the capped optimum, whichever
+    plan picks the representatives; every relaxed plan is complete."""
+    rng = np.random.default_rng(500 + seed)
+    base = random_problem(rng, 5, kmax=3, limit_q=None)
+    p = _with_shared_copies(rng, base) if shared else _with_random_copies(rng, base)
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5)
+    p = p.with_usage_limit(cap)
+    best, bc = brute_force(p, "time")
+    if best is None:
+        return
+    opt = bc.total
+    free, fc = brute_force(p.with_usage_limit(None), "time")
+    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
+        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first, step="bundle")
+        assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
+        assert all(len(x) == p.num_nodes for x in r.plans)
