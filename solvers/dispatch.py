@@ -28,7 +28,7 @@ from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
-from solvers.ilp.bounds import best_seed
+from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
 
@@ -122,10 +122,11 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         info["bisection"] = binfo["steps"]
         bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
         if (bc.peak_memory_bytes, bc.total) < (sc.peak_memory_bytes, sc.total):   # the MIP's plan is worse
-            strategies = bisect
+            strategies, sc = bisect, bc
             info.update(objective=float(bc.peak_memory_bytes), source="bisection")
-            if info.get("bound") is not None:
-                info["gap"] = max(bc.peak_memory_bytes - info["bound"], 0.0) / max(bc.peak_memory_bytes, 1e-300)
+        if info.get("bound") is None or not np.isfinite(info["bound"]):   # killed: the copy-free least peak
+            info["bound"] = node_min_peak(problem)                         # bounds every plan's peak
+        info["gap"] = max(sc.peak_memory_bytes - info["bound"], 0.0) / max(sc.peak_memory_bytes, 1e-300)
     if progress is not None:
         c = evaluate(problem, strategies)
         progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "

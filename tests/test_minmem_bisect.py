@@ -58,3 +58,5 @@ def test_memory_objective_under_a_time_bound_keeps_the_bisection_plan(seed):
     assert c.total <= max_time * (1 + 1e-12)
     assert bc.peak_memory_bytes - 1e-9 <= c.peak_memory_bytes <= evaluate(p, bis).peak_memory_bytes + 1e-9
     assert "bisection" in info
+    assert info["bound"] <= bc.peak_memory_bytes + 1e-9 and info["gap"] == pytest.approx(
+        max(c.peak_memory_bytes - info["bound"], 0.0) / c.peak_memory_bytes)
