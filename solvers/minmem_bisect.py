@@ -7,6 +7,12 @@ raises LB to c (not a proof: the search is a heuristic). The bracket starts at [
 least peak ``node_min_peak``, the least peak of a seed within T]. The memory objective with
 ``max_step_time_s`` runs it as a first phase and seeds the MIP with its plan
 (``solvers.dispatch.solve_exact``); the MIP keeps the bound.
+
+Measured (results/s17e_minmem.json, cpu-2x4 tiny, T = 1.05 x Megatron's step, 60 s, load 4-6),
+predicted MiB before -> after: gpt 1.264 -> 1.107 (180 s: 1.021), meshgraphnet 0.387 -> 0.381,
+unet 2.631 -> 2.036, vit 0.946 -> 0.820, mlp 0.0239 -> 0.0227. gpt by XLA: 1.279 MiB (180 s:
+1.215) against Megatron's 1.445. There the time bound does not bind: below ~1.06 MB the search
+finds no plan that fits the cap at all.
 """
 from __future__ import annotations
 
