@@ -28,8 +28,9 @@ from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
-from solvers.ilp.bounds import best_seed
+from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
+from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -92,6 +93,14 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         kw["initial_plans"] = list(kw.get("initial_plans") or []) + baseline_seeds(problem)
         # the seeds' time counts against the limit (at least 1 s is left to the solver)
         time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+    bisect = None
+    if objective == "memory" and max_step_time_s is not None and BISECT_SHARE > 0:
+        # min peak within T by bisection on the cap (solvers.minmem_bisect): its plan seeds the MIP
+        bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw),
+                                        t0 + BISECT_SHARE * float(time_limit_s))
+        if bisect is not None:
+            kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
+            time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
     if problem.meta is not None and "initial_plan" not in kw:
         # strategy 0 of every traced node is "replicated": a plan HiGHS can start from, so a
         # time-limited solve of a big graph returns a plan instead of "no feasible plan found"
@@ -111,6 +120,15 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
                                           exc.incumbents)
     else:
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
+    if bisect is not None:
+        info["bisection"] = binfo["steps"]
+        bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
+        if (bc.peak_memory_bytes, bc.total) < (sc.peak_memory_bytes, sc.total):   # the MIP's plan is worse
+            strategies, sc = bisect, bc
+            info.update(objective=float(bc.peak_memory_bytes), source="bisection")
+        if info.get("bound") is None or not np.isfinite(info["bound"]):   # killed: the copy-free least peak
+            info["bound"] = node_min_peak(problem)                         # bounds every plan's peak
+        info["gap"] = max(sc.peak_memory_bytes - info["bound"], 0.0) / max(sc.peak_memory_bytes, 1e-300)
     if progress is not None:
         c = evaluate(problem, strategies)
         progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "

@@ -1,0 +1,78 @@
+"""Min peak memory under a step-time bound T by bisection on the memory cap (issue 13):
+``min_peak_within(problem, T, seeds, deadline)``. The least time under a cap c falls as c rises,
+so the least peak within T is the least c whose time-optimal plan under c meets T. Each step
+runs the capped planner's search (``solvers.local.budgeted.capped_search``, a small budget) under
+c from the best plan so far: a plan within T lowers UB to its own peak (often below c); none
+raises LB to c (not a proof: the search is a heuristic). The bracket starts at [the copy-free
+least peak ``node_min_peak``, the least peak of a seed within T]. The memory objective with
+``max_step_time_s`` runs it as a first phase and seeds the MIP with its plan
+(``solvers.dispatch.solve_exact``); the MIP keeps the bound.
+
+Measured (results/s17e_minmem.json, cpu-2x4 tiny, T = 1.05 x Megatron's step, 60 s, load 4-6),
+predicted MiB before -> after: gpt 1.264 -> 1.107 (180 s: 1.021), meshgraphnet 0.387 -> 0.381,
+unet 2.631 -> 2.036, vit 0.946 -> 0.820, mlp 0.0239 -> 0.0227. gpt by XLA: 1.279 MiB (180 s:
+1.215) against Megatron's 1.445. There the time bound does not bind: below ~1.06 MB the search
+finds no plan that fits the cap at all.
+"""
+from __future__ import annotations
+
+import time
+
+from costmodel.problem import Problem, evaluate, fits
+from solvers.ilp.bounds import best_seed, node_min_peak
+from solvers.ilp.peak_shaver import PeakShaver
+from solvers.local.budgeted import CappedBudget, capped_search
+
+#: the per-cap search: fewer Lagrangian rounds than the planner's default (each bisection step is one search)
+#: (gpt tiny cpu-2x4 at load 4: 6 rounds + polish + 1 LNS 53-61 s a cap, 3 rounds and no LNS 35-41 s,
+#: the same plans within 0.2 %: polish and LNS moved nothing)
+BISECT_BUDGET = CappedBudget(rounds=3, round_nodes=50, union_nodes=20, polish_moves=8, neighbourhoods=0,
+                             safety_s=60.0, step_safety_s=20.0)
+#: the first caps step down from the best plan's peak by this factor at most (low caps cost a
+#: whole search to fail: gpt tiny at the bracket's midpoint 1.07 MB found nothing in 26 s)
+STEP_DOWN = 0.9
+#: share of ``solve_exact``'s time limit the bisection may take before the MIP
+BISECT_SHARE = 0.7
+
+
+def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, budget: CappedBudget = BISECT_BUDGET,
+                    rel_tol: float = 0.01, shave_s: float = 2.0):
+    """(plan, info): the least-peak plan found with step time (``evaluate(...).total``) <= ``max_time``
+    and peak within ``problem.usage_limit``, or (None, info) when no seed meets T (the bisection needs
+    a feasible start). ``info``: the steps (cap, result, peak, time, seconds), lo, ub."""
+    cap = problem.usage_limit
+    best = best_seed(problem, seeds, cap, max_time, lambda c: (c.peak_memory_bytes, c.total))
+    info = {"steps": []}
+    if best is None:
+        return None, info
+    best = [int(v) for v in best]
+    bc = evaluate(problem, best)
+    ub, lo = bc.peak_memory_bytes, node_min_peak(problem)
+    shaver = PeakShaver(problem)
+    while time.perf_counter() < deadline - 1.0 and ub - lo > rel_tol * ub:
+        c = max(lo + 0.5 * (ub - lo), STEP_DOWN * ub)
+        t0 = time.perf_counter()
+        left = deadline - t0
+        b = budget if left >= budget.safety_s else \
+            CappedBudget(**{**budget.__dict__, "safety_s": left, "step_safety_s": min(budget.step_safety_s, left)})
+        cp = problem.with_usage_limit(c if cap is None else min(c, cap))
+        x = shaver.shave(best, c, min(deadline, time.perf_counter() + shave_s))
+        if x is None or evaluate(problem, x).total > max_time:
+            # no shaved plan within T: the capped search for the least time under c (from the
+            # shaved plan when it fits c, else from the best plan, repaired)
+            x = capped_search(cp, best if x is None else x, b)
+        res = "none"
+        if x is not None:
+            xc = evaluate(problem, x)
+            res = f"{xc.peak_memory_bytes:.0f} B, {xc.total / max_time:.4f} T"
+            if xc.total <= max_time and fits(xc.peak_memory_bytes, cap) and \
+                    (xc.peak_memory_bytes, xc.total) < (bc.peak_memory_bytes, bc.total):
+                best, bc, ub = [int(v) for v in x], xc, xc.peak_memory_bytes
+                res = "within T: " + res
+            else:
+                lo = c
+        else:
+            lo = c
+        info["steps"].append((float(c), res, round(time.perf_counter() - t0, 2)))
+    info.update(lo=float(lo), ub=float(ub))
+    return best, info
