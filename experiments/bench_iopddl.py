@@ -26,6 +26,7 @@ import glob
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -89,6 +90,7 @@ def run_one(name: str, path: str, timeout_s: float) -> dict:
     exe = os.path.join(os.path.dirname(sys.executable), "shardgym")
     cmd = ([exe, "iopddl"] if os.path.exists(exe) else [sys.executable, "-m", "shardgym.cli", "iopddl"])
     load_before = _load()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd + [path, f"{timeout_s:g}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -119,6 +121,8 @@ def run_one(name: str, path: str, timeout_s: float) -> dict:
         proc.wait()
         killed = True
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)   # the solver and the children it reaped
+    cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     for th in threads:
         th.join(timeout=5)
     out = "".join(chunks)
@@ -136,7 +140,8 @@ def run_one(name: str, path: str, timeout_s: float) -> dict:
             "max_strategies": int(p.num_strategies.max()), "timeout_s": timeout_s, "wall_s": round(wall, 1),
             "cost": cost, "feasible": feasible, "killed": killed,
             "first_plan_s": None if first[0] is None else round(first[0], 1),
-            "load_avg_before": load_before, "load_avg_after": _load(), "log_tail": log[-6:]}
+            "load_avg_before": load_before, "load_avg_after": _load(), "cpu_s": round(cpu, 1), "log_tail": log[-6:],
+            "log": log if os.environ.get("BENCH_IOPDDL_FULL_LOG") else None}
 
 
 def main(argv=None) -> None:

@@ -42,9 +42,24 @@ process got while building the model (under a load of 5 on 2 cores a CPU second 
 A slice is a quarter of the budget; a round that times out with no plan doubles it (IOPDDL S takes
 ~25 s a round under load: pruning and preprocessing), or ends the rounds (``give_up_empty``). Plans are streamed through ``on_plan`` as
 they are found, so the caller's watchdog (``capped.solve_guarded``) keeps them.
+
+Contest-size graphs (``give_up_empty``, ``stream``), where the search polishes toulbar2's plan and
+the machine may be busy: the CPU the process gets decides, not the wall clock. On S under a load
+of ~5 on 2 cores (8-17 CPU s in the minute) the wall-scaled limit gave toulbar2 ~1 CPU s, never
+enough for its first plan (6.5 CPU s + ~1 s to post 2.9e6 table entries), so the search started
+from the warm-up's 3.50e9 (score 0.60-0.67, results/s17d_base*). Now (1) a round's limit is its
+slice in CPU seconds, however long that takes in wall time, and toulbar2 writes each plan it
+finds (``showSolutions``) to a file, so a round killed at the deadline still gives its last
+plan (``_streamed``); (2) before the first round, the CPU share measured over the model and the
+warm-up must pay for ``CPU_PER_ENTRY_S`` per table entry by the deadline, else no round runs
+and the search gets the time (a round that cannot finish only starves it); (3) a round that
+used its whole slice without a better plan ends the rounds (S idle: rounds 2-4 gave nothing in
+27 s; A and M's rounds end on their own in under a second and are not cut).
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -59,6 +74,8 @@ TARGET_UNITS = 1e9        # non-integer costs: the lowest-usage plan costs about
 UP, DOWN = 2.5, 0.9       # price update factors (as in search._lagrangian_rounds)
 WARM_SHARE = 0.1          # of the budget at most for the best-response price warm-up
 ROUND_MARGIN_S = 0.5      # a round's process is killed this long after the deadline
+CPU_PER_ENTRY_S = 3e-6    # streamed rounds: CPU seconds a first plan takes per table entry (S, 2.9e6 entries:
+#                           toulbar2's first plan after 6.5 CPU s + ~1 s to post the model; M, 1.9e6: ~5 s)
 MAX_VARS = 20_000         # no rounds above this many contracted variables with a choice: a round
 #                           on synth-65k (49,917) gave no plan in 25 s; M (5,404) gets one in ~13 s
 
@@ -118,6 +135,10 @@ class _Model:
             scopes = np.stack([self.var[eu[sel]], self.var[ev[sel]]], axis=1).astype(np.int64)
             self.pairs.append((scopes, units))
 
+    def entries(self) -> int:
+        """Cost table entries toulbar2 gets (unary and binary)."""
+        return int(self.gc.k[self.free].sum()) + sum(int(u.size) for _, u in self.pairs)
+
     def _units(self, x: np.ndarray) -> np.ndarray:
         return np.minimum(np.floor(x * self.scale), TOP_UNITS)
 
@@ -126,12 +147,15 @@ class _Model:
         c = np.minimum(unary + self.fold, FORBIDDEN_COST)
         return self.const + float(np.minimum.reduceat(c, self.gc.offs[:-1]).sum())
 
-    def solve(self, unary: np.ndarray, wall_s: float, ub: float | None):
+    def solve(self, unary: np.ndarray, wall_s: float, ub: float | None, stream: str | None = None):
         """toulbar2 at these unary costs for about ``wall_s`` seconds of wall time: (component plan
         or None, dual bound in real cost units including the constants, whether it timed out).
         toulbar2's limit counts CPU seconds; on a shared machine a process gets a fraction of a
         core, so the limit is the wall time left after building the model times the CPU share
-        this process got while building it (at least 1 s)."""
+        this process got while building it (at least 1 s). With ``stream`` (a file name; in a
+        forked child only: it takes over fd 1) the limit is the slice itself in CPU seconds, a
+        loaded machine stretches the round in wall time, and every plan toulbar2 finds is written
+        to that file as it is found (``_streamed`` reads the last one when the round is killed)."""
         import pytoulbar2
         w0, c0 = time.perf_counter(), time.process_time()
         gc = self.gc
@@ -152,33 +176,47 @@ class _Model:
         for scopes, units in self.pairs:
             cfn.AddFunctions(scopes, np.ascontiguousarray(units, dtype=np.float64))
         spent = time.perf_counter() - w0
-        share = min(1.0, max(0.05, (time.process_time() - c0) / max(spent, 1e-3)))
-        limit = max(1, int((wall_s - spent) * share))
+        if stream:                 # the slice in CPU seconds, less the CPU the model took
+            limit = max(1, int(wall_s - (time.process_time() - c0)))
+        else:
+            share = min(1.0, max(0.05, (time.process_time() - c0) / max(spent, 1e-3)))
+            limit = max(1, int((wall_s - spent) * share))
+        if stream:                 # toulbar2 prints "New solution: ..." and the values on fd 1
+            fd = os.open(stream, os.O_WRONLY | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.close(fd)
+        c1 = time.process_time()
         try:
-            res = cfn.Solve(timeLimit=limit)
+            res = cfn.Solve(timeLimit=limit, showSolutions=1 if stream else 0)
         except Exception:          # toulbar2's Contradiction: nothing below the upper bound
             res = None
         dual = cfn.GetDDualBound()
         bound = const + float(dual) / self.scale if np.isfinite(dual) else -np.inf
-        timed_out = time.perf_counter() - w0 >= spent + 0.9 * limit / share
+        timed_out = time.process_time() - c1 >= 0.9 * limit     # its limit is CPU time
         if res is None:
             return None, bound, timed_out
-        sc = np.zeros(gc.n, dtype=np.int64)
-        sc[free] = np.asarray(res[0], dtype=np.int64)
-        return sc, bound, timed_out
+        return self.expand(res[0]), bound, timed_out
+
+    def expand(self, values) -> np.ndarray:
+        """The component plan of toulbar2's values (one per variable with a choice)."""
+        sc = np.zeros(self.gc.n, dtype=np.int64)
+        sc[self.free] = np.asarray(values, dtype=np.int64)
+        return sc
 
 
 def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, progress=None,
               round_time_limit_s: float | None = None, max_rounds: int | None = None, give_up_empty: bool = False,
-              prepared=None) -> CFNResult:
+              prepared=None, stream: bool | None = None) -> CFNResult:
     """Rounds of toulbar2 at adaptive memory prices within ``time_limit_s`` (see the module
     docstring). ``starts``: feasible plans found elsewhere (the best is the first upper bound);
     ``on_plan(plan, cost)`` on every new best plan; ``round_time_limit_s``: toulbar2's time per round
     (default a quarter of the budget, at least 1 s); ``max_rounds``: stop after that many;
     ``give_up_empty``: stop after a round that timed out without a plan (instead of doubling the
     slice), so that a caller with other solvers gets the time back; ``prepared``: the problem's
-    ``solvers.local.prepare`` (built once for this and the search)."""
-    t0 = time.perf_counter()
+    ``solvers.local.prepare`` (built once for this and the search); ``stream`` (default
+    ``give_up_empty``): toulbar2's limit in CPU seconds and its plans streamed (``_Model.solve``),
+    so a round stretched by a loaded machine past the deadline still gives the plan it found."""
+    t0, c0 = time.perf_counter(), time.process_time()
     deadline = t0 + float(time_limit_s)
     say = progress or (lambda msg: None)
     pr, g2, C, gc = prepared if prepared is not None else prepare(problem)
@@ -219,18 +257,38 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
                     lambda sc: consider(pr.to_orig(C.expand(sc)), "cfn warm-up icm"))
     bound, rounds = model.floor_bound(gc.cost), 0     # unpriced: dropping the cap is a relaxation
     slice_s = round_time_limit_s or max(1.0, time_limit_s / 4.0)
+    stream = give_up_empty if stream is None else stream
+    need = CPU_PER_ENTRY_S * model.entries()      # CPU seconds to toulbar2's first plan, roughly
     while True:
         t = min(slice_s, deadline - time.perf_counter() - ROUND_MARGIN_S)
         if t < 1.0 or (max_rounds is not None and rounds >= max_rounds):
             break
+        if stream and rounds == 0:     # the CPU this process gets (building the model, the warm-up)
+            share = min(1.0, (time.process_time() - c0) / max(time.perf_counter() - t0, 1e-3))
+            if share * (deadline - time.perf_counter()) < need:
+                say(f"cfn: a first plan needs ~{need:.0f} CPU s, {share:.2f} of a core gives "
+                    f"{share * (deadline - time.perf_counter()):.1f} by the deadline: giving the time back")
+                break
+            t = max(t, min(1.2 * need, 0.5 * time_limit_s))    # CPU seconds, stretched in wall time
         unary = prices.unary(C, gc)
+        before = best[1]
         ub = None
         if best[0] is not None:
             b2 = pr.from_orig(best[0])
             bsc = None if b2 is None else C.contract(b2)
             if bsc is not None:
                 ub = float(unary[gc.offs[:-1] + bsc].sum()) + _edges(gc, bsc)
-        sc, lb, timed_out = _forked(model.solve, (unary, t, ub), deadline)
+        if stream:
+            fd, path = tempfile.mkstemp(prefix="shardgym-cfn-", suffix=".txt")
+            os.close(fd)
+            try:
+                sc, lb, timed_out = _forked(model.solve, (unary, t, ub, path), deadline)
+                if sc is None:                         # killed at the deadline: its last plan, if any
+                    sc = _streamed(path, model)
+            finally:
+                os.unlink(path)
+        else:
+            sc, lb, timed_out = _forked(model.solve, (unary, t, ub), deadline)
         rounds += 1
         if sc is None and timed_out:
             if give_up_empty:
@@ -251,12 +309,18 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             break
         ratio = prices.update(C.expand(sc))
         if ratio.max() > 1.0:
-            rep = repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 2.0), 0.0), pr=pr)
+            # a streamed round killed at the deadline still gets its repair (the search comes next)
+            rep = repair_tied(C, gc, sc, max(min(deadline - time.perf_counter(), 2.0), 1.0 if stream else 0.0), pr=pr)
             if rep is not None:
                 consider(pr.to_orig(C.expand(rep)), f"cfn+repair[{rounds}]")
         else:
             consider(pr.to_orig(C.expand(sc)), f"cfn[{rounds}]")
         say(f"cfn round {rounds}: peak/cap {ratio.max():.3f}; bound {bound:.10g} ({time.perf_counter() - t0:.1f}s)")
+        if give_up_empty and timed_out and best[1] >= before:
+            # a whole slice for no better plan (S: rounds 2-4 gave nothing in 27 s, where the search
+            # went 1.649e9 -> 1.576e9 in 12 s from round 1's plan): the search gets the time
+            say(f"cfn round {rounds}: no better plan in {t:.0f} s; giving the time back")
+            break
     if best[0] is not None and best[1] >= FORBIDDEN_COST:
         bound = -np.inf
     return CFNResult(None if best[0] is None else [int(x) for x in best[0]], best[1], bound, rounds,
@@ -350,6 +414,25 @@ def _forked(fn, args, deadline: float):
             pass
         os.waitpid(pid, 0)
     return out
+
+
+def _streamed(path: str, model: _Model) -> np.ndarray | None:
+    """The component plan of the last complete solution toulbar2 wrote to ``path`` (a
+    "New solution: ..." line, then one line of values, one per variable with a choice), or None."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = int(model.free.sum())
+    for i in range(len(lines) - 1, 0, -1):
+        if lines[i - 1].startswith("New solution"):
+            vals = lines[i].split()
+            if len(vals) == want and all(v.isdigit() for v in vals):
+                x = np.asarray([int(v) for v in vals], dtype=np.int64)
+                if np.all(x < model.gc.k[model.free]):
+                    return model.expand(x)
+    return None
 
 
 def _edges(gc: LocalCosts, sc: np.ndarray) -> float:
