@@ -50,7 +50,7 @@ enough for its first plan (6.5 CPU s + ~1 s to post 2.9e6 table entries), so the
 from the warm-up's 3.50e9 (score 0.60-0.67, results/s17d_base*). Now (1) a round's limit is its
 slice in CPU seconds, however long that takes in wall time, and toulbar2 writes each plan it
 finds (``showSolutions``) to a file, so a round killed at the deadline still gives its last
-plan (``_streamed``); (2) before the first round, the CPU share measured over the model and the
+plan (``cfn_fork.streamed``); (2) before the first round, the CPU share measured over the model and the
 warm-up must pay for ``CPU_PER_ENTRY_S`` per table entry by the deadline, else no round runs
 and the search gets the time (a round that cannot finish only starves it); (3) a round that
 used its whole slice without a better plan ends the rounds (S idle: rounds 2-4 gave nothing in
@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.problem import FORBIDDEN_COST, Problem
+from solvers.cfn_fork import forked, streamed
 from solvers.local import LocalCosts, best_response, fit_with_copies, prepare, repair_tied
 from solvers.search import ICM_SWEEPS
 
@@ -155,7 +156,7 @@ class _Model:
         this process got while building it (at least 1 s). With ``stream`` (a file name; in a
         forked child only: it takes over fd 1) the limit is the slice itself in CPU seconds, a
         loaded machine stretches the round in wall time, and every plan toulbar2 finds is written
-        to that file as it is found (``_streamed`` reads the last one when the round is killed)."""
+        to that file as it is found (``cfn_fork.streamed`` reads the last one when the round is killed)."""
         import pytoulbar2
         w0, c0 = time.perf_counter(), time.process_time()
         gc = self.gc
@@ -282,13 +283,13 @@ def cfn_solve(problem: Problem, time_limit_s: float, starts=(), on_plan=None, pr
             fd, path = tempfile.mkstemp(prefix="shardgym-cfn-", suffix=".txt")
             os.close(fd)
             try:
-                sc, lb, timed_out = _forked(model.solve, (unary, t, ub, path), deadline)
+                sc, lb, timed_out = forked(model.solve, (unary, t, ub, path), deadline, ROUND_MARGIN_S)
                 if sc is None:                         # killed at the deadline: its last plan, if any
-                    sc = _streamed(path, model)
+                    sc = streamed(path, model)
             finally:
                 os.unlink(path)
         else:
-            sc, lb, timed_out = _forked(model.solve, (unary, t, ub), deadline)
+            sc, lb, timed_out = forked(model.solve, (unary, t, ub), deadline, ROUND_MARGIN_S)
         rounds += 1
         if sc is None and timed_out:
             if give_up_empty:
@@ -370,69 +371,6 @@ class _Prices:
             if self.update(C.expand(sc)).max() <= 1.0:
                 fits += 1
                 consider(sc)
-
-
-def _forked(fn, args, deadline: float):
-    """``fn(*args)`` in a forked child (toulbar2's global state and any overrun stay there),
-    killed ``ROUND_MARGIN_S`` after ``deadline``; (None, −inf, True) if it gives nothing by then.
-    A bare ``os.fork`` (``capped.solve_guarded``'s child is a daemon process, which
-    multiprocessing forbids to have children); the answer comes back pickled through a pipe."""
-    import os
-    import pickle
-    import select
-    import signal
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                       # child: solve, write, exit without cleanup
-        code = 1
-        try:
-            os.close(rfd)
-            data = pickle.dumps(fn(*args))
-            with os.fdopen(wfd, "wb") as f:
-                f.write(data)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    chunks, out = [], (None, -np.inf, True)
-    try:
-        while True:
-            wait = deadline + ROUND_MARGIN_S - time.perf_counter()
-            if wait <= 0 or not select.select([rfd], [], [], wait)[0]:
-                break
-            chunk = os.read(rfd, 1 << 20)
-            if not chunk:
-                if chunks:
-                    out = pickle.loads(b"".join(chunks))
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(rfd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-    return out
-
-
-def _streamed(path: str, model: _Model) -> np.ndarray | None:
-    """The component plan of the last complete solution toulbar2 wrote to ``path`` (a
-    "New solution: ..." line, then one line of values, one per variable with a choice), or None."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    want = int(model.free.sum())
-    for i in range(len(lines) - 1, 0, -1):
-        if lines[i - 1].startswith("New solution"):
-            vals = lines[i].split()
-            if len(vals) == want and all(v.isdigit() for v in vals):
-                x = np.asarray([int(v) for v in vals], dtype=np.int64)
-                if np.all(x < model.gc.k[model.free]):
-                    return model.expand(x)
-    return None
 
 
 def _edges(gc: LocalCosts, sc: np.ndarray) -> float:

@@ -30,8 +30,11 @@ bound rose in 8 cells (gap e.g. unet 75 % 20.2 -> 10.5 %, gpt 75 % 28.6 -> 12.0 
 """
 from __future__ import annotations
 
+import highspy
 import numpy as np
 import scipy.sparse as sp
+
+from solvers.ilp import new_highs
 
 #: at most this many cuts in the model (the oldest go first)
 MAX_CUTS = 60
@@ -104,9 +107,6 @@ class Bundle:
 
 def _prox_qp(G: np.ndarray, C: np.ndarray, mc: np.ndarray, u: float, time_limit_s: float) -> np.ndarray:
     """argmax over μ >= 0 of min_k (C_k + G_k·μ) - (u/2)|μ - mc|² (HiGHS's QP, at most ``time_limit_s``)."""
-    import highspy
-
-    from solvers.ilp.highs import new_highs
     K, T = G.shape
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()

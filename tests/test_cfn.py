@@ -66,8 +66,9 @@ def _check_binding(seed, stream):
 
 def test_streamed_plan_is_read_back_from_toulbar2s_output(tmp_path):
     """A streamed round writes each plan toulbar2 finds ("New solution: ..." and a line of values)
-    to a file; ``_streamed`` reads the last complete one back: the plan the round returned."""
-    from solvers.cfn import _forked, _Model, _scale, _streamed
+    to a file; ``cfn_fork.streamed`` reads the last complete one back: the plan the round returned."""
+    from solvers.cfn import _Model, _scale
+    from solvers.cfn_fork import forked, streamed
     from solvers.local import prepare
     rng = np.random.default_rng(7)
     p = random_problem(rng, 10, kmax=4, edge_p=0.5, limit_q=None, integer=True, forbid_p=0.0)
@@ -75,24 +76,25 @@ def test_streamed_plan_is_read_back_from_toulbar2s_output(tmp_path):
     model = _Model(gc, _scale(gc))
     path = tmp_path / "sol.txt"
     path.write_text("")
-    sc, _, _ = _forked(model.solve, (gc.cost, 5.0, None, str(path)), time.perf_counter() + 60.0)
+    sc, _, _ = forked(model.solve, (gc.cost, 5.0, None, str(path)), time.perf_counter() + 60.0, 0.5)
     assert sc is not None and "New solution" in path.read_text()
-    assert np.array_equal(_streamed(str(path), model), sc)
+    assert np.array_equal(streamed(str(path), model), sc)
 
 
 def test_streamed_takes_the_last_complete_solution(tmp_path):
     """A round killed mid-write leaves a partial line: the last complete plan is taken; none: None."""
     from types import SimpleNamespace
-    from solvers.cfn import _streamed
+
+    from solvers.cfn_fork import streamed
     gc = SimpleNamespace(n=4, k=np.array([3, 1, 3, 2]))
     model = SimpleNamespace(free=gc.k > 1, gc=gc, expand=lambda x: np.insert(np.asarray(x), 1, 0))
     path = tmp_path / "sol.txt"
     path.write_text("New solution: 9 (0 backtracks)\n 2 2 1\nNew solution: 5 (3 backtracks)\n 1 0 1\n"
                     "New solution: 4 (9 backtracks)\n 0 1")
-    assert list(_streamed(str(path), model)) == [1, 0, 0, 1]
+    assert list(streamed(str(path), model)) == [1, 0, 0, 1]
     path.write_text("New solution: 4 (9 backtracks)\n 0 3 1\n")      # 3 is out of range: not a plan
-    assert _streamed(str(path), model) is None
-    assert _streamed(str(tmp_path / "missing.txt"), model) is None
+    assert streamed(str(path), model) is None
+    assert streamed(str(tmp_path / "missing.txt"), model) is None
 
 
 def test_streamed_rounds_are_skipped_when_the_cpu_cannot_reach_a_first_plan(monkeypatch):
