@@ -9,10 +9,8 @@ Uses experiments/raw_decode_bench.py's pickled problems (``--cache``, built by i
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import pickle
 import sys
 import time
 
@@ -22,19 +20,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
+from experiments.raw_decode_bench import held_out_cli  # noqa: E402
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="cap")
-    ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
-    ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args, probs = held_out_cli(only="cap")
     import shardgym as sg
     from costmodel.problem import evaluate
     from experiments.heldout_reference import load, lookup
     from solvers.bp import bp_solve
-    with open(args.cache, "rb") as f:
-        probs = pickle.load(f)
     entries, out = load(), {}
     runs = {"network": lambda p: sg.solve(p, method="policy", search=False).strategies,
             "lagrangian_bp": lambda p: bp_solve(p, rounds=60, memory_prices=True, bound=False).plan,

@@ -49,22 +49,29 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 
 
-def main() -> None:
+def held_out_cli(only: str = "") -> tuple[argparse.Namespace, list]:
+    """``--only``, ``--cache`` and ``--json`` parsed, and the 18 built held-out problems (name,
+    Problem), from the pickle in ``--cache`` or built and pickled there."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default=only)
     ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    import shardgym as sg
-    from costmodel.problem import evaluate
-    from experiments.heldout_reference import heldout_problems, load, lookup
+    from experiments.heldout_reference import heldout_problems
     if os.path.exists(args.cache):
         with open(args.cache, "rb") as f:
-            probs = pickle.load(f)
-    else:
-        probs = [(n, w.build()) for n, w in heldout_problems()]
-        with open(args.cache, "wb") as f:
-            pickle.dump(probs, f)
+            return args, pickle.load(f)
+    probs = [(n, w.build()) for n, w in heldout_problems()]
+    with open(args.cache, "wb") as f:
+        pickle.dump(probs, f)
+    return args, probs
+
+
+def main() -> None:
+    args, probs = held_out_cli()
+    import shardgym as sg
+    from costmodel.problem import evaluate
+    from experiments.heldout_reference import load, lookup
     entries, out, best = load(), {}, {}
     load_before = open("/proc/loadavg").read().strip()
     print("load", load_before)

@@ -69,3 +69,23 @@ def brute_force(p: Problem, objective: str = "time", cap=None, max_time=None):
         if best_key is None or key < best_key:
             best, best_key = list(s), key
     return best, (None if best is None else evaluate(p, best))
+
+
+def check_lagrangian_bound(rng: np.random.Generator, p: Problem, **kw) -> None:
+    """Bind a cap (the third-lowest peak of 8 random plans), then check ``lagrangian_bound(**kw)``
+    never passes the brute-force capped optimum from three starts (none, the optimum as the copy
+    representatives' plan, a random plan with the uncapped optimum as the first round) and that every
+    relaxed plan is complete."""
+    from solvers.lagrange import lagrangian_bound
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5)
+    p = p.with_usage_limit(cap)
+    best, bc = brute_force(p, "time")
+    if best is None:
+        return
+    opt = bc.total
+    free, fc = brute_force(p.with_usage_limit(None), "time")   # the round at prices 0, given
+    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
+        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first, **kw)
+        assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
+        assert all(len(x) == p.num_nodes for x in r.plans)

@@ -27,7 +27,7 @@ from solvers.local import CopyMoves, fitting_least_usage_plan, least_usage_plan,
 from solvers.search import solve_large
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ilp_helpers import brute_force, random_problem  # noqa: E402
+from ilp_helpers import brute_force, check_lagrangian_bound, random_problem  # noqa: E402
 from test_edge_memory import _problem, _with_random_copies  # noqa: E402
 
 
@@ -258,21 +258,8 @@ def test_lagrangian_bound_is_below_the_brute_force_capped_optimum(seed, restart)
     producer's step, readers sharing a step), caps that bind: the bound never passes the capped
     optimum, whichever plan picks the representatives, with or without the restarts from the best
     prices; every relaxed plan is a complete plan."""
-    from solvers.lagrange import lagrangian_bound
     rng = np.random.default_rng(300 + seed)
-    p = _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None))
-    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
-    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5)
-    p = p.with_usage_limit(cap)
-    best, bc = brute_force(p, "time")
-    if best is None:
-        return
-    opt = bc.total
-    free, fc = brute_force(p.with_usage_limit(None), "time")   # the round at prices 0, given
-    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
-        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first, restart=restart)
-        assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
-        assert all(len(x) == p.num_nodes for x in r.plans)
+    check_lagrangian_bound(rng, _with_random_copies(rng, random_problem(rng, 5, kmax=3, limit_q=None)), restart=restart)
 
 
 def test_least_peak_cap_gets_a_plan_where_the_anchor_repair_fails():

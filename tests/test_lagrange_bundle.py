@@ -10,12 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from costmodel.problem import evaluate
 from solvers.lagrange import lagrangian_bound
 from solvers.lagrange_bundle import _prox_qp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ilp_helpers import brute_force, random_problem  # noqa: E402
+from ilp_helpers import check_lagrangian_bound, random_problem  # noqa: E402
 from test_edge_memory import _problem, _with_random_copies  # noqa: E402
 from test_lagrange_reps import _with_shared_copies  # noqa: E402
 
@@ -46,15 +45,4 @@ def test_bundle_bound_is_below_the_brute_force_capped_optimum(seed, shared):
     rng = np.random.default_rng(500 + seed)
     base = random_problem(rng, 5, kmax=3, limit_q=None)
     p = _with_shared_copies(rng, base) if shared else _with_random_copies(rng, base)
-    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
-    cap = max(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[2], 0.5)
-    p = p.with_usage_limit(cap)
-    best, bc = brute_force(p, "time")
-    if best is None:
-        return
-    opt = bc.total
-    free, fc = brute_force(p.with_usage_limit(None), "time")
-    for ref, first in ((None, None), (best, None), (plans[0], (fc.total, free))):
-        r = lagrangian_bound(p, 1.0, upper=opt * 1.5 + 1.0, ref=ref, first=first, step="bundle")
-        assert r.bound <= opt + 1e-6 * max(abs(opt), 1.0)
-        assert all(len(x) == p.num_nodes for x in r.plans)
+    check_lagrangian_bound(rng, p, step="bundle")
