@@ -177,15 +177,14 @@ class _Model:
         for scopes, units in self.pairs:
             cfn.AddFunctions(scopes, np.ascontiguousarray(units, dtype=np.float64))
         spent = time.perf_counter() - w0
-        if stream:                 # the slice in CPU seconds, less the CPU the model took
-            limit = max(1, int(wall_s - (time.process_time() - c0)))
-        else:
-            share = min(1.0, max(0.05, (time.process_time() - c0) / max(spent, 1e-3)))
-            limit = max(1, int((wall_s - spent) * share))
-        if stream:                 # toulbar2 prints "New solution: ..." and the values on fd 1
+        if stream:                 # the slice in CPU seconds, less the CPU the model took; toulbar2
+            limit = max(1, int(wall_s - (time.process_time() - c0)))   # prints "New solution: ..." and the values on fd 1
             fd = os.open(stream, os.O_WRONLY | os.O_TRUNC)
             os.dup2(fd, 1)
             os.close(fd)
+        else:
+            share = min(1.0, max(0.05, (time.process_time() - c0) / max(spent, 1e-3)))
+            limit = max(1, int((wall_s - spent) * share))
         c1 = time.process_time()
         try:
             res = cfn.Solve(timeLimit=limit, showSolutions=1 if stream else 0)

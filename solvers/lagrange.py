@@ -222,7 +222,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     terms = CopyTerms(problem, lc.times) if problem.edge_memory is not None and len(problem.edge_memory.member_node) else None
     er, sr = terms.representatives(ref) if terms is not None else (None, None)
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
-    config = IlpConfig() if round_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(round_nodes)),))
+    config = IlpConfig.node_limited(round_nodes)
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
     d = None            # the last step's direction (``deflect``)
     best_h = None       # the subgradient at best_lam (``restart``)
@@ -385,9 +385,8 @@ def union_plan(problem: Problem, plans, time_limit_s: float, start=None, threads
     mask = np.zeros(len(problem.node_costs), dtype=bool)
     mask[(problem.strategy_offsets[:-1] + P).ravel()] = True
     try:
-        config = IlpConfig() if max_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(max_nodes)),))
         x, _ = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=start, threads=threads, relax_cap=False,
-                         allowed=mask, config=config)
+                         allowed=mask, config=IlpConfig.node_limited(max_nodes))
     except (RuntimeError, ValueError):
         return None
     return [int(a) for a in x]

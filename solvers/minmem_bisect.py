@@ -17,6 +17,7 @@ finds no plan that fits the cap at all.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from costmodel.problem import Problem, evaluate, fits
 from solvers.ilp.bounds import best_seed, node_min_peak
@@ -54,7 +55,7 @@ def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, b
         t0 = time.perf_counter()
         left = deadline - t0
         b = budget if left >= budget.safety_s else \
-            CappedBudget(**{**budget.__dict__, "safety_s": left, "step_safety_s": min(budget.step_safety_s, left)})
+            replace(budget, safety_s=left, step_safety_s=min(budget.step_safety_s, left))
         cp = problem.with_usage_limit(c if cap is None else min(c, cap))
         x = shaver.shave(best, c, min(deadline, time.perf_counter() + shave_s))
         if x is None or evaluate(problem, x).total > max_time:

@@ -34,6 +34,12 @@ class IlpConfig:
     lp_share: float = 0.5
     """Share of a solve's time limit for the LP relaxation tried first (``highs.try_lp``)."""
 
+    @classmethod
+    def node_limited(cls, nodes: int | None) -> IlpConfig:
+        """The defaults with HiGHS's branch-and-bound node limit (``mip_max_nodes``) at ``nodes``, a
+        deterministic budget (None: no limit)."""
+        return cls() if nodes is None else cls(highs_options=(("mip_max_nodes", int(nodes)),))
+
 
 @dataclass(frozen=True)
 class Weights:

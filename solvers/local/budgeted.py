@@ -108,12 +108,11 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
         if c.feasible and c.total < best_cost * (1 - 1e-12):
             best, best_cost = x, c.total
 
-    node_cfg = (lambda n: IlpConfig(highs_options=(("mip_max_nodes", int(n)),)))
     first = None
     if problem.num_nodes <= WHOLE_MILP_MAX_NODES:
         try:
             free, fi = solve_ilp(problem.with_usage_limit(None), time_limit_s=left(b.step_safety_s),
-                                 initial_plan=None if s is None else [int(v) for v in s], config=node_cfg(b.round_nodes))
+                                 initial_plan=None if s is None else [int(v) for v in s], config=IlpConfig.node_limited(b.round_nodes))
             if fi.status == "optimal":
                 first = (float(fi.bound), free)
                 if lc.feasible(np.asarray(free)):

@@ -91,13 +91,11 @@ def refine(problem: Problem, plan, time_limit_s: float, seed: int = 0, lns_size:
         em = problem.edge_memory
         lns_size = LNS_COPIES_SIZE if em is not None and em.num_groups else LNS_SIZE
     if g.n:
-        if max_neighbourhoods is None:
-            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=1.0, margin_s=0.0,
-                       min_sub_time_limit_s=0.05, weighted=True)
-        else:   # deterministic: a count of neighbourhoods, each MILP node-limited; the time a safety cap
-            s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size, sub_time_limit_s=SAFE_SUB_TIME_LIMIT_S,
-                       margin_s=0.0, min_sub_time_limit_s=0.05, weighted=True, max_neighbourhoods=max_neighbourhoods,
-                       sub_nodes=SUB_NODES if sub_nodes is None else sub_nodes)
+        counted = max_neighbourhoods is not None   # deterministic: each MILP node-limited, its time a safety cap
+        s, _ = lns(g, s, g.total(s), deadline, rng, None, size=lns_size,
+                   sub_time_limit_s=SAFE_SUB_TIME_LIMIT_S if counted else 1.0, margin_s=0.0, min_sub_time_limit_s=0.05,
+                   weighted=True, max_neighbourhoods=max_neighbourhoods,
+                   sub_nodes=(SUB_NODES if sub_nodes is None else sub_nodes) if counted else None)
     return s
 
 
@@ -115,7 +113,7 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
     free = np.nonzero(g.k > 1)[0]
     if not len(free):
         return s, best_cost
-    config = IlpConfig() if sub_nodes is None else IlpConfig(highs_options=(("mip_max_nodes", int(sub_nodes)),))
+    config = IlpConfig.node_limited(sub_nodes)
     done = 0
     while time.perf_counter() + margin_s + min_sub_time_limit_s < deadline and (
             max_neighbourhoods is None or done < max_neighbourhoods):
