@@ -77,6 +77,9 @@ def fused_reductions(graph: OpGraph, kept, transparent, plain_out=frozenset()) -
             return [r for d in used.get(c, ()) for r in readers(d, depth + 1)]
         return [c]
 
+    def next_readers(c):  # the non-bitcast nodes reading c's results
+        return [r for d in used.get(c, ()) for r in readers(d)]
+
     def fused(c):
         return (not nodes[c].is_input and c not in transparent and nodes[c].primitive != "concatenate"
                 and (not kept[c] or c in out))
@@ -85,13 +88,13 @@ def fused_reductions(graph: OpGraph, kept, transparent, plain_out=frozenset()) -
 
     def root(c, depth=0):  # the fusion a fused node ends up in (its last fused reader); readers come later
         if c not in memo:
-            nxt = [r for d in used.get(c, ()) for r in readers(d)]
+            nxt = next_readers(c)
             memo[c] = (max((root(r, depth + 1) for r in nxt), key=lambda x: nodes[x].order)
                        if nxt and all(fused(r) for r in nxt) and depth < 64 else c)
         return memo[c]
 
     def within(c, size, depth=0):  # no output on the way to the root larger than the reduced value
-        nxt = [r for d in used.get(c, ()) for r in readers(d)]
+        nxt = next_readers(c)
         return depth < 64 and all(math.prod(int(d) for d in o.shape) <= size for o in nodes[c].outputs) and (
             not nxt or not all(fused(r) for r in nxt) or all(within(r, size, depth + 1) for r in nxt))
 
@@ -104,7 +107,7 @@ def fused_reductions(graph: OpGraph, kept, transparent, plain_out=frozenset()) -
         if math.prod(shape) >= YNN_MIN_ELEMENTS:
             continue
         size = math.prod(d for a, d in enumerate(shape) if a not in nd.params.get("axes", ()))
-        rs = [r for d in used.get(nd.id, ()) for r in readers(d)]
+        rs = next_readers(nd.id)
         if len(rs) != 1 or not fused(rs[0]) or not within(rs[0], size) or any(
                 math.prod(int(d) for d in o.shape) > size for o in nd.outputs):
             continue

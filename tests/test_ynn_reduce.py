@@ -9,8 +9,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-#: the fewest elements of a reduction's (per-device) operand that XLA CPU offloads to YNNPACK
-YNN_MIN_ELEMENTS = 4096
+from costmodel.fused_reductions import YNN_MIN_ELEMENTS  # the model's threshold, checked against XLA here
 
 
 def _hlo(fn, *args) -> str:
