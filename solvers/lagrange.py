@@ -245,23 +245,16 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                                         threads=threads, mip_rel_gap=1e-5, initial_plan=ref, config=config)
             except (RuntimeError, ValueError) as exc:
                 say(f"lagrange: relaxed milp gave nothing: {exc}")
-                if bundle is not None:     # a null step: nearer the centre
-                    lam = _bundle_back(bundle, low, best, say)
-                    if lam is None:
-                        break
-                    continue
-                if not np.any(lam != best_lam):
-                    break
-                lam, theta = 0.5 * (lam + best_lam), theta / 2   # as a round stopped at its limit
-                continue
-            rounds += 1
-            if info is not None:
-                qb, exact = float(info.bound), info.status == "optimal"
-            plans.append([int(a) for a in x])
-            if on_plan is not None:
-                on_plan(plans[-1])
-        if not np.isfinite(qb):     # no bound in the round's time (a loaded machine): as a round stopped at its limit
-            if bundle is not None:
+                qb = np.nan       # no bound: backed off below, as a round stopped at its limit
+            else:
+                rounds += 1
+                if info is not None:
+                    qb, exact = float(info.bound), info.status == "optimal"
+                plans.append([int(a) for a in x])
+                if on_plan is not None:
+                    on_plan(plans[-1])
+        if not np.isfinite(qb):     # no bound (the round failed, or had no time on a loaded machine)
+            if bundle is not None:     # a null step: nearer the centre
                 lam = _bundle_back(bundle, low, best, say)
                 if lam is None:
                     break
