@@ -362,13 +362,15 @@ class FGNN:
         variants = (False, True) if self.base == "lagrangian" and problem.usage_limit is not None \
             and problem.edge_memory is not None else (False,)
 
-        def consider(cand):     # each snapshot's decodes run while the network computes the next block
+        queue = bp.DecodeQueue(inputs.mp, cands.add)   # the decodes, run together (the same plans, in order)
+
+        def consider(cand):
             for copies in variants:      # as bp_solve: the plain decode and the copy-aware one
-                cands.add(bp.decode(inputs.mp, *cand, copies=copies))
+                queue.add(*cand, copies)
         consider(self._run(inputs, params, on_snap=consider)[0])
         if self.base == "lagrangian" and problem.usage_limit is not None:   # as bp_solve: plain BP's decodes too
-            for x in inputs.mp.unpriced_decodes(self.config.rounds, copies=len(variants) > 1):
-                cands.add(x)
+            consider((inputs.mp.cost, *inputs.mp.unpriced(self.config.rounds)))
+        queue.flush()
         best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))

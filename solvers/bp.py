@@ -6,8 +6,8 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
 
 * **Messages** (one per edge direction and strategy), all edges at once over the flat edge-cost
   array: m_{u→v}(t) = min_s [c_u(s) + Σ_{w≠v} m_{w→u}(s) + M_uv(s, t)], normalised to min 0 and
-  damped (m ← (1−α)·m_new + α·m_old). Row minima are contiguous segments of the row-major costs
-  (``np.minimum.reduceat``); column minima go through one precomputed transpose permutation, so a
+  damped (m ← (1−α)·m_new + α·m_old). Row and column minima are segment minima over the flat
+  entries, gathered once into blocks of equal segment length (``solvers.bp_blocks.Blocks``), so a
   round costs a few passes over the edge-cost entries whatever the matrix shapes. Exact on trees
   (flooding converges after diameter rounds; damping only slows it).
 * **Memory prices** (``memory_prices``, when the limit binds): λ_t ≥ 0 per compressed time point of
@@ -70,10 +70,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.edge_memory import CopyTracker
-from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from costmodel.problem import FORBIDDEN_COST, Problem
+from solvers.bp_blocks import Blocks
 from solvers.bp_copies import copy_prices
-from solvers.bp_decode import decode
-from solvers.local import LocalCosts, fit_with_copies, prune
+from solvers.bp_decode import Candidates, DecodeQueue, decode
+from solvers.local import LocalCosts, prune
+
+__all__ = ["BPResult", "Candidates", "DecodeQueue", "Messages", "bp_plan", "bp_solve", "decode", "price_step"]
 
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
 PRICE_UP, PRICE_DECAY = 1.5, 0.8   # price_step's factors over and under the limit
@@ -142,8 +145,7 @@ class Messages:
         self.big = 1000.0 * float(finite.max())
         self.ec = np.minimum(g.ec, self.big)
         self.cost = np.minimum(g.cost, self.big)
-        self._earlier = None
-        self._copies = None
+        self._earlier = self._copies = self._blk = self._ecb = None
 
     def earlier(self) -> list:
         """Per node i, what ``decode`` adds for each neighbour j < i (decided before i), in adjacency
@@ -182,33 +184,51 @@ class Messages:
         g = self.g
         return g.profile_of(g.live_usage[g.offs[:-1] + x])
 
-    def unpriced_decodes(self, rounds: int, damping: float = DAMPING, copies: bool = False,
-                         deadline: float | None = None) -> list:
-        """The decodes (plain and, with ``copies``, copy-aware) of plain BP's beliefs after ``rounds``
-        rounds without memory prices: Lagrangian BP's extra candidates under a binding cap, for where
-        the prices make every decode dear (fno large @ h100-2x8 cap 0.1: 3.92x the ILP label with
-        the prices, 1.42x plain BP's plan). Fewer rounds if ``deadline`` (perf_counter) passes."""
-        to_u, to_v = np.zeros(int(self.su[-1])), np.zeros(int(self.sv[-1]))
-        for _ in range(rounds):
+    def unpriced(self, rounds: int, damping: float = DAMPING, deadline: float | None = None, start=None) -> tuple:
+        """Plain BP's messages (to_u, to_v) after ``rounds`` rounds without memory prices, whose decodes are
+        Lagrangian BP's extra candidates under a binding cap, for where the prices make every decode dear
+        (fno large @ h100-2x8 cap 0.1: 3.92x the ILP label with the prices, 1.42x plain BP's plan). Fewer
+        rounds if ``deadline`` (perf_counter) passes. ``start``: (r, to_u, to_v), the messages after r
+        such rounds already run (bp_solve's own rounds before its first price: the same numbers)."""
+        r, to_u, to_v = start or (0, np.zeros(int(self.su[-1])), np.zeros(int(self.sv[-1])))
+        for _ in range(r, rounds):
             if deadline is not None and time.perf_counter() > deadline:
                 break
             to_u, to_v = self.update(self.cost, to_u, to_v, damping)
-        return [decode(self, self.cost, to_u, to_v, copies=c) for c in ((False, True) if copies else (False,))]
+        return to_u, to_v
 
     def belief(self, c: np.ndarray, to_u: np.ndarray, to_v: np.ndarray) -> np.ndarray:
         n = len(c)
         return c + np.bincount(self.u_flat, to_u, minlength=n) + np.bincount(self.v_flat, to_v, minlength=n)
 
+    def blocks(self) -> tuple:
+        """(row minima, column minima, to_u per edge, to_v per edge) as ``Blocks`` (built once), and the
+        message slots the row and column minima read, in their ``idx`` order."""
+        if self._blk is None:
+            g, nu, nv = self.g, np.diff(self.su), np.diff(self.sv)
+            ku, kv = g.k[g.eu], g.k[g.ev]
+            eus, evs = np.repeat(np.arange(len(nu)), nu), np.repeat(np.arange(len(nv)), nv)
+            rows = Blocks(self.seg_u, kv[eus], 1)
+            cols = Blocks(g.eoff[evs] + np.arange(len(evs)) - self.sv[evs], ku[evs], kv[evs])
+            self._blk = (rows, cols, Blocks(self.su[:-1], nu, 1), Blocks(self.sv[:-1], nv, 1),
+                         self.col_slot[rows.idx], self.row_slot[cols.idx])
+        return self._blk
+
     def update(self, c, to_u, to_v, damping: float):
+        """One damped round: the segment minima by ``Blocks`` (the same numbers as reduceat's), the edge
+        costs gathered in their order once per ``ec`` (bp_solve's copy prices replace it)."""
         if not len(self.ec):
             return to_u, to_v
+        rows, cols, eu, ev, cs, rs = self.blocks()
+        if self._ecb is None or self._ecb[0] is not self.ec:
+            self._ecb = (self.ec, self.ec[rows.idx], self.ec[cols.idx])
         b = self.belief(c, to_u, to_v)
         hu = b[self.u_flat] - to_u                       # u's belief without v's message
         hv = b[self.v_flat] - to_v
-        new_v = np.minimum.reduceat((hu[self.row_slot] + self.ec)[self.tperm], self.seg_v)
-        new_u = np.minimum.reduceat(hv[self.col_slot] + self.ec, self.seg_u)
-        new_v -= np.repeat(np.minimum.reduceat(new_v, self.sv[:-1]), np.diff(self.sv))
-        new_u -= np.repeat(np.minimum.reduceat(new_u, self.su[:-1]), np.diff(self.su))
+        new_v = cols.min(hu[rs] + self._ecb[2])
+        new_u = rows.min(hv[cs] + self._ecb[1])
+        new_v -= np.repeat(ev.min(new_v[ev.idx]), np.diff(self.sv))
+        new_u -= np.repeat(eu.min(new_u[eu.idx]), np.diff(self.su))
         return (damping * to_u + (1 - damping) * new_u, damping * to_v + (1 - damping) * new_v)
 
     def lower_bound(self, c, to_u, to_v) -> float:
@@ -271,50 +291,6 @@ class Messages:
         return total
 
 
-class Candidates:
-    """The cheapest plan of ``problem`` that fits among decodes; bp_solve's and FGNN.plan's. ``add(x)``:
-    a decode (of the pruned problem when ``back`` maps its plans to ``problem``'s; None: none). One
-    that fits by ``evaluate`` counts at once; one that breaks the limit (by its resharded copies, or a
-    lenient decode) waits: ``best()`` repairs the waiting ones (``fit_with_copies``, the costly part:
-    0.1-1 s each on 300-900-node zoo problems), cheapest first, and only while the unrepaired cost
-    is below the best fitting cost (a repair rarely makes a plan cheaper: approximate, it skips a
-    repair that would have), at most ``max_repairs`` (bp_solve decoded 12 a run before, each repaired). ``last``: the last decode, mapped."""
-
-    def __init__(self, problem: Problem, back=None, max_repairs: int = 12):
-        self.problem, self.back, self.max_repairs = problem, back, max_repairs
-        self.plan, self.cost, self.last = None, float("inf"), None
-        self.waiting, self.seen = [], set()
-
-    def add(self, x) -> None:
-        if x is None:
-            return
-        x = np.asarray(x if self.back is None else self.back(x), dtype=np.int64)
-        self.last = x
-        key = x.tobytes()
-        if key in self.seen:
-            return
-        self.seen.add(key)
-        c = evaluate(self.problem, x)
-        if c.feasible:
-            if c.total < self.cost:
-                self.plan, self.cost = x, c.total
-        elif self.problem.edge_memory is not None:
-            self.waiting.append((c.total, len(self.waiting), x))
-
-    def best(self, time_limit_s: float | None = None) -> tuple:
-        """(plan, cost) after the repairs; (None, inf) when nothing fits."""
-        deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-        for n, (c0, _, x) in enumerate(sorted(self.waiting, key=lambda w: w[:2])):
-            if c0 >= self.cost or n >= self.max_repairs:
-                break
-            left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
-            fit = fit_with_copies(self.problem, x, time_limit_s=left)
-            if fit is not None and (cost := evaluate(self.problem, fit).total) < self.cost:
-                self.plan, self.cost = np.asarray(fit, dtype=np.int64), cost
-        self.waiting = []
-        return self.plan, self.cost
-
-
 def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memory_prices: bool = True,
              price_every: int = PRICE_EVERY, time_limit_s: float | None = None, bound: bool = True,
              decode_every: int | None = None, pruned: bool = True) -> BPResult:
@@ -350,16 +326,20 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     cands = Candidates(orig, back)
     variants = (False, True) if binding and problem.edge_memory is not None else (False,)
 
+    queue = DecodeQueue(mp, cands.add)     # the decodes, run together (the same plans, in order)
+
     def consider(c):      # the plain decode (repaired later if its copies break the cap) and the copy-aware one
         for copies in variants:
-            cands.add(decode(mp, c, to_u, to_v, copies=copies))
+            queue.add(c, to_u, to_v, copies)
 
-    c = mp.cost
+    c, plain = mp.cost, (0, to_u, to_v)    # plain: (r, to_u, to_v) until a price enters (the unpriced run's start)
     if bound:
         lb = mp.lower_bound(c, to_u, to_v)       # zero messages: the forest-plus-projections bound
     while r < total and (deadline is None or time.perf_counter() < deadline):
         to_u, to_v = mp.update(c, to_u, to_v, damping)
         r += 1
+        if plain is not None:
+            plain = (r, to_u, to_v) if c is mp.cost and mp.ec is ec0 else None
         if binding and r % price_every == 0 and r < total:
             arg = g.seg_argmin(mp.belief(c, to_u, to_v))
             ratio = (mp.price_profile(arg) if cp is None else g.profile(arg)) / g.cap
@@ -378,8 +358,10 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     consider(c)
     mp.ec = ec0                                   # true edge costs again (unpriced decodes, bound)
     if g.cap is not None and memory_prices and (deadline is None or time.perf_counter() < deadline):
-        for x in mp.unpriced_decodes(rounds, damping, copies=len(variants) > 1, deadline=deadline):
-            cands.add(x)
+        tu, tv = mp.unpriced(rounds, damping, deadline, plain if plain is not None and plain[0] <= rounds else None)
+        for copies in variants:
+            queue.add(mp.cost, tu, tv, copies)
+    queue.flush()
     best, best_cost = cands.best(None if deadline is None else max(deadline - time.perf_counter(), 0.1))
     if bound:
         lb = max(lb, mp.lower_bound(c, to_u, to_v) - (g.cap * float(lam.sum()) if lam.any() else 0.0))

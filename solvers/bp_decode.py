@@ -2,16 +2,21 @@
 ``solvers.bp.decode`` is this): ``decode(mp, c, to_u, to_v)`` turns a ``bp.Messages``'s beliefs into a
 plan in node index order, with the memory limit's least-usage floor and arc consistency over forbidden
 entries (``_Domains``). See bp.py's module docstring for the rule.
+
+Also the decodes of a whole run at once (``decode_many``, ``DecodeQueue``: the same plans, the Python
+loop over the nodes paid once for all of a run's decode points; session 19, random problems at load
+2-6: see ``DecodeQueue``) and the cheapest plan among them (``Candidates``, ``solvers.bp.Candidates``).
 """
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 
 import numpy as np
 
-from costmodel.problem import FORBIDDEN_COST
-from solvers.local import LocalCosts
+from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
+from solvers.local import LocalCosts, fit_with_copies
 
 
 class _Domains:
@@ -116,17 +121,9 @@ class _Domains:
         return True
 
 
-def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False) -> np.ndarray | None:
-    """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
-    checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
-    propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
-    within the limit is taken; if none passes, the cheapest, propagated leniently. ``copies`` (a
-    problem with copy groups under a limit): the floor also carries the resharded copies each
-    decision makes live with its decided neighbours (``CopyTracker``), and a strategy whose copies
-    would break the limit is skipped (any number of them, not only ``tries``); such a decode fits
-    the limit, copies included, unless some node had no strategy left (then it went leniently)."""
-    g = mp.g
-    b = mp.belief(c, to_u, to_v)
+def _start(g: LocalCosts) -> _Domains | None:
+    """The decode's first state; where the least-usage floor breaks the limit, every strategy
+    allowed again (only plans through forbidden strategies fit, if any); None if still over."""
     d = _Domains(g)
     cap = g.cap
     if d.floor is not None and d.floor.max(initial=0.0) > cap:
@@ -135,7 +132,26 @@ def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False) -> np.ndarra
         d.floor = g.profile_of(np.where(g.live_mask, d.mc, 0.0))
         if d.floor.max(initial=0.0) > cap:
             return None
-    x, ec, xs = d.x, mp.ec, [0] * g.n       # xs: x as Python ints (nodes decide in index order)
+    return d
+
+
+def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False, ec=None) -> np.ndarray | None:
+    """Masked one-node-at-a-time decode in index order (see the module docstring), with forward
+    checking: of the ``tries`` cheapest strategies that fit, the first whose arc-consistency
+    propagation (``_Domains.decide``) empties no undecided domain and keeps the least-usage floor
+    within the limit is taken; if none passes, the cheapest, propagated leniently. ``copies`` (a
+    problem with copy groups under a limit): the floor also carries the resharded copies each
+    decision makes live with its decided neighbours (``CopyTracker``), and a strategy whose copies
+    would break the limit is skipped (any number of them, not only ``tries``); such a decode fits
+    the limit, copies included, unless some node had no strategy left (then it went leniently).
+    ``ec``: the flat edge costs to decode with (default ``mp.ec``, which bp_solve's copy prices replace)."""
+    g = mp.g
+    b = mp.belief(c, to_u, to_v)
+    d = _start(g)
+    if d is None:
+        return None
+    cap = g.cap
+    x, ec, xs = d.x, mp.ec if ec is None else ec, [0] * g.n   # xs: x as Python ints (nodes decide in index order)
     copies = mp.copy_tracker() if copies and d.floor is not None else None
     sx = [-1] * g.n                          # x for the copy tracker (−1: undecided)
     offs, ks, tlo, thi = g.offs.tolist(), g.k.tolist(), g.lo.tolist(), g.hi.tolist()
@@ -199,3 +215,144 @@ def _add(floor: np.ndarray, made: list, cap: float | None, sign: float = 1.0) ->
     for lo, hi, b in made:
         floor[lo:hi] -= b
     return False
+
+
+def decode_many(mp, snaps: list, tries: int = 4, ec=None) -> list:
+    """``[decode(mp, c, to_u, to_v, tries, ec=ec) for c, to_u, to_v in snaps]``, the same plans bit for bit
+    (tests/test_bp.py), in one pass over the nodes for all the snapshots when no edge entry is forbidden
+    (``_Domains.free``: an undecided node's domain and least usage are then the start's, whatever was
+    decided, so only the decisions and the floors differ between snapshots): each node's scores, floor
+    check and tries are (snapshot, strategy) arrays, the Python work per node paid once, not once per
+    snapshot. With forbidden entries, one ``decode`` each."""
+    g = mp.g
+    ec = mp.ec if ec is None else ec
+    d = _start(g) if len(snaps) > 1 else None
+    if d is None or not d.free:
+        return [decode(mp, c, to_u, to_v, tries=tries, ec=ec) for c, to_u, to_v in snaps]
+    K, cap, usage, mc, alive = len(snaps), g.cap, g.usage, d.mc, d.alive
+    B = np.stack([mp.belief(c, to_u, to_v) for c, to_u, to_v in snaps])
+    TU, TV = np.stack([s[1] for s in snaps]), np.stack([s[2] for s in snaps])
+    X = np.zeros((K, g.n), dtype=np.int64)
+    F = None if d.floor is None else np.repeat(d.floor[None, :], K, axis=0)   # one floor per snapshot
+    offs, ks, tlo, thi = g.offs.tolist(), g.k.tolist(), g.lo.tolist(), g.hi.tolist()
+    timed = (g.live_mask & (g.hi > g.lo)).tolist() if F is not None else [False] * g.n
+    all_alive = np.logical_and.reduceat(alive, g.offs[:-1]).tolist() if g.n else []
+    rows, ar = np.arange(K), np.arange(max(ks, default=1))
+    for i, terms in enumerate(mp.earlier()):
+        lo, hi, ki = offs[i], offs[i + 1], ks[i]
+        sc = B[:, lo:hi].copy()
+        for j, idx, first, msl, from_u in terms:
+            xj = X[:, j]
+            if from_u:
+                sc += ec[idx[None, :] + xj[:, None]] - TU[:, msl]
+            else:
+                sc += ec[(first + xj * ki)[:, None] + ar[:ki]] - TV[:, msl]
+        if timed[i]:
+            a, z = tlo[i], thi[i]
+            room = cap - F[:, a:z].max(axis=1)
+            sc = np.where((usage[lo:hi] - mc[i])[None, :] <= room[:, None], sc, np.inf)
+        al = alive[lo:hi]
+        if not all_alive[i]:
+            sc = np.where(al, sc, np.where(np.isfinite(sc), sc + 1e300, sc))
+        order = sc.argsort(axis=1, kind="stable")
+        choice, pend, lenient = order[:, 0].copy(), rows, []
+        for t in range(min(tries, ki)):       # decide_free's tries, for the snapshots still trying
+            s = order[pend, t]
+            go = np.isfinite(sc[pend, s]) & al[s]
+            if not go.all():                  # a masked or dead strategy ends the tries: lenient
+                lenient.append(pend[~go])
+                pend, s = pend[go], s[go]
+            if not len(pend):
+                break
+            ok = np.ones(len(pend), dtype=bool)
+            if timed[i]:
+                dl = usage[lo + s] - mc[i]
+                ch = np.nonzero(dl != 0.0)[0]
+                if len(ch):
+                    r, dd = pend[ch], dl[ch][:, None]
+                    F[r, a:z] += dd
+                    bad = ~(F[r, a:z].max(axis=1) <= cap)
+                    if bad.any():
+                        F[r[bad], a:z] -= dd[bad]      # as decide_free's undo: (floor + d) − d
+                        ok[ch[bad]] = False
+            choice[pend[ok]] = s[ok]
+            pend = pend[~ok]
+            if not len(pend):
+                break
+        lenient.append(pend)
+        r = np.concatenate(lenient)
+        if len(r) and timed[i]:               # decide(strict=False): the cheapest, its usage on the floor
+            dl = usage[lo + choice[r]] - mc[i]
+            r, dl = r[dl != 0.0], dl[dl != 0.0]
+            F[r, a:z] += dl[:, None]
+        X[:, i] = choice
+    return list(X)
+
+
+class DecodeQueue:
+    """Decodes asked for during a BP run, run together (``decode_many``) and handed to ``sink`` in the
+    order they were asked for (as ``Candidates.add``, which reads nothing else, wants them). ``add(c,
+    to_u, to_v, copies)``: one decode at the edge costs ``mp.ec`` holds now (a change of ``mp.ec``, as
+    bp_solve's copy prices make, or ``max_pending`` waiting, runs those waiting first); copy-aware ones
+    run one by one. ``flush()`` runs the rest."""
+
+    def __init__(self, mp, sink, max_pending: int = 16):
+        self.mp, self.sink, self.max_pending, self.pending = mp, sink, max_pending, []
+
+    def add(self, c, to_u, to_v, copies: bool = False) -> None:
+        if self.pending and (self.pending[0][4] is not self.mp.ec or len(self.pending) >= self.max_pending):
+            self.flush()
+        self.pending.append((c, to_u, to_v, copies, self.mp.ec))
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        plain = [k for k, w in enumerate(self.pending) if not w[3]]
+        done = dict(zip(plain, decode_many(self.mp, [self.pending[k][:3] for k in plain], ec=self.pending[0][4])))
+        for k, (c, to_u, to_v, copies, ec) in enumerate(self.pending):
+            self.sink(done[k] if k in done else decode(self.mp, c, to_u, to_v, copies=True, ec=ec))
+        self.pending = []
+
+
+class Candidates:
+    """The cheapest plan of ``problem`` that fits among decodes; bp_solve's and FGNN.plan's. ``add(x)``:
+    a decode (of the pruned problem when ``back`` maps its plans to ``problem``'s; None: none). One
+    that fits by ``evaluate`` counts at once; one that breaks the limit (by its resharded copies, or a
+    lenient decode) waits: ``best()`` repairs the waiting ones (``fit_with_copies``, the costly part:
+    0.1-1 s each on 300-900-node zoo problems), cheapest first, and only while the unrepaired cost
+    is below the best fitting cost (a repair rarely makes a plan cheaper: approximate, it skips a
+    repair that would have), at most ``max_repairs`` (bp_solve decoded 12 a run before, each repaired). ``last``: the last decode, mapped."""
+
+    def __init__(self, problem: Problem, back=None, max_repairs: int = 12):
+        self.problem, self.back, self.max_repairs = problem, back, max_repairs
+        self.plan, self.cost, self.last = None, float("inf"), None
+        self.waiting, self.seen = [], set()
+
+    def add(self, x) -> None:
+        if x is None:
+            return
+        x = np.asarray(x if self.back is None else self.back(x), dtype=np.int64)
+        self.last = x
+        key = x.tobytes()
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        c = evaluate(self.problem, x)
+        if c.feasible:
+            if c.total < self.cost:
+                self.plan, self.cost = x, c.total
+        elif self.problem.edge_memory is not None:
+            self.waiting.append((c.total, len(self.waiting), x))
+
+    def best(self, time_limit_s: float | None = None) -> tuple:
+        """(plan, cost) after the repairs; (None, inf) when nothing fits."""
+        deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        for n, (c0, _, x) in enumerate(sorted(self.waiting, key=lambda w: w[:2])):
+            if c0 >= self.cost or n >= self.max_repairs:
+                break
+            left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
+            fit = fit_with_copies(self.problem, x, time_limit_s=left)
+            if fit is not None and (cost := evaluate(self.problem, fit).total) < self.cost:
+                self.plan, self.cost = np.asarray(fit, dtype=np.int64), cost
+        self.waiting = []
+        return self.plan, self.cost

@@ -164,6 +164,87 @@ def test_fast_decode_is_the_reference_decode(case):
     assert seen > 0
 
 
+def _mixed(rng, n: int = 60) -> Problem:
+    """Edges both ways, some forbidden node strategies (none on the edges) and a limit 5 % over the
+    least-usage peak: the decode's dead-strategy and lenient paths."""
+    ks = rng.integers(1, 6, size=n)
+    costs = [rng.integers(0, 50, k).astype(float) for k in ks]
+    for c in costs:
+        c[rng.random(len(c)) < 0.2] = 1e18
+    usages = [rng.integers(0, 20, k).astype(float) for k in ks]
+    st = rng.integers(0, 12, size=n)
+    edges, ecosts = [], []
+    for j in range(1, n):
+        for i in rng.choice(j, size=min(j, 2), replace=False).tolist():
+            edges.append((i, j) if rng.random() < 0.5 else (j, i))
+            ecosts.append(rng.integers(0, 30, int(ks[i] * ks[j])).astype(float))
+    p = Problem.from_lists("mixed", costs, usages, np.stack([st, st + rng.integers(1, 6, size=n)], 1), edges, ecosts)
+    least = [int(np.argmin(np.where(c < 1e15, u, np.inf))) if (c < 1e15).any() else 0 for c, u in zip(costs, usages)]
+    return p.with_usage_limit(1.02 * evaluate(p, least).peak_memory_bytes)
+
+
+def _rounding(lenient: bool = False) -> Problem:
+    """Node 1's cheap strategy passes the room check (1.1 <= 1.7 - 0.6) and breaks the floor check
+    (0.6 + 1.1 > 1.7 in float64): the decode's failed try and its undo. ``lenient``: its four cheapest
+    all do, so it goes leniently over the limit, and node 2 then finds no room at all."""
+    k = 5 if lenient else 2
+    return Problem.from_lists("rounding", [np.array([0.0]), np.arange(k, dtype=float), np.array([0.0, 1.0])],
+                              [np.array([0.6]), np.r_[np.full(k - 1, 1.1), 0.0], np.array([0.5, 0.0])],
+                              np.array([[0, 2], [0, 2], [1, 2]]), [], [], usage_limit=1.7)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_decodes_run_together_are_the_decodes_one_by_one(case):
+    """``decode_many`` (all of a run's decode points in one pass over the nodes) gives each snapshot
+    the plan ``decode`` gives it alone, bit for bit: snapshots with different priced costs and
+    perturbed messages (so their decisions, floors and failed tries differ), uncapped and under tight
+    limits; with forbidden entries (case 4) it falls back to one decode each. ``DecodeQueue`` hands them
+    over in the order asked, a change of ``mp.ec`` between them included; the unpriced run resumed
+    from r rounds is the run from zero."""
+    from env.workloads import random_problem as layered
+    from solvers.bp import DecodeQueue, Messages
+    from solvers.bp_decode import _start, decode, decode_many
+    from solvers.local import LocalCosts
+    rng = np.random.default_rng(70 + case)
+    if case < 4:
+        p = layered(rng, 250, 8, memory_cap_fraction=(None, 0.3, 0.1, 0.02)[case])
+    elif case == 4:
+        p = random_problem(rng, 40, kmax=5, edge_p=0.2, limit_q=None, forbid_p=0.2)
+    else:
+        p = _mixed(rng) if case == 5 else _rounding(lenient=case == 7)
+    mp = Messages(LocalCosts(p))
+    g = mp.g
+    assert _start(g) is None or _start(g).free == (case != 4)
+    u, v = np.zeros(int(mp.su[-1])), np.zeros(int(mp.sv[-1]))
+    snaps = []
+    for r in range(10):
+        u, v = mp.update(mp.cost, u, v, 0.5)
+        lam = rng.exponential(1.0, len(g.times)) * np.median(np.abs(mp.cost)) / max(float(np.median(g.usage)), 1e-30)
+        c = mp.cost + g.usage * g.interval_sums(lam * (r % 3))[g.node_of]
+        snaps.append((c, u + rng.normal(0.0, 0.05 * (np.abs(u).mean() + 1e-9), len(u)) * (r % 2), v))
+    many = decode_many(mp, snaps)
+    one = [decode(mp, *s) for s in snaps]
+    assert len(many) == len(one) == 10
+    for a, b in zip(one, many):
+        assert (a is None and b is None) or np.array_equal(a, b)
+    assert sum(a is not None for a in one) > 0 and len({a.tobytes() for a in one if a is not None}) > (case < 6)
+    if case >= 6:        # the unpriced snapshot takes the paths named in _rounding
+        assert one[0].tolist() == ([0, 0, 0] if case == 7 else [0, 1, 0])
+    got = []
+    q = DecodeQueue(mp, got.append, max_pending=4)
+    ec0 = mp.ec
+    for k, sn in enumerate(snaps):
+        if k == 6:
+            mp.ec = ec0 + 1.0          # a new edge-cost array: the waiting decodes run first, at the old one
+        q.add(*sn)
+    q.flush()
+    want = one[:6] + [decode(mp, *sn) for sn in snaps[6:]]
+    mp.ec = ec0
+    assert all((a is None and b is None) or np.array_equal(a, b) for a, b in zip(want, got)) and len(got) == 10
+    r0 = mp.unpriced(4)
+    assert all(np.array_equal(a, b) for a, b in zip(mp.unpriced(9), mp.unpriced(9, start=(4, *r0))))
+
+
 def test_price_step_grows_gently_and_decays():
     """``price_step`` (session 17: ×1.5 over the limit, at least base·10·overload; ×0.8 under it;
     ×2.5/×0.9 overshot on the held-out meshgraphnet caps): the rule on three points."""
