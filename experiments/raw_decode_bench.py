@@ -1,7 +1,7 @@
 """The raw decode (``shardgym.solve(method="policy", search=False)``: one BP pass and its masked decode,
 no search) on the 18 held-out problems against the best-known costs (results/heldout_reference.json).
 
-    python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT]
+    python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT] [--checkpoint PATH]
 
 Prints cost / best-known, feasibility and seconds per problem, then the median and max over the
 capped rows, the binding-cap rows (capped problems whose best-known cost is above their uncapped
@@ -50,12 +50,14 @@ import numpy as np  # noqa: E402
 
 
 def held_out_cli(only: str = "") -> tuple[argparse.Namespace, list]:
-    """``--only``, ``--cache`` and ``--json`` parsed, and the 18 built held-out problems (name,
+    """``--only``, ``--cache``, ``--json`` and ``--checkpoint`` (the planner ``solve(method="policy")``
+    loads: default "fgnn", agent/pretrained/fgnn.msgpack, or a checkpoint path) parsed, and the 18 built held-out problems (name,
     Problem), from the pickle in ``--cache`` or built and pickled there."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=only)
     ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
     ap.add_argument("--json", default="")
+    ap.add_argument("--checkpoint", default="fgnn")
     args = ap.parse_args()
     from experiments.heldout_reference import heldout_problems
     if os.path.exists(args.cache):
@@ -81,7 +83,7 @@ def main() -> None:
         e = lookup(entries, name, p)
         t = time.perf_counter()
         try:
-            c = evaluate(p, sg.solve(p, method="policy", search=False).strategies)
+            c = evaluate(p, sg.solve(p, method="policy", search=False, checkpoint=args.checkpoint).strategies)
             cost, feasible = c.total, bool(c.feasible)
         except ValueError:
             cost, feasible = float("inf"), False
@@ -107,7 +109,8 @@ def main() -> None:
     print("load", load_after)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
+            json.dump({**out, "_load": {"before": load_before, "after": load_after},
+                       "_checkpoint": args.checkpoint}, f, indent=1)
 
 
 if __name__ == "__main__":
