@@ -32,6 +32,24 @@ a bisection of the final λ's scale (5 steps), decode-level prices without re-ru
 decodes in reverse / long-lived-last order, the cap scaled 0.5-0.9 in the decode, forcing the
 longest-lived nodes over the cap to their least usage (1.0-12x or over the cap), and decodes every 4
 rounds instead of 10 (mgn unchanged); fno tiny stayed at 1.409 / 1.179 throughout.
+
+Session 19 (s19-a), the first long run of agent/fgnn_es.py, a negative result, not shipped:
+``python -m agent.fgnn_es --minutes 68 --out runs/s19a-es --leaves price_out,damp --sigma 0.1
+--lr 0.03 --pairs 3 --batch 4 --problems 24 --val-iters 4`` (card: results/s19a_es_card.json;
+load 3-6, three other sessions' jobs beside it). The training split held only 16 binding-cap
+problems of <= 1,000 nodes (12 train, 4 validation); 437 iterations in 68.5 min, 252 of them with
+a zero gradient (no ± perturbation changed any plan of the batch). Best validation 0.687 at
+iteration 116, all of it one problem (mlp-tiny @ fg-random-3 cap 0.7: 0.223x Lagrangian BP's
+cost), the other 3 unchanged. On the held-out split (``--checkpoint runs/s19a-es/best.msgpack``,
+results/s19a_raw_es_best.json, against results/s19a_raw_before.json, the shipped untrained
+network) it is worse: meshgraphnet tiny cap 0.5 1.255/1.317/1.094 -> 2.112/2.044/1.974 (h100,
+tpu, a100), binding median 1.179 -> 1.409, max 1.409 -> 2.112; fno rows and all 9 uncapped rows
+unchanged (the uncapped first calls slower, 0.3-1.2 s -> up to 13 s: the jitted forward compiles
+per shape bucket); every plan feasible. raw_decode_ablation.py on it (results/s19a_ablation_es_best.json), binding
+median / max: network 1.409 / 2.112, its learned messages swapped for BP's (learned prices kept)
+1.409 / 2.126 (mgn tpu 2.044 -> 2.126, the rest equal), Lagrangian BP 1.179 / 1.409, plain BP
+1.559 / over the cap on 2 of 7. So the learned damping barely matters. The harm is the learned
+price correction, fitted to a training split where the validation gain was one problem of four.
 """
 from __future__ import annotations
 
