@@ -21,6 +21,12 @@ untrained start included (score 1.0 by definition), go to ``best.msgpack``.
 ``python -m agent.fgnn_es --minutes 60 --out runs/fgnn-es`` (``--resume RUN_DIR`` continues it
 bit-identically: the directions are functions of the seed and the iteration); run folder:
 state.json, es.msgpack (params + Adam moments), best.msgpack, card.json.
+
+Session 19's 68-min run (``--leaves price_out,damp --sigma 0.1 --pairs 3 --batch 4``; card
+results/s19a_es_card.json) found only 16 binding problems of <= 1,000 nodes. 252 of its 437
+iterations had a zero gradient (the decode is piecewise constant in θ). Its best validation point
+(0.687, one problem of four) is worse than Lagrangian BP on the held-out binding rows (median 1.179 ->
+1.409; experiments/raw_decode_bench.py's docstring): not shipped.
 """
 from __future__ import annotations
 

@@ -124,12 +124,13 @@ class FGPlanner:
 
     def _decode(self, problem: Problem, params, bound: bool = True) -> tuple:
         """(raw decode or None when none fits, a lower bound on the optimum or −inf). Without live
-        corrections (``agent.fgnn.live_parts`` empty, no warm hint) the network is BP exactly
+        corrections (``agent.fgnn.live_parts`` empty, damping parameters at 0, no warm hint) the network is BP exactly
         (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
         (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
         tree DPs: 0.04 s of 0.14 s at 1,000 nodes), else through the jitted forward."""
         params = self.net.params if params is None else params
-        if not live_parts(params) and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
+        damped = bool(np.any(np.asarray(params["damp"])))     # a learned damping is no PART, but not BP's 0.5
+        if not live_parts(params) and not damped and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
             r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
                          bound="end" if bound else False)
             return r.plan, r.lower_bound

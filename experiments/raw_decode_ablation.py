@@ -1,9 +1,11 @@
-"""Ablation of the raw decode on the held-out binding-cap problems: the shipped network's raw plan
-(``shardgym.solve(method="policy", search=False)``) against Lagrangian BP (``bp_solve`` with memory
+"""Ablation of the raw decode on the held-out capped problems: the network's raw plan
+(``shardgym.solve(method="policy", search=False)``, ``--checkpoint``: default the shipped one) against
+the same network with its learned messages swapped for BP's (``FGNN.bp_messages``: learned prices and
+readout kept; damping, soft-min and message residuals at zero), Lagrangian BP (``bp_solve`` with memory
 prices, what a network with zero learned corrections is) and plain BP (no prices; the decode still
 masks by the least-usage floor), each as cost / best-known (results/heldout_reference.json).
 
-    python experiments/raw_decode_ablation.py [--only SUBSTRING] [--json OUT]
+    python experiments/raw_decode_ablation.py [--only SUBSTRING] [--json OUT] [--checkpoint PATH]
 
 Uses experiments/raw_decode_bench.py's pickled problems (``--cache``, built by it).
 """
@@ -26,19 +28,27 @@ from experiments.raw_decode_bench import held_out_cli  # noqa: E402
 def main() -> None:
     args, probs = held_out_cli(only="cap")
     import shardgym as sg
+    from agent.fgnn import FGNN
+    from agent.planner import Planner
     from costmodel.problem import evaluate
     from experiments.heldout_reference import load, lookup
     from solvers.bp import bp_solve
     entries, out = load(), {}
-    runs = {"network": lambda p: sg.solve(p, method="policy", search=False).strategies,
+    swapped = FGNN.bp_messages(Planner.load(args.checkpoint).params)
+    runs = {"network": lambda p: sg.solve(p, method="policy", search=False, checkpoint=args.checkpoint).strategies,
+            "bp_messages": lambda p: Planner.load(args.checkpoint).plan(p, polish=False, params=swapped),
             "lagrangian_bp": lambda p: bp_solve(p, rounds=60, memory_prices=True, bound=False).plan,
             "plain_bp": lambda p: bp_solve(p, rounds=60, memory_prices=False, bound=False).plan}
     load_before = open("/proc/loadavg").read().strip()
+    by_name = dict(probs)
     for name, p in probs:
         if args.only not in name:
             continue
         e = lookup(entries, name, p)
-        row = {}
+        twin = name.split(" cap")[0]
+        t_e = lookup(entries, twin, by_name[twin]) if twin in by_name else None
+        # binding as raw_decode_bench counts it: the best-known cost is above the uncapped twin's
+        row = {"binding": " cap" in name and not (t_e and t_e.get("cost") and e["cost"] <= t_e["cost"] * (1 + 1e-9))}
         for label, run in runs.items():
             t = time.perf_counter()
             x = run(p)
@@ -47,17 +57,19 @@ def main() -> None:
             row[label] = {"ratio": c.total / e["cost"] if ok else float("inf"), "feasible": ok,
                           "seconds": time.perf_counter() - t}
         out[name] = row
-        print(f"{name:42s} " + " ".join(f"{k} {v['ratio']:6.3f}{'' if v['feasible'] else '!'}" for k, v in row.items()),
-              flush=True)
-    for label in runs:
-        rs = [r[label]["ratio"] for r in out.values()]
-        if rs:
-            print(f"{label}: median {np.median(rs):.3f} max {max(rs):.3f} (n={len(rs)})")
+        print(f"{name:42s} " + " ".join(f"{k} {row[k]['ratio']:6.3f}{'' if row[k]['feasible'] else '!'}" for k in runs)
+              + (" (binding)" if row["binding"] else ""), flush=True)
+    for group, keep in (("capped", lambda r: True), ("binding", lambda r: r["binding"])):
+        for label in runs:
+            rs = [r[label]["ratio"] for r in out.values() if keep(r)]
+            if rs:
+                print(f"{group} {label}: median {np.median(rs):.3f} max {max(rs):.3f} (n={len(rs)})")
     load_after = open("/proc/loadavg").read().strip()
     print("load", load_before, "->", load_after)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
+            json.dump({**out, "_load": {"before": load_before, "after": load_after},
+                       "_checkpoint": args.checkpoint}, f, indent=1)
 
 
 if __name__ == "__main__":

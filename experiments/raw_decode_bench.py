@@ -1,7 +1,7 @@
 """The raw decode (``shardgym.solve(method="policy", search=False)``: one BP pass and its masked decode,
 no search) on the 18 held-out problems against the best-known costs (results/heldout_reference.json).
 
-    python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT]
+    python experiments/raw_decode_bench.py [--only SUBSTRING] [--json OUT] [--checkpoint PATH]
 
 Prints cost / best-known, feasibility and seconds per problem, then the median and max over the
 capped rows, the binding-cap rows (capped problems whose best-known cost is above their uncapped
@@ -32,6 +32,24 @@ a bisection of the final λ's scale (5 steps), decode-level prices without re-ru
 decodes in reverse / long-lived-last order, the cap scaled 0.5-0.9 in the decode, forcing the
 longest-lived nodes over the cap to their least usage (1.0-12x or over the cap), and decodes every 4
 rounds instead of 10 (mgn unchanged); fno tiny stayed at 1.409 / 1.179 throughout.
+
+Session 19 (s19-a), the first long run of agent/fgnn_es.py, a negative result, not shipped:
+``python -m agent.fgnn_es --minutes 68 --out runs/s19a-es --leaves price_out,damp --sigma 0.1
+--lr 0.03 --pairs 3 --batch 4 --problems 24 --val-iters 4`` (card: results/s19a_es_card.json;
+load 3-6, three other sessions' jobs beside it). The training split held only 16 binding-cap
+problems of <= 1,000 nodes (12 train, 4 validation); 437 iterations in 68.5 min, 252 of them with
+a zero gradient (no ± perturbation changed any plan of the batch). Best validation 0.687 at
+iteration 116, all of it one problem (mlp-tiny @ fg-random-3 cap 0.7: 0.223x Lagrangian BP's
+cost), the other 3 unchanged. On the held-out split (``--checkpoint runs/s19a-es/best.msgpack``,
+results/s19a_raw_es_best.json, against results/s19a_raw_before.json, the shipped untrained
+network) it is worse: meshgraphnet tiny cap 0.5 1.255/1.317/1.094 -> 2.112/2.044/1.974 (h100,
+tpu, a100), binding median 1.179 -> 1.409, max 1.409 -> 2.112; fno rows and all 9 uncapped rows
+unchanged (the uncapped first calls slower, 0.3-1.2 s -> up to 13 s: the jitted forward compiles
+per shape bucket); every plan feasible. raw_decode_ablation.py on it (results/s19a_ablation_es_best.json), binding
+median / max: network 1.409 / 2.112, its learned messages swapped for BP's (learned prices kept)
+1.409 / 2.126 (mgn tpu 2.044 -> 2.126, the rest equal), Lagrangian BP 1.179 / 1.409, plain BP
+1.559 / over the cap on 2 of 7. So the learned damping barely matters. The harm is the learned
+price correction, fitted to a training split where the validation gain was one problem of four.
 """
 from __future__ import annotations
 
@@ -50,12 +68,14 @@ import numpy as np  # noqa: E402
 
 
 def held_out_cli(only: str = "") -> tuple[argparse.Namespace, list]:
-    """``--only``, ``--cache`` and ``--json`` parsed, and the 18 built held-out problems (name,
+    """``--only``, ``--cache``, ``--json`` and ``--checkpoint`` (the planner ``solve(method="policy")``
+    loads: default "fgnn", agent/pretrained/fgnn.msgpack, or a checkpoint path) parsed, and the 18 built held-out problems (name,
     Problem), from the pickle in ``--cache`` or built and pickled there."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=only)
     ap.add_argument("--cache", default="/tmp/heldout_problems.pkl")
     ap.add_argument("--json", default="")
+    ap.add_argument("--checkpoint", default="fgnn")
     args = ap.parse_args()
     from experiments.heldout_reference import heldout_problems
     if os.path.exists(args.cache):
@@ -81,7 +101,7 @@ def main() -> None:
         e = lookup(entries, name, p)
         t = time.perf_counter()
         try:
-            c = evaluate(p, sg.solve(p, method="policy", search=False).strategies)
+            c = evaluate(p, sg.solve(p, method="policy", search=False, checkpoint=args.checkpoint).strategies)
             cost, feasible = c.total, bool(c.feasible)
         except ValueError:
             cost, feasible = float("inf"), False
@@ -107,7 +127,8 @@ def main() -> None:
     print("load", load_after)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**out, "_load": {"before": load_before, "after": load_after}}, f, indent=1)
+            json.dump({**out, "_load": {"before": load_before, "after": load_after},
+                       "_checkpoint": args.checkpoint}, f, indent=1)
 
 
 if __name__ == "__main__":

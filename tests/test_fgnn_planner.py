@@ -35,6 +35,17 @@ def test_zero_corrections_plan_through_numpy_bp_as_through_the_network(planner, 
         assert x == bp.bp_plan(p, rounds=ROUNDS, memory_prices=True)
 
 
+def test_a_learned_damping_alone_plans_through_the_network(planner, monkeypatch):
+    """Damping is no ``live_parts`` correction, but a trained one is not BP's 0.5: the raw decode
+    of parameters whose only change is ``damp`` runs the network (agent/fgnn_es.py trains it), not
+    numpy BP."""
+    import agent.fgnn_planner as fp
+    p = random_problem(np.random.default_rng(710), 9, kmax=4, edge_p=0.5, limit_q=0.35)
+    params = {**planner.params, "damp": np.full(ROUNDS, 1.5, np.float32)}
+    monkeypatch.setattr(fp, "bp_solve", lambda *a, **k: pytest.fail("numpy BP ignored the learned damping"))
+    assert planner.plan(p, polish=False, params=params) == planner.net.plan(p, params=params)
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_a_plan_at_bp_bound_gets_no_search(seed, monkeypatch):
     """On a tree BP's bound is exact (60 rounds, the shipped count): the raw plan is reported
