@@ -1,0 +1,212 @@
+"""The tied graph of an IOPDDL instance as MILPs for ``experiments/iopddl_long.py``: the whole graph,
+or a neighbourhood of components with the rest fixed, with memory rows added lazily.
+
+``TiedGraph(problem)`` runs the exact reductions (``solvers.local.prepare``: pruning and
+permutation ties; IOPDDL A: 34,932 nodes -> 285 components with a choice) and keeps, per choice
+component c and strategy a, its cost (edges to fixed components folded in), the edges between two
+choice components, and each member node's usage excess over its least usage. ``model(S, sc)``:
+the MILP over the choice components ``S`` with every other component at its strategy in ``sc``:
+
+* x_{c,a} binary, Σ_a x_{c,a} = 1; y per entry of an edge inside S (continuous ≥ 0, marginals equal
+  to x); an edge from S to a component outside folds into the unary costs at that component's strategy.
+* memory row at compressed time point t: Σ_{c∈S,a} exc_{c,a}(t) x_{c,a} ≤ limit − live_t(sc) +
+  Σ_{c∈S} exc_{c,sc_c}(t), where exc_{c,a}(t) = Σ over members i live at t of u_i(a) − min u_i
+  (so with S = every choice component the right side is limit − Σ_i min u_i). Rows are added lazily
+  (``Sub.add_rows``): a MILP over fewer rows is a relaxation.
+
+``Sub.solve`` returns the full component plan and HiGHS's dual bound plus ``Sub.offset`` (the cost
+of everything the model does not see), so with S = all the bound is a lower bound of the
+forbidden-free optimum (the pruning's premise) and of every plan when no plan cheaper than
+``FORBIDDEN_COST`` uses a forbidden entry.
+"""
+from __future__ import annotations
+
+import highspy
+import numpy as np
+
+from costmodel.problem import Problem, evaluate
+from solvers.local import prepare
+
+
+class TiedGraph:
+    """The reductions' component graph with what ``model`` needs (module docstring)."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.pr, g, C, _ = prepare(problem)
+        self.g, self.C = g, C
+        cp = C.problem
+        self.k = k = cp.num_strategies.astype(np.int64)
+        self.offs = offs = cp.strategy_offsets.astype(np.int64)
+        self.choice = choice = k > 1
+        self.choice_nodes = np.nonzero(choice)[0]
+        unary = cp.node_costs.astype(np.float64).copy()
+        pu, pv, mats = [], [], []
+        for e, (u, v) in enumerate(cp.edges.tolist()):
+            M = cp.edge_costs[cp.edge_offsets[e]:cp.edge_offsets[e + 1]].reshape(int(k[u]), int(k[v]))
+            if choice[u] and choice[v]:
+                pu.append(u)
+                pv.append(v)
+                mats.append(M)
+            elif choice[u]:
+                unary[offs[u]:offs[u + 1]] += M[:, 0]
+            elif choice[v]:
+                unary[offs[v]:offs[v + 1]] += M[0, :]
+        self.unary, self.pu, self.pv, self.mats = unary, np.array(pu, np.int64), np.array(pv, np.int64), mats
+        self.adj: dict[int, list[int]] = {}
+        for p, (u, v) in enumerate(zip(pu, pv)):
+            self.adj.setdefault(u, []).append(p)
+            self.adj.setdefault(v, []).append(p)
+        mn = np.minimum.reduceat(g.live_usage, g.offs[:-1])
+        mx = np.maximum.reduceat(g.live_usage, g.offs[:-1])
+        var = np.nonzero((mx > mn) & g.live_mask)[0]
+        self.num_varying = len(var)
+        r = np.nonzero(np.isin(g.node_of, var))[0]             # flat rows of the varying nodes
+        r_comp = C.cid[g.node_of[r]]
+        assert choice[r_comp].all(), "a node with varying usage in a fixed component"
+        order = np.argsort(r_comp, kind="stable")
+        r = r[order]
+        self.r_comp, self.r_node = r_comp[order], g.node_of[r]
+        self.r_cflat = C.cflat[r]
+        self.r_val = g.live_usage[C.oflat[r]] - mn[self.r_node]
+        self.r_ptr = np.searchsorted(self.r_comp, np.arange(cp.num_nodes + 1))
+        self.cap = float(g.cap) if g.cap is not None else None
+
+    # ---- plans -------------------------------------------------------------------------------
+    def comp_plan(self, plan):
+        """The component plan of an original plan (None: it breaks a tie or uses a pruned strategy)."""
+        s2 = self.pr.from_orig(np.asarray(plan, dtype=np.int64))
+        return None if s2 is None else self.C.contract(s2)
+
+    def orig_plan(self, sc) -> np.ndarray:
+        return self.pr.to_orig(self.C.expand(np.asarray(sc, dtype=np.int64)))
+
+    def total(self, sc) -> float:
+        return float(evaluate(self.problem, self.orig_plan(sc)).total)
+
+    def profile(self, sc) -> np.ndarray:
+        return self.g.profile(self.C.expand(np.asarray(sc, dtype=np.int64)))
+
+    def violated(self, sc) -> np.ndarray:
+        """Compressed time points where the plan's profile is over the limit, worst first."""
+        live = self.profile(sc)
+        over = np.nonzero(live > self.cap)[0]
+        return over[np.argsort(-(live[over] - self.cap))]
+
+    def neighbours(self, c: int) -> list[int]:
+        return [int(self.pv[p]) if self.pu[p] == c else int(self.pu[p]) for p in self.adj.get(c, [])]
+
+    def model(self, S, sc, time_points=()) -> Sub:
+        return Sub(self, np.asarray(sorted(set(int(c) for c in S)), dtype=np.int64), np.asarray(sc, np.int64), time_points)
+
+
+class Sub:
+    """One HiGHS model over the choice components S, the others fixed at ``sc``."""
+
+    def __init__(self, T: TiedGraph, S: np.ndarray, sc: np.ndarray, time_points=()):
+        self.T, self.S, self.sc = T, S, sc.copy()
+        inS = np.zeros(len(T.k), bool)
+        inS[S] = True
+        self.inS = inS
+        self.xbase = np.concatenate([[0], np.cumsum(T.k[S])])      # x columns of S[j]: xbase[j]:xbase[j+1]
+        pos = np.full(len(T.k), -1, np.int64)
+        pos[S] = np.arange(len(S))
+        self.pos = pos
+        nx = int(self.xbase[-1])
+        cost = [T.unary[T.offs[c]:T.offs[c + 1]].copy() for c in S.tolist()]
+        ycost, rows, self.inner = [], [], []
+        ny = 0
+        for p in sorted({p for c in S.tolist() for p in T.adj.get(c, [])}):
+            u, v, M = int(T.pu[p]), int(T.pv[p]), T.mats[p]
+            if inS[u] and inS[v]:
+                base = nx + ny
+                idx = base + np.arange(M.size).reshape(M.shape)
+                rows += [(idx[a], self.xbase[pos[u]] + a) for a in range(M.shape[0])]
+                rows += [(idx[:, b], self.xbase[pos[v]] + b) for b in range(M.shape[1])]
+                ycost.append(M.ravel())
+                self.inner.append((u, v, base))
+                ny += M.size
+            elif inS[u]:
+                cost[pos[u]] += M[:, sc[v]]
+            else:
+                cost[pos[v]] += M[sc[u], :]
+        self.cost = np.concatenate(cost + ycost)
+        self.nx, self.ny = nx, ny
+        h = self.h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        n = nx + ny
+        h.addVars(n, np.zeros(n), np.concatenate([np.ones(nx), np.full(ny, highspy.kHighsInf)]))
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), self.cost)
+        h.changeColsIntegrality(nx, np.arange(nx, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * nx))
+        st, idx, val = [], [], []
+        for j in range(len(S)):
+            st.append(len(idx))
+            idx += list(range(int(self.xbase[j]), int(self.xbase[j + 1])))
+            val += [1.0] * int(T.k[S[j]])
+        n1 = len(st)
+        for ys, xc in rows:
+            st.append(len(idx))
+            idx += [int(y) for y in ys] + [int(xc)]
+            val += [1.0] * len(ys) + [-1.0]
+        lo = np.concatenate([np.ones(n1), np.zeros(len(st) - n1)])
+        h.addRows(len(st), lo, lo.copy(), len(idx), np.array(st, np.int32), np.array(idx, np.int32), np.array(val))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 0.99)     # integer costs: a gap below 1 proves the optimum
+        h.setOptionValue("threads", 1)
+        # memory: the entries of S's varying members, and the plan's profile
+        sel = np.concatenate([np.arange(T.r_ptr[c], T.r_ptr[c + 1]) for c in S.tolist()]) if len(S) else np.zeros(0, np.int64)
+        self.e_node, self.e_val = T.r_node[sel], T.r_val[sel]
+        self.e_col = self.xbase[pos[T.r_comp[sel]]] + (T.r_cflat[sel] - T.offs[T.r_comp[sel]])
+        self.live = T.profile(sc)
+        self.x0 = self.vector(sc)
+        self.offset = T.total(sc) - float(self.x0 @ self.cost)
+        self.rows_t: set[int] = set()
+        self.add_rows(time_points)
+
+    def vector(self, sc) -> np.ndarray:
+        x = np.zeros(self.nx + self.ny)
+        x[self.xbase[:-1] + sc[self.S]] = 1.0
+        for u, v, base in self.inner:
+            x[base + sc[u] * int(self.T.k[v]) + sc[v]] = 1.0
+        return x
+
+    def add_rows(self, ts) -> int:
+        """Add the memory rows of the time points ``ts`` not in the model yet (one per distinct row)."""
+        g, seen = self.T.g, {}
+        for t in ts:
+            t = int(t)
+            if t in self.rows_t:
+                continue
+            self.rows_t.add(t)
+            on = (g.lo[self.e_node] <= t) & (g.hi[self.e_node] > t)
+            vals = np.bincount(self.e_col[on], weights=self.e_val[on], minlength=self.nx)
+            cols = np.nonzero(vals)[0]
+            if not len(cols):
+                continue
+            rhs = self.T.cap - self.live[t] + float(vals @ self.x0[:self.nx])
+            key = (cols.tobytes(), vals[cols].tobytes())
+            if key not in seen or rhs < seen[key][2]:
+                seen[key] = (cols, vals[cols], rhs)
+        for cols, vals, rhs in seen.values():
+            self.h.addRow(-highspy.kHighsInf, rhs, len(cols), cols.astype(np.int32), vals)
+        return len(seen)
+
+    def solve(self, time_limit_s: float, start=None):
+        """(full component plan or None, its model objective + offset, dual bound + offset, status)."""
+        h = self.h
+        h.setOptionValue("time_limit", float(time_limit_s))
+        sol = highspy.HighsSolution()
+        sol.col_value = list(self.x0 if start is None else self.vector(start))
+        sol.value_valid = True
+        h.setSolution(sol)
+        h.run()
+        info = h.getInfo()
+        status = h.modelStatusToString(h.getModelStatus())
+        bound = float(info.mip_dual_bound) + self.offset
+        if info.primal_solution_status == 0:
+            return None, float("inf"), bound, status
+        x = np.asarray(h.getSolution().col_value)
+        sc = self.sc.copy()
+        for j, c in enumerate(self.S.tolist()):
+            sc[c] = int(np.argmax(x[self.xbase[j]:self.xbase[j + 1]]))
+        return sc, float(info.objective_function_value) + self.offset, bound, status
