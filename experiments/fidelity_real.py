@@ -50,8 +50,17 @@ REAL_CAUSES: dict = {
                             "the edges, 0.733 replicated, the same missing fraction)"
        for p in ("replicated", "ilp-time", "ilp-memory", "ilp-memory-1.05", "policy")},
     ("meshgraphnet", "dp"): "over, not diagnosed (session 19 ran out of time): 4687 vs 4211 MiB",
-    ("gpt", "replicated"): "over, not diagnosed (session 19): 26693 vs 23750 MiB; the sharded gpt rows are all within",
-    ("vit", "replicated"): "under, not diagnosed (session 19): 7212 vs 8316 MiB; the sharded vit rows are all within",
+    ("gpt", "replicated"): "over (session 19, `diagnose --model gpt --plan replicated`, the 20 largest buffers "
+                           "each side): XLA 23749.8 MiB, the model 26693.0 MiB (+2943 MiB). Per attention block the "
+                           "model holds three f32[8,12,1024,1024] softmax buffers at its peak (the scores dot, sub, "
+                           "div: 3 x 384 MiB), XLA two (ynn_fusion, broadcast_multiply_fusion): +384 MiB a block, "
+                           "4608 MiB over 12 blocks if all are held, less under-counts not attributed; the lm_head's "
+                           "three 1572 MiB logits buffers agree. The sharded gpt rows are all within",
+    ("vit", "replicated"): "under (session 19, `diagnose --model vit --plan replicated`, not attributed buffer by "
+                           "buffer): XLA 8316.0 MiB, the model 7212.0 MiB (gap 1104 MiB). The fc1 / GELU buffers "
+                           "agree (220.5 MiB per block both sides); XLA holds 2128 MiB of LayerNorm broadcast kinds "
+                           "at its peak (broadcast_multiply 1153, wrapped_broadcast 516, bitcast_broadcast 459 MiB), "
+                           "likely the YNNPACK broadcasts of meshgraphnet fsdp; the sharded vit rows are all within",
 }
 
 
