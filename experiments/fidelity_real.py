@@ -49,7 +49,11 @@ REAL_CAUSES: dict = {
     **{("meshgraphnet", p): "under: as meshgraphnet fsdp (not dumped; ratio 0.741-0.747 on every plan that shards "
                             "the edges, 0.733 replicated, the same missing fraction)"
        for p in ("replicated", "ilp-time", "ilp-memory", "ilp-memory-1.05", "policy")},
-    ("meshgraphnet", "dp"): "over, not diagnosed (session 19 ran out of time): 4687 vs 4211 MiB",
+    ("meshgraphnet", "dp"): "over (session 19, `diagnose --model meshgraphnet --plan dp`, the 25 largest buffers each "
+                            "side): XLA 4211.3 MiB, the model 4687.2 MiB (+476 MiB), both peaks at block_14's edge "
+                            "backward. The model holds four 192 MiB replicated copies (f32[393216,128], made at step "
+                            "821 for block_14_edge's readers, ends 823-829), XLA three (all-gather.1 / .78 / .79): "
+                            "+192 MiB; the rest (+284 MiB) not attributed",
     ("gpt", "replicated"): "over (session 19, `diagnose --model gpt --plan replicated`, the 20 largest buffers "
                            "each side): XLA 23749.8 MiB, the model 26693.0 MiB (+2943 MiB). Per attention block the "
                            "model holds three f32[8,12,1024,1024] softmax buffers at its peak (the scores dot, sub, "
