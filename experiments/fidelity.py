@@ -400,6 +400,7 @@ def main(argv=None) -> list[dict]:
 
     import shardgym as sg
     import zoo
+    from costmodel.graph_part import space_for
     from experiments.common import print_table, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -442,8 +443,7 @@ def main(argv=None) -> list[dict]:
     cluster = sg.Cluster.preset(cfg.cluster)
     if a.size == "real":  # compiled abstractly, nothing allocated: the rows compare figures, not fit
         cluster = unbounded(cluster)
-    rows = []
-    kept = []
+    rows, kept = [], []
     if a.update:
         import json
 
@@ -458,9 +458,10 @@ def main(argv=None) -> list[dict]:
         if outside:
             fn, args = outside[name]()
         else:
-            fn, args = zoo.build(name, size, seed=cfg.seed, abstract=a.size == "real")
+            fn, args = zoo.build(name, size, seed=cfg.seed, abstract=a.size == "real", real_indices=a.size == "real")
         graph = sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule)
-        problem = sg.build_problem(graph, cluster)
+        # real size: halo strategies priced from the real index arrays the runtime builds them from
+        problem = sg.build_problem(graph, cluster, space=space_for(graph, args) if a.size == "real" else "full")
         for plan_name in cfg.plans:
             try:
                 row = run_row(name, plan_name, fn, args, graph, problem, cfg)

@@ -18,7 +18,9 @@ and XLA's own memory and collective figures beside the cost model's.
 
 With ``jax.ShapeDtypeStruct`` args (``zoo.build(..., abstract=True)``) steps 1-3 and 5 run and step 4
 stops after compiling: nothing is allocated (GPT-125M compiles in ~5-80 s under 4 GB RSS), and the
-Report's numerics fields and step times are None (``compiled_only=True``).
+Report's numerics fields and step times are None (``compiled_only=True``). Integer leaves may be
+real arrays beside them (``zoo.build(..., abstract=True, real_indices=True)``): a halo plan's
+exchanges are built from the real index arrays, and the program is still only compiled.
 
 The jobs live apart: ``runtime.shardings`` (mesh, input/output shardings, PRNG keys),
 ``runtime.program`` (the constrained program), ``runtime.numerics`` (the comparison with the
@@ -146,9 +148,10 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     args = tuple(args)
     leaves = jax.tree.leaves(args)
     abstract = any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
-    if abstract and not all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
+    if abstract and not all(isinstance(x, jax.ShapeDtypeStruct) or np.issubdtype(x.dtype, np.integer) for x in leaves):
         raise ValueError("execute: args mix arrays and ShapeDtypeStructs; give all real arrays (to run) or all "
-                         "ShapeDtypeStructs (to compile only), e.g. zoo.build(..., abstract=True)")
+                         "ShapeDtypeStructs but integer index arrays (to compile only), e.g. zoo.build(..., "
+                         "abstract=True)")
     mesh = make_mesh(plan, devices)
     in_sh = input_shardings(args, plan, mesh)
     out_sh, out_shape = output_shardings(fn, args, graph, in_sh, mesh)
@@ -165,7 +168,9 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-        compiled = jitted.lower(*args).compile(compiler_options=compiler_options)
+        shapes = jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(
+            x.shape, x.dtype), args) if abstract else args   # real index arrays (halo plans) are lowered as shapes
+        compiled = jitted.lower(*shapes).compile(compiler_options=compiler_options)
     compile_time_s = time.perf_counter() - t0
     mem, coll_list = xla_figures(compiled, math.prod(plan.mesh_shape))
     pred = predict(graph, plan, problem)

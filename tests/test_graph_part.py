@@ -138,9 +138,14 @@ def _forced_plan(g, p):
     return Plan.for_problem(p, pl.strategies, method="forced")
 
 
-def test_message_passing_plan_executes(mgn):
+@pytest.fixture(scope="module")
+def forced(mgn):
+    return _forced_plan(*mgn[2:])
+
+
+def test_message_passing_plan_executes(mgn, forced):
     fn, args, g, p = mgn
-    plan = _forced_plan(g, p)
+    plan = forced
     names = {nd.id: p.meta.strategy_names[nd.id][plan.strategies[nd.id]] for nd in _mp_nodes(g)}
     # 3 gathers (2 forward, segment_sum's transpose) and the senders gather's transposed scatter-add
     # halo; the 2 scatter-adds into receivers (segment_sum, x[receivers]'s transpose) edge-sharded
@@ -173,3 +178,35 @@ def test_policy_decodes_and_shapes_only_run_is_refused(mgn):
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
     with pytest.raises(ValueError, match="real arrays"):
         sg.execute(fn, abstract, g, forced, problem=p)
+
+
+def test_halo_plan_compiles_from_real_indices_alone(mgn, forced):
+    """Compile-only with the index arrays real and every other leaf a ShapeDtypeStruct (what
+    ``zoo.build(..., abstract=True, real_indices=True)`` gives, fidelity --size real's MeshGraphNet):
+    the halo plan compiles to the program the executed run compiles, XLA's memory and collectives
+    equal; all-ShapeDtypeStruct args stay refused (test above), and so do real float leaves."""
+    fn, args, g, p = mgn
+    plan = forced
+    mixed = jax.tree.map(lambda x: x if np.issubdtype(x.dtype, np.integer) else jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         args)
+    assert any(not isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(mixed))
+    r = sg.execute(fn, mixed, g, plan, problem=p)
+    ran = sg.execute(fn, args, g, plan, problem=p, iters=1, check=False)
+    assert r.compiled_only and not ran.compiled_only and r.loss is None
+    assert r.xla_memory_bytes == ran.xla_memory_bytes and r.collective_wire_bytes == ran.collective_wire_bytes
+    assert any(c["kind"] == "collective-permute" for c in r.collectives)
+    floats_real = (args[0], jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args[1]), args[2])
+    with pytest.raises(ValueError, match="mix arrays"):
+        sg.execute(fn, floats_real, g, plan, problem=p)
+
+
+def test_zoo_real_indices(mgn):
+    """build_step(abstract=True, real_indices=True) (zoo.build's): the batch's integer leaves are the
+    arrays the real build makes from the same seed, every other leaf a ShapeDtypeStruct."""
+    _, (_, _, real) = build_step(mg, CFG, seed=0)   # compiled for the fixture already
+    _, (params, _, batch) = build_step(mg, CFG, abstract=True, real_indices=True, seed=0)
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(params))
+    assert isinstance(batch["nodes"], jax.ShapeDtypeStruct) and batch["nodes"].shape == real["nodes"].shape
+    for k in ("senders", "receivers"):
+        assert not isinstance(batch[k], jax.ShapeDtypeStruct)
+        np.testing.assert_array_equal(np.asarray(batch[k]), np.asarray(real[k]))

@@ -42,14 +42,16 @@ def config(name: str, size: str):
     return table[size]
 
 
-def build(name: str, size: str, abstract: bool = False, seed: int = 0, batch_size: int | None = None):
+def build(name: str, size: str, abstract: bool = False, seed: int = 0, batch_size: int | None = None,
+          real_indices: bool = False):
     """(train_step, (params, opt_state, batch)) for model `name` at `size`.
 
     abstract=True gives jax.ShapeDtypeStruct leaves (nothing allocated; fine for 7B);
-    otherwise real float32 arrays seeded by `seed`. `batch_size` overrides the config's batch
+    otherwise real float32 arrays seeded by `seed`. With abstract=True, real_indices=True keeps the
+    batch's integer leaves real (``zoo.common.build_step``: a halo plan compiles abstractly). `batch_size` overrides the config's batch
     (for meshgraphnet: the number of copies of the mesh graph in one disjoint-union batch).
     """
     cfg = with_batch(config(name, size), batch_size)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
-    return build_step(_spec(name), cfg, abstract=abstract, seed=seed)
+    return build_step(_spec(name), cfg, abstract=abstract, seed=seed, real_indices=real_indices)

@@ -86,18 +86,26 @@ def with_batch(cfg, batch_size: int | None):
     return dataclasses.replace(cfg, batch=batch_size)
 
 
-def build_step(spec, cfg, abstract: bool = False, seed: int = 0):
+def build_step(spec, cfg, abstract: bool = False, seed: int = 0, real_indices: bool = False):
     """(train_step, (params, opt_state, batch)) for model module `spec` at config `cfg`.
 
     abstract=True: every leaf is a jax.ShapeDtypeStruct (init and optimizer init run under
     jax.eval_shape, so nothing is allocated). abstract=False: real arrays from PRNGKey(seed).
+    abstract=True with real_indices=True: the batch's integer leaves (a graph's senders / receivers,
+    token ids) are the real arrays abstract=False gives (the batch alone is made, once, on the
+    host), every other leaf a ShapeDtypeStruct: what ``runtime.execute`` needs to compile a halo
+    plan, whose exchanges follow the real connectivity, without allocating the rest.
     Repeated builds of one (model, config) return the same train_step object (so callers'
     jax.jit caches hit) and reuse one compiled initialiser (the seed is its argument); the
     returned containers are always fresh.
     """
     train_step, shapes, init = _prepared(spec.__name__, cfg)
     if abstract:
-        return train_step, jax.tree.map(lambda x: x, shapes)
+        params, opt_state, batch = jax.tree.map(lambda x: x, shapes)
+        if real_indices:   # the batch key of _prepared's make_args
+            real = jax.jit(spec.make_batch, static_argnums=0)(cfg, jax.random.split(jax.random.PRNGKey(seed))[1])
+            batch = jax.tree.map(lambda s, r: r if jnp.issubdtype(s.dtype, jnp.integer) else s, batch, real)
+        return train_step, (params, opt_state, batch)
     return train_step, init(jax.random.PRNGKey(seed))
 
 
