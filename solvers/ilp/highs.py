@@ -54,13 +54,20 @@ def reset_scheduler() -> None:
     _scheduler_threads[0] = None
 
 
+def set_threads(h, threads: int) -> None:
+    """``h``'s thread count, resetting HiGHS's process-wide scheduler first when it was started here
+    with another count (``reset_scheduler``): every model built outside ``configure`` (e.g.
+    experiments/iopddl_tied.py) sets its threads through this, or its run fails after ours."""
+    if _scheduler_threads[0] not in (None, int(threads)):
+        reset_scheduler()
+    _scheduler_threads[0] = int(threads)
+    h.setOptionValue("threads", int(threads))
+
+
 def configure(h, run: RunOptions) -> None:
     """Our HiGHS options for every model, then ``run.config.highs_options``."""
     h.setOptionValue("output_flag", bool(run.verbose))
-    if _scheduler_threads[0] not in (None, int(run.threads)):
-        reset_scheduler()
-    _scheduler_threads[0] = int(run.threads)
-    h.setOptionValue("threads", int(run.threads))
+    set_threads(h, run.threads)
     h.setOptionValue("mip_rel_gap", float(run.rel_gap))
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
