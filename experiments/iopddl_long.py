@@ -47,7 +47,7 @@ from experiments.common import git_rev  # noqa: E402
 from experiments.iopddl_tied import TiedGraph  # noqa: E402
 from solvers.search import solve_large  # noqa: E402
 
-SHARED = "/work/shared/iopddl"
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "iopddl")
 RUNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs")
 
 

@@ -25,7 +25,7 @@ import highspy
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
-from solvers.ilp.highs import reset_scheduler, set_threads
+from solvers.ilp.highs import new_highs, set_threads
 from solvers.local import prepare
 
 
@@ -133,8 +133,7 @@ class Sub:
                 cost[pos[v]] += M[sc[u], :]
         self.cost = np.concatenate(cost + ycost)
         self.nx, self.ny = nx, ny
-        h = self.h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = self.h = new_highs()
         n = nx + ny
         h.addVars(n, np.zeros(n), np.concatenate([np.ones(nx), np.full(ny, highspy.kHighsInf)]))
         h.changeColsCost(n, np.arange(n, dtype=np.int32), self.cost)
@@ -153,8 +152,7 @@ class Sub:
         h.addRows(len(st), lo, lo.copy(), len(idx), np.array(st, np.int32), np.array(idx, np.int32), np.array(val))
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 0.99)     # integer costs: a gap below 1 proves the optimum
-        reset_scheduler()   # a run before this one (ours or a bare Highs) may have started HiGHS's scheduler
-        set_threads(h, 1)   # with another thread count; this model's run would then not run its MIP
+        set_threads(h, 1)   # resets HiGHS's scheduler if a run here started it with another count
         # memory: the entries of S's varying members, and the plan's profile
         sel = np.concatenate([np.arange(T.r_ptr[c], T.r_ptr[c + 1]) for c in S.tolist()]) if len(S) else np.zeros(0, np.int64)
         self.e_node, self.e_val = T.r_node[sel], T.r_val[sel]
