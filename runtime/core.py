@@ -148,7 +148,8 @@ def execute(fn, args, graph: OpGraph | None, plan: Plan, check: bool = True, don
     args = tuple(args)
     leaves = jax.tree.leaves(args)
     abstract = any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
-    if abstract and not all(isinstance(x, jax.ShapeDtypeStruct) or np.issubdtype(x.dtype, np.integer) for x in leaves):
+    if abstract and not all(isinstance(x, jax.ShapeDtypeStruct) or (hasattr(x, "dtype") and np.issubdtype(x.dtype, np.integer))
+                           for x in leaves):
         raise ValueError("execute: args mix arrays and ShapeDtypeStructs; give all real arrays (to run) or all "
                          "ShapeDtypeStructs but integer index arrays (to compile only), e.g. zoo.build(..., "
                          "abstract=True)")

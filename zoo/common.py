@@ -102,8 +102,8 @@ def build_step(spec, cfg, abstract: bool = False, seed: int = 0, real_indices: b
     train_step, shapes, init = _prepared(spec.__name__, cfg)
     if abstract:
         params, opt_state, batch = jax.tree.map(lambda x: x, shapes)
-        if real_indices:   # the batch key of _prepared's make_args
-            real = jax.jit(spec.make_batch, static_argnums=0)(cfg, jax.random.split(jax.random.PRNGKey(seed))[1])
+        if real_indices:   # the batch make_args would make from this seed
+            real = jax.jit(spec.make_batch, static_argnums=0)(cfg, _arg_keys(jax.random.PRNGKey(seed))[1])
             batch = jax.tree.map(lambda s, r: r if jnp.issubdtype(s.dtype, jnp.integer) else s, batch, real)
         return train_step, (params, opt_state, batch)
     return train_step, init(jax.random.PRNGKey(seed))
@@ -113,6 +113,11 @@ _FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensiv
 _FAST_COMPILE_MAX_BYTES = 64 << 20
 
 
+def _arg_keys(key):
+    """(init key, batch key) of one build's seed: ``_prepared``'s make_args and ``real_indices`` read the same."""
+    return jax.random.split(key)
+
+
 @functools.lru_cache(maxsize=64)
 def _prepared(spec_name: str, cfg):
     spec = importlib.import_module(spec_name)
@@ -120,7 +125,7 @@ def _prepared(spec_name: str, cfg):
     tx = optimizer()
 
     def make_args(key):
-        init_key, batch_key = jax.random.split(key)
+        init_key, batch_key = _arg_keys(key)
         batch = spec.make_batch(cfg, batch_key)
         params = module.init(init_key, batch)["params"]
         return params, tx.init(params), batch
