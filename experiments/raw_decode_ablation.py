@@ -22,7 +22,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from experiments.raw_decode_bench import held_out_cli  # noqa: E402
+from experiments.raw_decode_bench import binding, held_out_cli  # noqa: E402
 
 
 def main() -> None:
@@ -34,21 +34,19 @@ def main() -> None:
     from experiments.heldout_reference import load, lookup
     from solvers.bp import bp_solve
     entries, out = load(), {}
-    swapped = FGNN.bp_messages(Planner.load(args.checkpoint).params)
+    planner = Planner.load(args.checkpoint)
+    swapped = FGNN.bp_messages(planner.params)
     runs = {"network": lambda p: sg.solve(p, method="policy", search=False, checkpoint=args.checkpoint).strategies,
-            "bp_messages": lambda p: Planner.load(args.checkpoint).plan(p, polish=False, params=swapped),
+            "bp_messages": lambda p: planner.plan(p, polish=False, params=swapped),
             "lagrangian_bp": lambda p: bp_solve(p, rounds=60, memory_prices=True, bound=False).plan,
             "plain_bp": lambda p: bp_solve(p, rounds=60, memory_prices=False, bound=False).plan}
     load_before = open("/proc/loadavg").read().strip()
-    by_name = dict(probs)
+    best = {n: (e or {}).get("cost") or float("nan") for n, p in probs for e in [lookup(entries, n, p)]}
     for name, p in probs:
         if args.only not in name:
             continue
         e = lookup(entries, name, p)
-        twin = name.split(" cap")[0]
-        t_e = lookup(entries, twin, by_name[twin]) if twin in by_name else None
-        # binding as raw_decode_bench counts it: the best-known cost is above the uncapped twin's
-        row = {"binding": " cap" in name and not (t_e and t_e.get("cost") and e["cost"] <= t_e["cost"] * (1 + 1e-9))}
+        row = {"binding": binding(name, best)}
         for label, run in runs.items():
             t = time.perf_counter()
             x = run(p)

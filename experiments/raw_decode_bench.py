@@ -87,6 +87,14 @@ def held_out_cli(only: str = "") -> tuple[argparse.Namespace, list]:
     return args, probs
 
 
+def binding(name: str, best: dict) -> bool:
+    """Whether the cap binds on held-out problem ``name``: its best-known cost (``best``: name -> cost,
+    nan where unknown) is above its uncapped twin's (as eval_policy: the uncapped optimum does not
+    fit); the issue's binding-cap figures are over these."""
+    twin = best.get(name.split(" cap")[0], float("nan"))
+    return " cap" in name and not best.get(name, float("nan")) <= twin * (1 + 1e-9)
+
+
 def main() -> None:
     args, probs = held_out_cli()
     import shardgym as sg
@@ -110,11 +118,8 @@ def main() -> None:
         best[name] = e["cost"] if e and e.get("cost") else float("nan")
         out[name] = {"ratio": ratio, "feasible": feasible, "seconds": dt}
         print(f"{name:42s} {ratio:7.3f} {'ok' if feasible else 'INFEASIBLE':10s} {dt:6.2f} s", flush=True)
-    # the cap binds where the capped problem's best-known cost is above its uncapped twin's (as
-    # eval_policy: the uncapped optimum does not fit); the issue's binding-cap figures are over these
     for n, v in out.items():
-        twin = best.get(n.split(" cap")[0], float("nan"))
-        v["binding"] = " cap" in n and not best[n] <= twin * (1 + 1e-9)
+        v["binding"] = binding(n, best)
     groups = (("capped", lambda n, v: " cap" in n), ("binding", lambda n, v: v["binding"]),
               ("uncapped", lambda n, v: " cap" not in n), ("all", lambda n, v: True))
     for label, keep in groups:
