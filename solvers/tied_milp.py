@@ -255,11 +255,16 @@ class Sub:
 
 @dataclass(frozen=True)
 class TiedLimits:
-    """``tied_phase`` builds the whole tied MILP only up to these sizes (``TiedGraph.size``)."""
+    """``tied_phase`` builds the whole tied MILP only up to these sizes (``tied_size``). Measured
+    (session 20, ``shardgym iopddl FILE 60`` or the phase alone with 40-50 s, 2 cores at load 3.5-6), strategies /
+    entries -> time to the proof: IOPDDL A 2,434 / 49,321 -> 24 s; B 2,824 / 61,871 -> 9 s; G 3,630 / 60,792 -> 15 s;
+    fno tiny (bench) 3,968 / 103,878 -> 13 s; not proven in ~40 s: meshgraphnet tiny 5,933 / 82,964 (its incumbent
+    18 % above the best-known), gpt tiny 6,249 / 149,170, unet tiny 8,341 / 194,813; M 59,927 / 1.9e6: no root LP in
+    300 s (session 19). The last four are MILP-sized graphs, which the core hands to the whole MILP instead."""
 
     components: int = 2_000       # choice components
-    strategies: int = 20_000      # their strategies (x columns)
-    entries: int = 300_000        # entries of the edges between two choice components (y columns)
+    strategies: int = 4_500       # their strategies (x columns)
+    entries: int = 150_000        # entries of the edges between two choice components (y columns)
     near: float = 0.01            # first rows: where the start plan's profile is within this share of the limit
     add: int = 400                # at most this many violated rows added per round, the worst first
 
