@@ -31,14 +31,14 @@ def test_tied_phase_is_the_brute_force_optimum_and_bounds_it(tmp_path):
             if c.total < best[1]:
                 best[:] = [list(plan), float(c.total)]
 
-        r = tied_phase(problem, 20.0, best, consider, lambda m: None)
+        r = tied_phase(problem, 30.0, best, consider, lambda m: None)   # returns at the proof
         assert r.proven and round(best[1]) == opt
         assert opt - 1 < r.bound <= opt
         free = brute(path, k, capped=False)
         if free < opt:          # the limit binds (twice: the same optimum through the capped core's call site,
             binding += 1        # which runs the phase on graphs too big for the whole MILP: milp_nodes=0 here)
             if binding <= 2:
-                res = solve_capped(problem, 10.0, config=CappedConfig(milp_nodes=0))
+                res = solve_capped(problem, 40.0, config=CappedConfig(milp_nodes=0))   # returns at the proof
                 assert res.status == "optimal" and round(res.cost) == opt and res.bound <= opt
         checked += 1
     assert checked >= 6 and binding >= 4
