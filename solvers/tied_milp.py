@@ -25,9 +25,10 @@ an absolute gap below 1, which proves the optimum; other costs at a relative gap
 
 ``tied_phase`` (the capped core's phase): when the tied graph is small enough (``TiedLimits``:
 choice components, strategies, edge entries between choice components; chosen by the figures in
-its docstring) it solves the whole MILP from the best plan so far, memory rows first where that
-plan's profile is within 1 % of the limit, then every row an answer breaks, solved again, until an
-answer fits every row or the phase's time is spent. An answer that fits is offered to the core;
+its docstring) and it has ``TiedLimits.min_s`` at least, it solves the whole MILP from the best plan
+so far, memory rows first where that plan's profile is within 1 % of the limit (none when the plan
+does not follow the ties, as the core's anchor on A), then the worst rows an answer breaks, solved
+again, until an answer fits every row or the phase's time is spent. An answer that fits is offered to the core;
 one that HiGHS proved optimal is the optimum (of forbidden-free plans; of all plans under the
 ``bound_all`` condition). Larger tied graphs are skipped (IOPDDL M: 1.9e6 entries).
 """
