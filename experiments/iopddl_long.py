@@ -9,7 +9,7 @@ components with a choice (2,434 strategies, 458 edges between two of them, 49,32
 MILP HiGHS can hold whole. Here:
 
 * **Exact** (``--mode exact``; ``auto`` when the edges between choice components hold at most
-  ``--exact-y`` entries): the MILP of the whole tied graph (``experiments.iopddl_tied``) with memory
+  ``--exact-y`` entries): the MILP of the whole tied graph (``solvers.tied_milp``) with memory
   rows added lazily: first those where the start plan's profile is within ``--near`` of the limit,
   then every row a MILP answer breaks (``--add`` at most per pass, the most violated first), solved
   again. With fewer rows the MILP is a relaxation, so each HiGHS dual bound is a lower bound of the
@@ -44,8 +44,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from costmodel.problem import Problem, evaluate  # noqa: E402
 from experiments.common import git_rev  # noqa: E402
-from experiments.iopddl_tied import TiedGraph  # noqa: E402
 from solvers.search import solve_large  # noqa: E402
+from solvers.tied_milp import TiedGraph  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "iopddl")
 RUNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs")

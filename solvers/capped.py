@@ -11,10 +11,11 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    (``solvers.local.fitting_least_usage_plan``), the seeds count as anchors too; without any, the
    memory objective's least-peak search first (``least_peak_share``, ``least_peak``), then the later phases (BP, the search, the MILP, all pricing copies in the plans they keep) still
    look for one; "infeasible" then means none was found in time, not a proof.
-2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP
-   with Lagrangian memory prices (``solvers.bp``: a plan and a lower bound), then the large-instance search
-   (``solvers.search.solve_large``: pruning, ties, adaptive memory prices over forest DP and
-   ICM, repair, polish) started from the best of them.
+2. **Starts**: the feasible ``seeds`` (baseline / policy plans), on MILP-sized graphs min-sum BP with Lagrangian
+   memory prices (``solvers.bp``: a plan and a lower bound); too big for the MILP, no copies, a small tied graph: its
+   exact MILP (``solvers.tied_milp.tied_phase``, ``tied_share`` of the time left; IOPDDL A proven optimal in ~30 s);
+   the large-instance search (``solvers.search.solve_large``: pruning, ties, adaptive memory prices over forest DP
+   and ICM, repair, polish) started from the best of them.
    With pytoulbar2 installed and a budget of at least ``cfn_min_s``, the cost-function-network
    solver (``solvers.cfn``: toulbar2 rounds at adaptive memory prices, with a Lagrangian lower
    bound) runs too: on graphs too big for the MILP first, with ``cfn_share_large`` of the time
@@ -71,6 +72,7 @@ from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
 from solvers.search import solve_large
+from solvers.tied_milp import tied_phase
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class CappedConfig:
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
     least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
                                          # most half the time left) for the least-peak search (``least_peak``)
+    tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
 
@@ -210,8 +213,13 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             tighten(r.lower_bound)
             say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     info, prepared, use_cfn = None, None, cfn_available() and not short and budget >= cf.cfn_min_s
+    if take() and not copies and not small and cf.tied_share > 0 and not short and left() > 4.0:
+        prepared = prepare(problem)                # pruning and ties, once for every phase
+        r = tied_phase(problem, cf.tied_share * left(), best, consider, say, prepared, threads)
+        if _closed(best[1], tighten(r.bound)):    # proven optimal: what follows cannot improve it
+            return _result(best, bound, None, t0, True)
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
-        prepared = prepare(problem)                # pruning and ties, once for both
+        prepared = prepared or prepare(problem)    # pruning and ties, once for both
         tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
     if take() and left() > (0.1 if short else 1.0):

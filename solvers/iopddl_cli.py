@@ -9,8 +9,9 @@ Bad input is a ValueError naming the file and the field (``Problem.from_iopddl``
 usage limit that no plan fits (the lowest-usage strategy of every node already exceeds it); ``[]``
 is still printed as the last line.
 
-Solving is ``solvers.capped.solve_capped`` (anchor, BP with memory prices, toulbar2 with
-adaptive memory prices (``solvers.cfn``), the large-instance search, on MILP-sized graphs the
+Solving is ``solvers.capped.solve_capped`` (anchor, BP with memory prices, on larger graphs whose
+tied graph is small the exact MILP of the tied graph (``solvers.tied_milp``; IOPDDL A: proven
+optimal), toulbar2 with adaptive memory prices (``solvers.cfn``), the large-instance search, on MILP-sized graphs the
 exact MILP warm-started from the best plan and MILP neighbourhoods), run in a forked child that streams each new best plan back; the parent prints the
 best one it holds at the deadline and kills the child, so no native call can overrun it.
 """

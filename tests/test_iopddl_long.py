@@ -1,4 +1,4 @@
-"""experiments/iopddl_long.py's contest evaluator and experiments/iopddl_tied.py's exact tied MILP on
+"""experiments/iopddl_long.py's contest evaluator and solvers/tied_milp.py's exact tied MILP on
 small contest-format instances, against costmodel.problem.evaluate and brute force."""
 import itertools
 import json
@@ -7,7 +7,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from experiments.iopddl_long import contest_evaluate
-from experiments.iopddl_tied import TiedGraph
+from solvers.tied_milp import TiedGraph
 
 EXAMPLE = {"problem": {"name": "example",
                        "nodes": {"intervals": [[30, 70], [40, 70], [50, 120], [110, 140], [110, 150]],

@@ -57,7 +57,7 @@ def reset_scheduler() -> None:
 def set_threads(h, threads: int) -> None:
     """``h``'s thread count, resetting HiGHS's process-wide scheduler first when it was started here
     with another count (``reset_scheduler``): every model built outside ``configure`` (e.g.
-    experiments/iopddl_tied.py) sets its threads through this, or its run fails after ours."""
+    solvers/tied_milp.py) sets its threads through this, or its run fails after ours."""
     if _scheduler_threads[0] not in (None, int(threads)):
         reset_scheduler()
     _scheduler_threads[0] = int(threads)

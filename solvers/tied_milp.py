@@ -1,5 +1,6 @@
-"""The tied graph of an IOPDDL instance as MILPs for ``experiments/iopddl_long.py``: the whole graph,
-or a neighbourhood of components with the rest fixed, with memory rows added lazily.
+"""The exact MILP of the *tied* graph (the exact reductions' component graph) with memory rows
+added lazily, and its phase in the capped core (``tied_phase``, called by ``solvers.capped`` on
+problems without copy groups: the IOPDDL case).
 
 ``TiedGraph(problem)`` runs the exact reductions (``solvers.local.prepare``: pruning and
 permutation ties; IOPDDL A: 34,932 nodes -> 285 components with a choice) and keeps, per choice
@@ -15,16 +16,31 @@ the MILP over the choice components ``S`` with every other component at its stra
   (``Sub.add_rows``): a MILP over fewer rows is a relaxation.
 
 ``Sub.solve`` returns the full component plan and HiGHS's dual bound plus ``Sub.offset`` (the cost
-of everything the model does not see), so with S = all the bound is a lower bound of the
-forbidden-free optimum (the pruning's premise) and of every plan when no plan cheaper than
-``FORBIDDEN_COST`` uses a forbidden entry.
+of everything the model does not see). With S = all choice components that bound is a lower bound
+of the *forbidden-free* optimum (the reductions' premise: they drop what only plans with an entry
+≥ ``FORBIDDEN_COST`` use); ``bound_all`` makes it a bound of every plan: min(bound,
+FORBIDDEN_COST + the sum of every node's and edge's most negative entry (0 when none is negative)),
+since a plan that uses a forbidden entry costs at least that. Integer costs (IOPDDL) stop HiGHS at
+an absolute gap below 1, which proves the optimum; other costs at a relative gap of 1e-7.
+
+``tied_phase`` (the capped core's phase): when the tied graph is small enough (``TiedLimits``:
+choice components, strategies, edge entries between choice components; chosen by the figures in
+its docstring) and it has ``TiedLimits.min_s`` at least, it solves the whole MILP from the best plan
+so far, memory rows first where that plan's profile is within 1 % of the limit (none when the plan
+does not follow the ties, as the core's anchor on A), then the worst rows an answer breaks, solved
+again, until an answer fits every row or the phase's time is spent. An answer that fits is offered to the core;
+one that HiGHS proved optimal is the optimum (of forbidden-free plans; of all plans under the
+``bound_all`` condition). Larger tied graphs are skipped (IOPDDL M: 1.9e6 entries).
 """
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import highspy
 import numpy as np
 
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import FORBIDDEN_COST, Problem, evaluate
 from solvers.ilp.highs import new_highs, set_threads
 from solvers.local import prepare
 
@@ -32,9 +48,10 @@ from solvers.local import prepare
 class TiedGraph:
     """The reductions' component graph with what ``model`` needs (module docstring)."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, prepared=None):
+        assert problem.edge_memory is None, "the tied MILP prices node usages only (no copy groups)"
         self.problem = problem
-        self.pr, g, C, _ = prepare(problem)
+        self.pr, g, C, _ = prepared if prepared is not None else prepare(problem)
         self.g, self.C = g, C
         cp = C.problem
         self.k = k = cp.num_strategies.astype(np.int64)
@@ -72,6 +89,23 @@ class TiedGraph:
         self.r_val = g.live_usage[C.oflat[r]] - mn[self.r_node]
         self.r_ptr = np.searchsorted(self.r_comp, np.arange(cp.num_nodes + 1))
         self.cap = float(g.cap) if g.cap is not None else None
+        self.integral = bool(np.all(problem.node_costs == np.round(problem.node_costs))
+                             and np.all(problem.edge_costs == np.round(problem.edge_costs)))
+        # a plan with an entry >= FORBIDDEN_COST costs at least this (bound_all)
+        neg = np.minimum(np.minimum.reduceat(problem.node_costs, problem.strategy_offsets[:-1]), 0).sum() \
+            if problem.num_nodes else 0.0
+        if len(problem.edge_costs):
+            neg += np.minimum(np.minimum.reduceat(problem.edge_costs, problem.edge_offsets[:-1]), 0).sum()
+        self.forbidden_floor = FORBIDDEN_COST + float(neg)
+
+    def size(self) -> dict:
+        """What decides whether the whole MILP is worth building (``TiedLimits``)."""
+        return {"components": int(len(self.choice_nodes)), "strategies": int(self.k[self.choice_nodes].sum()),
+                "entries": int(sum(M.size for M in self.mats)), "varying": int(self.num_varying)}
+
+    def bound_all(self, bound: float) -> float:
+        """A lower bound of every plan from one of the forbidden-free plans (module docstring)."""
+        return min(float(bound), self.forbidden_floor)
 
     # ---- plans -------------------------------------------------------------------------------
     def comp_plan(self, plan):
@@ -90,6 +124,8 @@ class TiedGraph:
 
     def violated(self, sc) -> np.ndarray:
         """Compressed time points where the plan's profile is over the limit, worst first."""
+        if self.cap is None:
+            return np.zeros(0, np.int64)
         live = self.profile(sc)
         over = np.nonzero(live > self.cap)[0]
         return over[np.argsort(-(live[over] - self.cap))]
@@ -97,14 +133,15 @@ class TiedGraph:
     def neighbours(self, c: int) -> list[int]:
         return [int(self.pv[p]) if self.pu[p] == c else int(self.pu[p]) for p in self.adj.get(c, [])]
 
-    def model(self, S, sc, time_points=()) -> Sub:
-        return Sub(self, np.asarray(sorted(set(int(c) for c in S)), dtype=np.int64), np.asarray(sc, np.int64), time_points)
+    def model(self, S, sc, time_points=(), threads: int = 1) -> Sub:
+        return Sub(self, np.asarray(sorted(set(int(c) for c in S)), dtype=np.int64), np.asarray(sc, np.int64),
+                   time_points, threads)
 
 
 class Sub:
     """One HiGHS model over the choice components S, the others fixed at ``sc``."""
 
-    def __init__(self, T: TiedGraph, S: np.ndarray, sc: np.ndarray, time_points=()):
+    def __init__(self, T: TiedGraph, S: np.ndarray, sc: np.ndarray, time_points=(), threads: int = 1):
         self.T, self.S, self.sc = T, S, sc.copy()
         inS = np.zeros(len(T.k), bool)
         inS[S] = True
@@ -150,9 +187,15 @@ class Sub:
             val += [1.0] * len(ys) + [-1.0]
         lo = np.concatenate([np.ones(n1), np.zeros(len(st) - n1)])
         h.addRows(len(st), lo, lo.copy(), len(idx), np.array(st, np.int32), np.array(idx, np.int32), np.array(val))
-        h.setOptionValue("mip_rel_gap", 0.0)
-        h.setOptionValue("mip_abs_gap", 0.99)     # integer costs: a gap below 1 proves the optimum
-        set_threads(h, 1)   # resets HiGHS's scheduler if a run here started it with another count
+        if T.integral:
+            h.setOptionValue("mip_rel_gap", 0.0)
+            h.setOptionValue("mip_abs_gap", 0.99)     # integer costs: a gap below 1 proves the optimum
+        else:
+            h.setOptionValue("mip_rel_gap", 1e-7)
+        set_threads(h, threads)   # resets HiGHS's scheduler if a run here started it with another count
+        # as solvers.ilp.highs.configure: HiGHS 1.16's MIP restart can hang past the time limit; on IOPDDL A
+        # the phase proved the optimum in 13.1 and 19.0 s without it, 13.9 s with it (load 3-3.5)
+        h.setOptionValue("mip_allow_restart", False)
         # memory: the entries of S's varying members, and the plan's profile
         sel = np.concatenate([np.arange(T.r_ptr[c], T.r_ptr[c + 1]) for c in S.tolist()]) if len(S) else np.zeros(0, np.int64)
         self.e_node, self.e_val = T.r_node[sel], T.r_val[sel]
@@ -173,6 +216,8 @@ class Sub:
     def add_rows(self, ts) -> int:
         """Add the memory rows of the time points ``ts`` not in the model yet (one per distinct row)."""
         g, seen = self.T.g, {}
+        if self.T.cap is None:
+            return 0
         for t in ts:
             t = int(t)
             if t in self.rows_t:
@@ -210,3 +255,96 @@ class Sub:
         for j, c in enumerate(self.S.tolist()):
             sc[c] = int(np.argmax(x[self.xbase[j]:self.xbase[j + 1]]))
         return sc, float(info.objective_function_value) + self.offset, bound, status
+
+
+@dataclass(frozen=True)
+class TiedLimits:
+    """``tied_phase`` builds the whole tied MILP only up to these sizes (``tied_size``). Measured
+    (session 20, ``shardgym iopddl FILE 60`` or the phase alone with 40-50 s, 2 cores at load 3.5-6), strategies /
+    entries -> time to the proof: IOPDDL A 2,434 / 49,321 -> 24 s; B 2,824 / 61,871 -> 9 s; G 3,630 / 60,792 -> 15 s;
+    fno tiny (bench) 3,968 / 103,878 -> 13 s; not proven in ~40 s: meshgraphnet tiny 5,933 / 82,964 (its incumbent
+    18 % above the best-known), gpt tiny 6,249 / 149,170, unet tiny 8,341 / 194,813; M 59,927 / 1.9e6: no root LP in
+    300 s (session 19). The last four are MILP-sized graphs, which the core hands to the whole MILP instead."""
+
+    components: int = 2_000       # choice components
+    strategies: int = 4_500       # their strategies (x columns)
+    entries: int = 150_000        # entries of the edges between two choice components (y columns)
+    near: float = 0.01            # first rows: where the start plan's profile is within this share of the limit
+    add: int = 400                # at most this many violated rows added per round, the worst first
+    min_s: float = 24.0           # skipped with less time (A's proof: 13-24 s at load 3-5; with 10 s of a 20 s CLI
+                                  # run it found none and the search's 3 s gave 6,561,173,715 against 6,549,018,455)
+
+
+@dataclass(frozen=True)
+class TiedResult:
+    """``bound``: a lower bound of every plan (−inf when none: skipped, or no HiGHS bound in time);
+    ``proven``: the plan offered last is optimal; ``size``: ``TiedGraph.size``; ``rounds``: HiGHS solves."""
+    bound: float
+    proven: bool
+    size: dict
+    rounds: int = 0
+
+
+def tied_size(prepared) -> dict:
+    """``TiedGraph.size`` from ``prepare``'s answer without building the graph (M: 1.2 s saved)."""
+    cp = prepared[2].problem
+    k = cp.num_strategies.astype(np.int64)
+    eu, ev = cp.edges[:, 0], cp.edges[:, 1]
+    both = (k[eu] > 1) & (k[ev] > 1)
+    return {"components": int((k > 1).sum()), "strategies": int(k[k > 1].sum()),
+            "entries": int((k[eu] * k[ev])[both].sum())}
+
+
+def fits(size: dict, limits: TiedLimits) -> bool:
+    return all(size[key] <= getattr(limits, key) for key in ("components", "strategies", "entries"))
+
+
+def tied_phase(problem: Problem, time_limit_s: float, best, consider, say, prepared=None, threads: int = 1,
+               limits: TiedLimits = TiedLimits()) -> TiedResult:
+    """The whole tied MILP with lazy memory rows (module docstring), within ``time_limit_s``
+    (approximate by one TiedGraph build and one HiGHS model build: ~1 s on IOPDDL A), HiGHS started
+    from ``best[0]`` where that follows the ties, else from strategy 0 everywhere (on A, from the
+    anchor, 24 s to the proof at load 4, against 29 s after a 5 s search for a start).
+    ``consider(plan, tag)`` gets each plan that fits."""
+    deadline = time.perf_counter() + float(time_limit_s)
+    if time_limit_s < limits.min_s:
+        say(f"tied milp: skipped, {time_limit_s:.1f}s < {limits.min_s:g}s")
+        return TiedResult(-float("inf"), False, {})
+    prepared = prepared if prepared is not None else prepare(problem)
+    z = tied_size(prepared)
+    if not fits(z, limits):
+        say(f"tied milp: skipped, tied graph {z} over {limits}")
+        return TiedResult(-float("inf"), False, z)
+    T = TiedGraph(problem, prepared)
+    sc = T.comp_plan(best[0]) if best[0] is not None else None
+    fresh = sc is None
+    if fresh:          # (its rows and offset do not depend on the start with S = every choice component)
+        say("tied milp: no start plan that follows the ties: from strategy 0 of every component")
+        sc = np.zeros(len(T.k), np.int64)
+    near = ()
+    if T.cap is not None and not fresh:    # rows where the start plan is near the limit (it fits), the highest
+        live = T.profile(sc)               # ``add`` (each row is a pass over the varying members: not timed)
+        near = np.nonzero(live >= (1.0 - limits.near) * T.cap)[0]
+        near = near[np.argsort(-live[near], kind="stable")[:limits.add]]
+    sub = T.model(T.choice_nodes, sc, near, threads=threads)
+    bound, proven, rounds, start = -float("inf"), False, 0, sc
+    while True:
+        left = deadline - time.perf_counter()
+        if left < 0.2:
+            break
+        got, obj, b, status = sub.solve(left, start=start)
+        rounds += 1
+        bound = max(bound, b) if np.isfinite(b) else bound    # fewer rows: a relaxation, still a bound
+        over = T.violated(got) if got is not None else np.zeros(0, np.int64)
+        say(f"tied milp round {rounds}: {status}, objective {obj:.10g}, bound {b:.10g}, "
+            f"{len(sub.rows_t)} rows, {len(over)} points over ({deadline - time.perf_counter():.1f}s left)")
+        if got is not None and not len(over):
+            consider(list(T.orig_plan(got)), "tied milp")
+            start = got
+            proven = status == "Optimal"
+            break
+        if status != "Optimal" or got is None or not sub.add_rows(over[:limits.add]):
+            break
+    if proven and T.integral:    # integer costs: the optimum is an integer above bound > cost - 1
+        bound = max(bound, T.total(start))
+    return TiedResult(T.bound_all(bound) if np.isfinite(bound) else bound, proven, z, rounds)
