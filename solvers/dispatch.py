@@ -37,8 +37,11 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
 #: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
 #: and the Lagrangian's bundle step (``solvers.lagrange_bundle``; IOPDDL problems have no copy groups,
-#: so no Lagrangian phase)
-TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0, lagrange_step="bundle")
+#: so no Lagrangian phase). No early LNS and, with copy groups, no toulbar2 (its bound ignores the
+#: copies: 5e-8 - 8e-7 s against plans of 1e-4 - 1e-3 s on gpt / vit tiny h100-2x8): their ~11 s go
+#: to the Lagrangian (bench_capped s20a_ab1, load 3-7: bound up in 4 of 6 cells, gpt 50 % 1.95e-4 -> 2.36e-4)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
+                 cfn_copies_max_s=0.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
@@ -61,6 +64,13 @@ POLICY_SKIPS_BP = True
 #: budget is bounded (session 14 at load 7-11: 20-55 s of 60), and where it finishes in time (16-19 s
 #: at load 4-7, bench_capped s15b) nothing changes
 POLICY_SEED_SHARE = 0.4
+#: with copy groups the seed is the planner's full search (True) or its raw decode (False: the callable's
+#: ``raw`` attribute, ``shardgym.api._policy_plan.raw``). Since session 16 the planner's search under a cap
+#: is ``solvers.local.budgeted.capped_search`` (16 Lagrangian rounds, the union MILP, polish, LNS), the
+#: work the core's own Lagrangian and union phases do: on 2 shared cores at load 3-7 it took 29 s to
+#: over 60 s (gpt / vit tiny h100-2x8, bench_capped s20a), the core waited 24 s of 60 for it, then
+#: shared the cores with it, and its Lagrangian got 1-3 rounds (gap 73-99.9 % in 4 of 6 cells)
+POLICY_SEED_SEARCH = False
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -181,8 +191,11 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
+        prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
+        if not POLICY_SEED_SEARCH and problem.edge_memory is not None:
+            policy_seed = getattr(policy_seed, "raw", policy_seed)   # the raw decode (POLICY_SEED_SEARCH)
         if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
-            getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
+            prime()
             late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
             pol = None
             if not _beside():
