@@ -64,12 +64,13 @@ POLICY_SKIPS_BP = True
 #: budget is bounded (session 14 at load 7-11: 20-55 s of 60), and where it finishes in time (16-19 s
 #: at load 4-7, bench_capped s15b) nothing changes
 POLICY_SEED_SHARE = 0.4
-#: with copy groups the seed is the planner's full search (True) or its raw decode (False: the callable's
-#: ``raw`` attribute, ``shardgym.api._policy_plan.raw``). Since session 16 the planner's search under a cap
-#: is ``solvers.local.budgeted.capped_search`` (16 Lagrangian rounds, the union MILP, polish, LNS), the
-#: work the core's own Lagrangian and union phases do: on 2 shared cores at load 3-7 it took 29 s to
-#: over 60 s (gpt / vit tiny h100-2x8, bench_capped s20a), the core waited 24 s of 60 for it, then
-#: shared the cores with it, and its Lagrangian got 1-3 rounds (gap 73-99.9 % in 4 of 6 cells)
+#: with copy groups the seed is the planner's full search (True), or (False) the full search only beside
+#: the core on an idle core (``_beside``) and its raw decode (the callable's ``raw`` attribute,
+#: ``shardgym.api._policy_plan.raw``) when the core waits for it on a busy machine. Since session 16 the
+#: planner's search under a cap is ``solvers.local.budgeted.capped_search`` (16 Lagrangian rounds, the
+#: union MILP, polish, LNS), the work the core's own Lagrangian and union phases do: on 2 shared cores
+#: at load 3-7 it took 19-74 s (gpt / vit / unet tiny h100-2x8, bench_capped s20a_ab2/ab3), the core
+#: waited 24 s of 60 for it, then shared the cores with it, and its Lagrangian got 1-6 rounds
 POLICY_SEED_SEARCH = False
 
 
@@ -192,13 +193,14 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
         prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
-        if not POLICY_SEED_SEARCH and problem.edge_memory is not None:
+        beside = _beside()
+        if not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
             policy_seed = getattr(policy_seed, "raw", policy_seed)   # the raw decode (POLICY_SEED_SEARCH)
         if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
             prime()
             late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
             pol = None
-            if not _beside():
+            if not beside:
                 pol, running = _await_seed(late, POLICY_SEED_SHARE * time_limit_s - (time.perf_counter() - t0),
                                            problem, progress)
                 late = late if running else None

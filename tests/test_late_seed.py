@@ -135,16 +135,16 @@ def test_busy_machine_waits_for_the_policy_seed_only_its_share(monkeypatch, tmp_
 
 
 def test_with_copies_the_seed_is_the_planners_raw_decode(monkeypatch, tmp_path):
-    """With copy groups the core is seeded with the planner's raw decode (the callable's ``raw``;
-    ``dispatch.POLICY_SEED_SEARCH``: the core runs the planner's search itself); without copies, or
-    with ``POLICY_SEED_SEARCH``, with its full plan. Primed in the parent either way; the answer fits
-    and is never worse than the seed."""
+    """On a busy machine, with copy groups, the core is seeded with the planner's raw decode (the
+    callable's ``raw``; ``dispatch.POLICY_SEED_SEARCH``: the core runs the planner's search itself);
+    without copies, with ``POLICY_SEED_SEARCH``, or beside the core on an idle core, with its full
+    plan. Primed in the parent either way; the answer fits and is never worse than the seed."""
     from tests.test_edge_memory import _with_random_copies
     rng = np.random.default_rng(906)
     monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
-    monkeypatch.setattr(dispatch, "_beside", lambda: False)
-    for copies, search in ((True, False), (False, False), (True, True)):
+    for copies, search, idle in ((True, False, False), (False, False, False), (True, True, False), (True, False, True)):
         monkeypatch.setattr(dispatch, "POLICY_SEED_SEARCH", search)
+        monkeypatch.setattr(dispatch, "_beside", lambda idle=idle: idle)
         p = random_problem(rng, 6, kmax=3, edge_p=0.5, limit_q=None)
         if copies:
             p = _with_random_copies(rng, p)
@@ -161,5 +161,5 @@ def test_with_copies_the_seed_is_the_planners_raw_decode(monkeypatch, tmp_path):
         policy.prime = lambda: (tmp_path / "primed").write_text("1")
         plan, info = dispatch.solve_capped_time(p, 2.5, time.perf_counter(), policy_seed=policy)
         ran = sorted(f.name for f in tmp_path.iterdir())
-        assert ran == ["primed", "raw" if copies and not search else "search"], (copies, search, ran)
+        assert ran == ["primed", "raw" if copies and not (search or idle) else "search"], (copies, search, idle, ran)
         assert evaluate(p, plan).feasible and evaluate(p, plan).total <= evaluate(p, seed).total * (1 + 1e-9)
