@@ -177,9 +177,11 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is a seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny lost to the
-    policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled on copies
-    that a move makes live), computed in a forked child (``policy_seed.prime()``, if any, runs here
+    is a seed (without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where the
+    repair of every other start stalled on copies that a move makes live; with copy groups on a busy
+    machine it is the planner's raw decode, ``POLICY_SEED_SEARCH``, so the answer is never worse than
+    that, not than ``method="policy"``'s full search: unet tiny h100-2x8 at 50 %, 1.022x in s20a_ab3),
+    computed in a forked child (``policy_seed.prime()``, if any, runs here
     first). On a busy machine the core waits for it up to ``POLICY_SEED_SHARE`` of the limit (then it
     is an ordinary seed, ``POLICY_SKIPS_BP``); with an idle core (``_beside``), or when it is not done
     by then, it runs beside the core: a candidate answer when it arrives in time, and handed to the
