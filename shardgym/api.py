@@ -133,6 +133,10 @@ def _policy_plan(problem: Problem) -> list[int]:
     return _solve_policy(problem)[0]
 
 
+#: the raw decode alone (``_solve_policy(search=False)``): the seed ``solvers.dispatch`` asks for on problems
+#: with copy groups (``POLICY_SEED_SEARCH``), where the capped core runs the planner's search itself
+_policy_plan.raw = lambda problem: _solve_policy(problem, search=False)[0]
+
 #: loads the planner (cached; JAX shapes) in the caller's process, before ``solvers.dispatch`` runs
 #: ``_policy_plan`` in a forked child beside the capped core (the child then runs numpy and HiGHS only)
 _policy_plan.prime = lambda: Planner.load(DEFAULT_POLICY)

@@ -37,8 +37,11 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: the capped core's configuration for ``shardgym.solve``: the uncapped optimum's bound first
 #: (traced graphs: the time objective proves in seconds; the IOPDDL entry point keeps the default)
 #: and the Lagrangian's bundle step (``solvers.lagrange_bundle``; IOPDDL problems have no copy groups,
-#: so no Lagrangian phase)
-TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.1, bp_improve_s=2.0, lagrange_step="bundle")
+#: so no Lagrangian phase). No early LNS and, with copy groups, no toulbar2 (its bound ignores the
+#: copies: 5e-8 - 8e-7 s against plans of 1e-4 - 1e-3 s on gpt / vit tiny h100-2x8): their ~11 s go
+#: to the Lagrangian (bench_capped s20a_ab1, load 3-7: bound up in 4 of 6 cells, gpt 50 % 1.95e-4 -> 2.36e-4)
+TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
+                 cfn_copies_max_s=0.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
@@ -61,6 +64,16 @@ POLICY_SKIPS_BP = True
 #: budget is bounded (session 14 at load 7-11: 20-55 s of 60), and where it finishes in time (16-19 s
 #: at load 4-7, bench_capped s15b) nothing changes
 POLICY_SEED_SHARE = 0.4
+#: with copy groups the seed is the planner's full search (True), or (False) the full search only beside
+#: the core on an idle core (``_beside``) and its raw decode (the callable's ``raw`` attribute,
+#: ``shardgym.api._policy_plan.raw``) when the core waits for it on a busy machine. Since session 16 the
+#: planner's search under a cap is ``solvers.local.budgeted.capped_search`` (16 Lagrangian rounds, the
+#: union MILP, polish, LNS), the work the core's own Lagrangian and union phases do: on 2 shared cores
+#: at load 3-7 it took 19-74 s (gpt / vit / unet tiny h100-2x8, bench_capped s20a_ab2/ab3), the core
+#: waited 24 s of 60 for it, then shared the cores with it, and its Lagrangian got 1-11 rounds (median gap
+#: 56.4 % -> 13.6 % on 12 cells). The cost: where the planner would have finished in time the core alone
+#: can do worse (gpt tiny tpu-4x4 at 75 %: 1.142x the planner's plan, which took 15 s at load 2; s20a_ab5)
+POLICY_SEED_SEARCH = False
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -166,9 +179,11 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
     search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is a seed (so the answer is never worse than ``method="policy"``'s; without it unet tiny lost to the
-    policy by up to 1.29x in bench_capped s6, where the repair of every other start stalled on copies
-    that a move makes live), computed in a forked child (``policy_seed.prime()``, if any, runs here
+    is a seed (without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where the
+    repair of every other start stalled on copies that a move makes live; with copy groups on a busy
+    machine it is the planner's raw decode, ``POLICY_SEED_SEARCH``, so the answer is never worse than
+    that, not than ``method="policy"``'s full search: unet tiny h100-2x8 at 50 %, 1.022x in s20a_ab3),
+    computed in a forked child (``policy_seed.prime()``, if any, runs here
     first). On a busy machine the core waits for it up to ``POLICY_SEED_SHARE`` of the limit (then it
     is an ordinary seed, ``POLICY_SKIPS_BP``); with an idle core (``_beside``), or when it is not done
     by then, it runs beside the core: a candidate answer when it arrives in time, and handed to the
@@ -181,11 +196,15 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     late, config = None, TRACED
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
+        prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
+        beside = _beside()
+        if not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
+            policy_seed = getattr(policy_seed, "raw", policy_seed)   # the raw decode (POLICY_SEED_SEARCH)
         if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
-            getattr(policy_seed, "prime", lambda: None)()   # what must not run in a forked child
+            prime()
             late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
             pol = None
-            if not _beside():
+            if not beside:
                 pol, running = _await_seed(late, POLICY_SEED_SHARE * time_limit_s - (time.perf_counter() - t0),
                                            problem, progress)
                 late = late if running else None

@@ -12,6 +12,7 @@ def test_compare_overrides_take_each_fields_type_and_name_a_bad_field():
         "cfn_copies_max_s": float("inf"), "lagrange_share": 0.45, "lagrange_restart": False}
     assert _overrides(None) == {}
     assert _overrides("policy_beside=0") == {"policy_beside": False}   # solvers.dispatch.POLICY_SEED_BESIDE
+    assert _overrides("policy_search=1") == {"policy_search": True}    # solvers.dispatch.POLICY_SEED_SEARCH
     assert _overrides("lagrange_step=polyak") == {"lagrange_step": "polyak"}   # a str field
     with pytest.raises(SystemExit, match="lagrange_shar=0.4"):
         _overrides("lagrange_shar=0.4")

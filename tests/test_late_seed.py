@@ -132,3 +132,34 @@ def test_busy_machine_waits_for_the_policy_seed_only_its_share(monkeypatch, tmp_
     waited = [at for at, m in log if "still running" in m]
     assert waited and 1.5 < waited[0] < 3.5, log           # the core started at the share, not after the planner
     assert evaluate(p, plan).total == pytest.approx(cost) and evaluate(p, plan).feasible
+
+
+def test_with_copies_the_seed_is_the_planners_raw_decode(monkeypatch, tmp_path):
+    """On a busy machine, with copy groups, the core is seeded with the planner's raw decode (the
+    callable's ``raw``; ``dispatch.POLICY_SEED_SEARCH``: the core runs the planner's search itself);
+    without copies, with ``POLICY_SEED_SEARCH``, or beside the core on an idle core, with its full
+    plan. Primed in the parent either way; the answer fits and is never worse than the seed."""
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(906)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    for copies, search, idle in ((True, False, False), (False, False, False), (True, True, False), (True, False, True)):
+        monkeypatch.setattr(dispatch, "POLICY_SEED_SEARCH", search)
+        monkeypatch.setattr(dispatch, "_beside", lambda idle=idle: idle)
+        p = random_problem(rng, 6, kmax=3, edge_p=0.5, limit_q=None)
+        if copies:
+            p = _with_random_copies(rng, p)
+        plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+        p = p.with_usage_limit(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[4])
+        seed = min((s for s in plans if evaluate(p, s).feasible), key=lambda s: evaluate(p, s).total)
+        for f in tmp_path.iterdir():
+            f.unlink()
+
+        def policy(q):
+            (tmp_path / "search").write_text("1")
+            return seed
+        policy.raw = lambda q: (tmp_path / "raw").write_text("1") and seed
+        policy.prime = lambda: (tmp_path / "primed").write_text("1")
+        plan, info = dispatch.solve_capped_time(p, 2.5, time.perf_counter(), policy_seed=policy)
+        ran = sorted(f.name for f in tmp_path.iterdir())
+        assert ran == ["primed", "raw" if copies and not (search or idle) else "search"], (copies, search, idle, ran)
+        assert evaluate(p, plan).feasible and evaluate(p, plan).total <= evaluate(p, seed).total * (1 + 1e-9)
