@@ -331,12 +331,15 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
     """The stored plans of results/<out>.json priced by the current cost model against the XLA
     figures stored beside them (nothing compiled: a memory rule is measured on the whole table in
     the time a trace and a build take). Valid while the runtime's program for a plan is unchanged.
-    Problems are rebuilt once per (model, size), a realistic size abstractly and on the lifted
-    cluster its rows were compiled for (``unbounded``), as ``main`` builds them."""
+    Problems are rebuilt once per (model, size), a realistic size abstractly, with the real index
+    arrays and their space (``space_for``: meshgraphnet's halo strategies) on the lifted cluster its
+    rows were compiled for (``unbounded``), as ``main`` builds them: ``--reprice --out
+    s19d_fidelity_real`` re-prices the merged real-size table (``experiments.fidelity_real merge``)."""
     import json
 
     import shardgym as sg
     import zoo
+    from costmodel.graph_part import space_for
     from experiments.common import RESULTS_DIR
 
     old = json.loads((Path(RESULTS_DIR) / f"{out}.json").read_text())["rows"]
@@ -348,9 +351,11 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
         name, size = r["model"], r.get("size") or _size(r["model"], "small", outside)
         if (name, size) not in built:
             real = not outside and size != zoo.sizes(name)[0]
-            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real)
-            built[name, size] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule),
-                                                 unbounded(cluster) if real else cluster)
+            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real,
+                                                                 real_indices=real)
+            graph = sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule)
+            built[name, size] = sg.build_problem(graph, unbounded(cluster) if real else cluster,
+                                                 space=space_for(graph, args) if real else "full")
         c = sg.evaluate(built[name, size], list(r["strategies"]))
         xla = r["xla_mem_MiB"] * 2.0 ** 20
         rows.append({"model": name, "plan": r["plan"], "old_mem_ratio": r["mem_ratio"],
