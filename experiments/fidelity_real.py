@@ -4,6 +4,9 @@ diagnose a row (XLA's buffers at its peak beside the cost model's live set at it
 
     # one process per model (each writes results/s19d_fidelity_real_<model>.json), then:
     .venv/bin/python -m experiments.fidelity_real merge --models fno,meshgraphnet,unet,vit,gpt
+    # a model re-run later (results/s20c_fidelity_real_meshgraphnet.json) beside the others:
+    # (the other models' rows re-priced: fidelity --reprice --out s19d_fidelity_real --write s20c_reprice_real_after)
+    ... merge --prefix-of meshgraphnet=s20c_fidelity_real --repriced s20c_reprice_real_after --out s20c_fidelity_real
     # a row outside: recompile its stored plan with --xla_dump_to and list both sides' peaks
     .venv/bin/python -m experiments.fidelity_real diagnose --model gpt --plan megatron
 
@@ -68,11 +71,16 @@ REAL_CAUSES: dict = {
 }
 
 
-def merge(models, prefix: str, out: str) -> dict:
-    """One table of the per-model files results/<prefix>_<model>.json (rows in file order)."""
+def merge(models, prefix: str, out: str, prefix_of: dict | None = None, repriced: str = "") -> dict:
+    """One table of the per-model files results/<prefix>_<model>.json (rows in file order);
+    ``prefix_of``: model -> another prefix for that model's file (a model re-run in a later session).
+    ``repriced``: results/<repriced>.json from ``fidelity --reprice --write``: the rows of the models
+    not in ``prefix_of`` take its ratios (their stored plans, the current model; ``repriced`` True)."""
     rows, sources = [], {}
+    rep = {} if not repriced else {(r["model"], r["plan"]): r for r in json.loads(
+        (Path(RESULTS_DIR) / f"{repriced}.json").read_text())["program"]["rows"]}
     for m in models:
-        path = Path(RESULTS_DIR) / f"{prefix}_{m}.json"
+        path = Path(RESULTS_DIR) / f"{(prefix_of or {}).get(m, prefix)}_{m}.json"
         if not path.exists():
             print(f"missing {path}: {m} left out")
             continue
@@ -84,12 +92,18 @@ def merge(models, prefix: str, out: str) -> dict:
                 rows.append({"model": m, "size": r.get("size"), "plan": r["plan"], "error": r["error"],
                              "mem_ok": False, "comm_ok": False, "cause": "error: " + r["error"]})
                 continue
+            if rep and m not in (prefix_of or {}):
+                p = rep[m, r["plan"]]
+                r = r | {"mem_ratio": p["mem_ratio"], "comm_ratio": p["comm_ratio"], "repriced": True,
+                         "pred_mem_MiB": p["mem_ratio"] * r["xla_mem_MiB"],
+                         "pred_comm_MiB": p["comm_ratio"] * r["xla_comm_MiB"]}
             mem_ok, comm_ok = abs(r["mem_ratio"] - 1) <= TOL, abs(r["comm_ratio"] - 1) <= TOL
             info = r.get("plan_info") or {}
             rows.append({k: r[k] for k in ("model", "size", "plan", "pred_mem_MiB", "xla_mem_MiB", "mem_ratio",
                                            "pred_comm_MiB", "xla_comm_MiB", "comm_ratio", "compile_s", "solve_s")}
                         | {"solver_status": info.get("status"), "solver_gap": info.get("gap"),
                            "mem_ok": mem_ok, "comm_ok": comm_ok, "strategies": r["strategies"],
+                           "repriced": bool(r.get("repriced")),
                            "cause": "" if mem_ok and comm_ok else REAL_CAUSES.get((m, r["plan"]), "not diagnosed")})
     outside = [f"{r['model']} {r['plan']}" for r in rows if not (r["mem_ok"] and r["comm_ok"])]
     summary = {"rows": len(rows), "mem_within_10pct": sum(r["mem_ok"] for r in rows),
@@ -192,11 +206,16 @@ def main(argv=None):
     ap.add_argument("--model", default="")
     ap.add_argument("--plan", default="")
     ap.add_argument("--prefix", default="s19d_fidelity_real", help="per-model files results/<prefix>_<model>.json")
+    ap.add_argument("--prefix-of", default="", help="model=prefix,...: per-model prefixes overriding --prefix "
+                                                    "(e.g. meshgraphnet=s20c_fidelity_real)")
+    ap.add_argument("--repriced", default="", help="results/<REPRICED>.json (fidelity --reprice --write): the "
+                                                   "ratios of the models not in --prefix-of")
     ap.add_argument("--out", default="s19d_fidelity_real")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     if a.what == "merge":
-        return merge([m for m in a.models.split(",") if m], a.prefix, a.out)
+        return merge([m for m in a.models.split(",") if m], a.prefix, a.out,
+                     dict(kv.split("=", 1) for kv in a.prefix_of.split(",") if kv), a.repriced)
     return diagnose(a.model, a.plan, a.prefix, a.top)
 
 
