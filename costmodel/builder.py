@@ -92,6 +92,7 @@ from costmodel.slice_layout import (
 )
 from costmodel.strategies import MAX_STRATEGIES, enumerate_strategies, node_key, search_space
 from costmodel.value_origin import state_only
+from costmodel.ynn_reads import shared_broadcast_lists
 
 __all__ = ["build_problem", "strategies_of", "EXPENSIVE", "MATERIALISING", "NON_FUSIBLE", "TRANSPARENT",
            "materialised_outputs", "operand_copies"]
@@ -332,7 +333,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         node_imbalance_s=imbalance,
         meta=meta,
         edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together) if cluster.backend == "cpu" else [])
+            i for i in transparent | fused if not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together)
+                + shared_broadcast_lists(graph, strats, mesh, kept, intervals) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )

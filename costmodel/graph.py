@@ -169,6 +169,8 @@ class OpGraph:
             nd["outputs"] = tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in nd["outputs"])
             nd["operand_roles"] = tuple(nd["operand_roles"])
             nd["folded"] = tuple(nd["folded"])
+            if "out_operands" in nd["params"]:
+                nd["params"] = nd["params"] | {"out_operands": tuple(tuple(ks) for ks in nd["params"]["out_operands"])}
             nodes.append(Node(**nd))
         return cls(
             nodes=tuple(nodes),

@@ -23,12 +23,21 @@ def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_
     apart, nor the trace's scan-unrolling records) or recomputed by fusions (``recomputed``:
     ``memory.recomputed_reads``) has its operands read where those run. A buffer (u, output oi) so
     read by a fused or recomputed node i is not extended when ``edge_memory``: the read is returned
-    as (u, oi, i, operand k, step t) for ``fused_read_groups``."""
+    as (u, oi, i, operand k, step t) for ``fused_read_groups``.
+
+    A fused group's operand is read only where the outputs computed from it are
+    (``params["out_operands"]``): a reader of another output does not hold it. GPT's causal mask
+    ``select(broadcast(mask), scores, -inf)`` is one group whose outputs are the broadcast mask
+    (read by the backward's ``select``) and the masked scores (read by the softmax): XLA rebuilds
+    the mask from its iota in the backward fusion, and the scores dot's result dies in the forward
+    pass (tests/test_attention_memory.py); extended over the whole group, the model held it to the
+    backward, one scores-sized buffer per attention block (gpt 125m ilp-time, +576 MiB)."""
     nodes = graph.nodes
     fused = {i for i, nd in enumerate(nodes) if not nd.is_input and i not in transparent and not kept[i]
              and nd.primitive != "concatenate" and not nd.params.get("synthetic")}
     through: list = []
     partly = partly_kept_reads(graph, kept, transparent) if edge_memory else {}
+    cons = graph.consumers()
     for i in range(len(nodes) - 1, -1, -1):  # consumers have higher ids: their ends are final here
         nd = nodes[i]
         if nd.is_input or not (i in transparent or i in fused or i in recomputed or i in partly):
@@ -36,13 +45,37 @@ def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_
         t = max(int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1
                 for c in (recomputed[i] if i in recomputed else partly[i])) \
             if i in recomputed or i in partly else int(intervals[i, 1])
+        t_of = _operand_ends(nd, t, cons, intervals, fused | transparent) \
+            if i in fused and i not in recomputed and i not in partly else {}
         for k, (u, oi) in enumerate(nd.operands[:1] if i in transparent else nd.operands):
+            tk = t_of.get(k, t)
             if u >= 0 and not nodes[u].is_input and i not in recomputed.get(u, ()):
                 if edge_memory and i not in transparent and oi in kept[u] and u not in transparent:
-                    through.append((u, oi, i, k, t))
+                    through.append((u, oi, i, k, tk))
                 else:
-                    intervals[u, 1] = max(intervals[u, 1], t)
+                    intervals[u, 1] = max(intervals[u, 1], tk)
     return fused, through
+
+
+def _operand_ends(nd, t: int, cons, intervals, spans) -> dict[int, int]:
+    """Operand k of fused group ``nd`` -> the step after its last read: the latest end of the
+    readers of the outputs computed from k (a reader in ``spans``, itself fused or a bitcast, at
+    its interval's end), capped at ``t``; {} when the trace did not record the dependencies or an
+    output has no reader (a program output)."""
+    deps = nd.params.get("out_operands")
+    if deps is None or len(deps) != len(nd.outputs):
+        return {}
+    ends = []
+    for o in range(len(nd.outputs)):
+        rs = cons.get((nd.id, o), ())
+        if not rs:
+            return {}
+        ends.append(max(int(intervals[c, 1]) if c in spans else int(intervals[c, 0]) + 1 for c, _ in rs))
+    out: dict[int, int] = {}
+    for o, ks in enumerate(deps):
+        for k in ks:
+            out[k] = min(t, max(out.get(k, 0), ends[o]))
+    return out
 
 
 def partly_kept_reads(graph: OpGraph, kept, transparent) -> dict[int, list[int]]:

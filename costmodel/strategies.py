@@ -240,7 +240,7 @@ def _cap(strategies, node, mesh, cap, beyond=None):
 def node_key(node: Node, search: SearchSpace | None = None) -> tuple:
     """Everything strategy enumeration depends on (for caching across repeated layers); a row
     gather / scatter-add priced from real connectivity also depends on its own index array."""
-    params = {k: v for k, v in node.params.items() if k != "name_stack"}
+    params = {k: v for k, v in node.params.items() if k not in ("name_stack", "out_operands")}
     if search is not None and search.connectivity is not None and node.id in search.connectivity.index_of_node:
         params["_index_node"] = node.id
     return (node.primitive, json.dumps(params, sort_keys=True, default=str),

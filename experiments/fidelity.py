@@ -112,6 +112,19 @@ Known outliers and their causes (the terms' docstrings say more):
     (XLA's order) 1.026 -> 1.030, no other row moves. Charging a lone fused reduction too (a bias
     gradient into its optimizer update) moved meshgraphnet dp 1.099 -> 1.112 (out): XLA's scheduler
     runs such an update right after its reduction, the program order at the step's end.
+  * session 20: XLA CPU's YNNPACK reductions read LayerNorm's scale and rsqrt broadcasts, CSE'd with
+    the forward LayerNorm's, as buffers written in the forward pass (``costmodel.ynn_reads``: keyed
+    on the forward reader and the reduction; XLA's counts agree at real size). Re-priced (results/
+    s20c_reprice_*_after.json against *_before.json): real size 31 -> 35 of 40 (meshgraphnet's six
+    under-counts 0.733-0.747 -> 0.901-0.916, vit replicated 0.867 -> 0.973; gpt replicated 1.124 ->
+    1.174, ilp-time / ilp-memory-1.05 / policy 1.063-1.064 -> 1.105-1.107 out: gpt's own over-count
+    plus broadcasts XLA does write, 49 against the rule's 48 on ilp-time); zoo tiny 45 -> 43 of 48
+    (gpt ilp-memory-1.05 0.886 -> 1.018 in; vit ilp-time 1.062 -> 1.190, vit policy 0.969 -> 1.139,
+    meshgraphnet policy 0.978 -> 1.138 out: the three-strategy condition, CAUSES); outside 21 of 24
+    unchanged (no LayerNorm). Then a fused group's operand lives only to the readers of the outputs
+    computed from it (``slice_layout.read_extents``): gpt's causal-mask group no longer holds the
+    scores dot to the backward (results/s20c2_reprice_*_after.json): real 35 -> 39 of 40 (every gpt
+    row 0.919-0.980), zoo tiny 43, outside 21, s19 policy rows 4 unchanged.
 """
 from __future__ import annotations
 
@@ -148,23 +161,26 @@ CAUSES = {
                           "(all-gather.9), and conv layout copies (1.6 MB of early groups) from their forward "
                           "producers where XLA writes them in the backward pass (XLA: 3.21 MB live there, the "
                           "model 4.39 MB); making those copies late moved unet replicated 1.02 -> 0.85",
-    ("gpt", "ilp-memory"): "under: LayerNorm's backward YNNPACK reductions read the scale and rsqrt broadcasts as "
-                           "buffers (wrapped_broadcast, bitcast_broadcast_fusion: 4 x 32 KiB at XLA's peak). XLA CPU "
-                           "fuses a broadcast into a YNNPACK reduce (f32, >= 4096 elements per device) only when the "
-                           "reduce is its one user; shared with the forward LayerNorm after CSE, it is written out "
-                           "(tests/test_ynn_reduce.py). Priced as copy groups in commit 42927fb: 0.897 -> 0.985, "
-                           "-1.05 0.885 -> 0.974, replicated 0.914 -> 1.012, but the zoo 36 -> 34 of 40 and reverted: "
-                           "XLA shares the broadcast only when the forward reader, the backward chain and the "
-                           "reduction are in one layout, a three-strategy condition a copy group cannot state "
-                           "(meshgraphnet megatron 0.983 -> 1.225), and vit ilp-time / policy and meshgraphnet "
-                           "policy (1.12 / 1.10 / 1.14) hold other over-counts the missing broadcasts offset",
-    ("gpt", "ilp-memory-1.05"): "under: as gpt ilp-memory (LayerNorm scale and rsqrt broadcasts, 131 KB at XLA's "
-                                "peak); XLA's figure 1495.6 KB, the union of its buffers live at the peak 1462.3 KB (33 KB of "
-                                "alignment holes in the temp allocation), the model 1325.6 KB (session 14)",
+    ("gpt", "ilp-memory-1.05"): "under before session 20 (0.886): LayerNorm's backward YNNPACK reductions read the "
+                                "scale and rsqrt broadcasts as buffers (wrapped_broadcast, bitcast_broadcast_fusion, 4 x "
+                                "32 KiB at XLA's peak); priced since session 20 (costmodel.ynn_reads: 1.018)",
+    ("vit", "ilp-time"): "over (session 20): costmodel.ynn_reads charges 7 LayerNorm broadcasts, XLA writes 4: the plan "
+                         "shards three backward LayerNorm chains (block_1 ln1 / ln2, block_0 ln2) and all-gathers them "
+                         "into replicated reductions, so XLA's YNNPACK fusion reads the gathered product, no "
+                         "broadcast; the rule's copy group sees the forward reader's and the reduction's layouts, "
+                         "not the chain's (1.062 before the rule; keyed on forward reader + chain instead, 4 of 4 and "
+                         "1.118, but vit base megatron 1.155 and meshgraphnet large dp 1.324)",
+    ("vit", "policy"): "over (session 20): as vit ilp-time (fidelity_s13c's policy plan: the rule 8 broadcasts, XLA 6, "
+                       "0.969 -> 1.139; session 19's policy plan, s19_fidelity_policy, prices as ilp-time's: 1.062 -> "
+                       "1.190)",
+    ("meshgraphnet", "policy"): "over (session 20, 0.978 before costmodel.ynn_reads): the rule's 6 broadcasts against "
+                                "XLA's 7 (counted in the compiled HLO), so the over-count is elsewhere: "
+                                "the model's peak is in the forward (step 146 of 651, 1392 KB), XLA's in the backward "
+                                "(1223 KB); not attributed buffer by buffer (the missing broadcasts had offset it)",
     ("gpt", "policy"): "over: the plan shards the block_1 fc1 gradient dot (5 exposed chain outputs) over the "
                        "sequence and three readers want it replicated: one 64 KiB gather per output read is "
                        "charged (3 x 64 KiB at the model's peak, step 169) where XLA holds none of them there; "
-                       "the session-10 model prices the same plan at 1.146",
+                       "the session-10 model prices the same plan at 1.146; 1.263 with session 20's LayerNorm broadcasts",
     ("moe", "*"): "under (session 15; the re-priced session-13 plans are all within 10% since the gate dot's result "
                   "and the experts' batch-major copies are held as XLA holds them): the re-solved ilp-memory plan "
                   "(results/fidelity_s15c_outside_moe.json, 0.849), at XLA's peak (the backward dh dot): XLA writes "
@@ -331,12 +347,15 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
     """The stored plans of results/<out>.json priced by the current cost model against the XLA
     figures stored beside them (nothing compiled: a memory rule is measured on the whole table in
     the time a trace and a build take). Valid while the runtime's program for a plan is unchanged.
-    Problems are rebuilt once per (model, size), a realistic size abstractly and on the lifted
-    cluster its rows were compiled for (``unbounded``), as ``main`` builds them."""
+    Problems are rebuilt once per (model, size), a realistic size abstractly, with the real index
+    arrays and their space (``space_for``: meshgraphnet's halo strategies) on the lifted cluster its
+    rows were compiled for (``unbounded``), as ``main`` builds them: ``--reprice --out
+    s19d_fidelity_real`` re-prices the merged real-size table (``experiments.fidelity_real merge``)."""
     import json
 
     import shardgym as sg
     import zoo
+    from costmodel.graph_part import space_for
     from experiments.common import RESULTS_DIR
 
     old = json.loads((Path(RESULTS_DIR) / f"{out}.json").read_text())["rows"]
@@ -348,9 +367,11 @@ def reprice(out: str, outside: dict, cfg: Config) -> list[dict]:
         name, size = r["model"], r.get("size") or _size(r["model"], "small", outside)
         if (name, size) not in built:
             real = not outside and size != zoo.sizes(name)[0]
-            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real)
-            built[name, size] = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule),
-                                                 unbounded(cluster) if real else cluster)
+            fn, args = outside[name]() if outside else zoo.build(name, size, seed=cfg.seed, abstract=real,
+                                                                 real_indices=real)
+            graph = sg.trace(fn, *args, name=f"{name}-{size}", schedule=cfg.schedule)
+            built[name, size] = sg.build_problem(graph, unbounded(cluster) if real else cluster,
+                                                 space=space_for(graph, args) if real else "full")
         c = sg.evaluate(built[name, size], list(r["strategies"]))
         xla = r["xla_mem_MiB"] * 2.0 ** 20
         rows.append({"model": name, "plan": r["plan"], "old_mem_ratio": r["mem_ratio"],

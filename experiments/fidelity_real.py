@@ -4,6 +4,9 @@ diagnose a row (XLA's buffers at its peak beside the cost model's live set at it
 
     # one process per model (each writes results/s19d_fidelity_real_<model>.json), then:
     .venv/bin/python -m experiments.fidelity_real merge --models fno,meshgraphnet,unet,vit,gpt
+    # a model re-run later (results/s20c_fidelity_real_meshgraphnet.json) beside the others:
+    # (the other models' rows re-priced: fidelity --reprice --out s19d_fidelity_real --write s20c_reprice_real_after)
+    ... merge --prefix-of meshgraphnet=s20c_fidelity_real --repriced s20c_reprice_real_after --out s20c_fidelity_real
     # a row outside: recompile its stored plan with --xla_dump_to and list both sides' peaks
     .venv/bin/python -m experiments.fidelity_real diagnose --model gpt --plan megatron
 
@@ -43,36 +46,53 @@ _MGN_LN = ("under (session 19, `diagnose --model meshgraphnet --plan fsdp`, XLA'
            "cause as gpt tiny ilp-memory (experiments/fidelity.py CAUSES: XLA CPU writes the broadcast out when it "
            "is shared with the forward LayerNorm; a copy-group rule was tried and reverted in session 11), here at "
            "18 LayerNorms over 393,216 edges. Not modelled")
+_MGN_LN += (". Session 20: modelled (costmodel.ynn_reads: the scale and rsqrt broadcasts, 2 of the 3 kinds; the "
+            "third, broadcast_multiply_fusion, the model already held as the LayerNorm's mul); re-priced 0.911, "
+            "re-solved 0.911; what stays under is the LayerNorm input written out beside the dot's result "
+            "(broadcast_add_fusion, 448 MiB; charging it was tried and reverted, README session 20)")
+_GPT_OVER = ("over (session 20): costmodel.ynn_reads now charges the LayerNorm broadcasts XLA writes (this plan's "
+             "HLO: 49 broadcasts read by YNNPACK reductions, the rule 48: +0.04), on top of the over-count gpt "
+             "had before (1.063-1.064), the replicated row's cause: a third softmax buffer per attention block")
 #: (model, plan) at REAL_SIZES -> the measured cause of a row outside TOL (``diagnose``'s figures)
 REAL_CAUSES: dict = {
     ("meshgraphnet", "fsdp"): _MGN_LN,
-    **{("meshgraphnet", p): "under: as meshgraphnet fsdp (not dumped; ratio 0.741-0.747 on every plan that shards "
-                            "the edges, 0.733 replicated, the same missing fraction)"
-       for p in ("replicated", "ilp-time", "ilp-memory", "ilp-memory-1.05", "policy")},
+    **{("meshgraphnet", p): "under: as meshgraphnet fsdp (session 20: the same LayerNorm kinds at XLA's peak "
+                            "on ilp-time and replicated, results/s20c_meshgraphnet_layernorm_dumps.json)"
+       for p in ("replicated", "ilp-time", "ilp-memory", "policy")},
+    **{("gpt", p): _GPT_OVER for p in ("ilp-time", "ilp-memory-1.05", "policy")},
+    ("meshgraphnet", "ilp-memory-1.05"): "over: the dp plan (session 20's ILP, 30 s, returns dp's strategies), as "
+                                         "meshgraphnet dp",
     ("meshgraphnet", "dp"): "over (session 19, `diagnose --model meshgraphnet --plan dp`, the 25 largest buffers each "
                             "side): XLA 4211.3 MiB, the model 4687.2 MiB (+476 MiB), both peaks at block_14's edge "
                             "backward. The model holds four 192 MiB replicated copies (f32[393216,128], made at step "
                             "821 for block_14_edge's readers, ends 823-829), XLA three (all-gather.1 / .78 / .79): "
-                            "+192 MiB; the rest (+284 MiB) not attributed",
+                            "+192 MiB; the rest (+284 MiB) not attributed (session 20: 1.124 with the LayerNorm "
+                            "broadcasts charged)",
     ("gpt", "replicated"): "over (session 19, `diagnose --model gpt --plan replicated`, the 20 largest buffers "
                            "each side): XLA 23749.8 MiB, the model 26693.0 MiB (+2943 MiB). Per attention block the "
                            "model holds three f32[8,12,1024,1024] softmax buffers at its peak (the scores dot, sub, "
                            "div: 3 x 384 MiB), XLA two (ynn_fusion, broadcast_multiply_fusion): +384 MiB a block, "
                            "4608 MiB over 12 blocks if all are held, less under-counts not attributed; the lm_head's "
-                           "three 1572 MiB logits buffers agree. The sharded gpt rows are all within",
+                           "three 1572 MiB logits buffers agree (session 20: 1.174 with the LayerNorm broadcasts "
+                           "charged, which XLA writes too)",
     ("vit", "replicated"): "under (session 19, `diagnose --model vit --plan replicated`, not attributed buffer by "
                            "buffer): XLA 8316.0 MiB, the model 7212.0 MiB (gap 1104 MiB). The fc1 / GELU buffers "
                            "agree (220.5 MiB per block both sides); XLA holds 2128 MiB of LayerNorm broadcast kinds "
                            "at its peak (broadcast_multiply 1153, wrapped_broadcast 516, bitcast_broadcast 459 MiB), "
-                           "likely the YNNPACK broadcasts of meshgraphnet fsdp; the sharded vit rows are all within",
+                           "likely the YNNPACK broadcasts of meshgraphnet fsdp (session 20: 0.973 with them charged)",
 }
 
 
-def merge(models, prefix: str, out: str) -> dict:
-    """One table of the per-model files results/<prefix>_<model>.json (rows in file order)."""
+def merge(models, prefix: str, out: str, prefix_of: dict | None = None, repriced: str = "") -> dict:
+    """One table of the per-model files results/<prefix>_<model>.json (rows in file order);
+    ``prefix_of``: model -> another prefix for that model's file (a model re-run in a later session).
+    ``repriced``: results/<repriced>.json from ``fidelity --reprice --write``: the rows of the models
+    not in ``prefix_of`` take its ratios (their stored plans, the current model; ``repriced`` True)."""
     rows, sources = [], {}
+    rep = {} if not repriced else {(r["model"], r["plan"]): r for r in json.loads(
+        (Path(RESULTS_DIR) / f"{repriced}.json").read_text())["program"]["rows"]}
     for m in models:
-        path = Path(RESULTS_DIR) / f"{prefix}_{m}.json"
+        path = Path(RESULTS_DIR) / f"{(prefix_of or {}).get(m, prefix)}_{m}.json"
         if not path.exists():
             print(f"missing {path}: {m} left out")
             continue
@@ -84,12 +104,18 @@ def merge(models, prefix: str, out: str) -> dict:
                 rows.append({"model": m, "size": r.get("size"), "plan": r["plan"], "error": r["error"],
                              "mem_ok": False, "comm_ok": False, "cause": "error: " + r["error"]})
                 continue
+            if rep and m not in (prefix_of or {}):
+                p = rep[m, r["plan"]]
+                r = r | {"mem_ratio": p["mem_ratio"], "comm_ratio": p["comm_ratio"], "repriced": True,
+                         "pred_mem_MiB": p["mem_ratio"] * r["xla_mem_MiB"],
+                         "pred_comm_MiB": p["comm_ratio"] * r["xla_comm_MiB"]}
             mem_ok, comm_ok = abs(r["mem_ratio"] - 1) <= TOL, abs(r["comm_ratio"] - 1) <= TOL
             info = r.get("plan_info") or {}
             rows.append({k: r[k] for k in ("model", "size", "plan", "pred_mem_MiB", "xla_mem_MiB", "mem_ratio",
                                            "pred_comm_MiB", "xla_comm_MiB", "comm_ratio", "compile_s", "solve_s")}
                         | {"solver_status": info.get("status"), "solver_gap": info.get("gap"),
                            "mem_ok": mem_ok, "comm_ok": comm_ok, "strategies": r["strategies"],
+                           "repriced": bool(r.get("repriced")),
                            "cause": "" if mem_ok and comm_ok else REAL_CAUSES.get((m, r["plan"]), "not diagnosed")})
     outside = [f"{r['model']} {r['plan']}" for r in rows if not (r["mem_ok"] and r["comm_ok"])]
     summary = {"rows": len(rows), "mem_within_10pct": sum(r["mem_ok"] for r in rows),
@@ -192,11 +218,16 @@ def main(argv=None):
     ap.add_argument("--model", default="")
     ap.add_argument("--plan", default="")
     ap.add_argument("--prefix", default="s19d_fidelity_real", help="per-model files results/<prefix>_<model>.json")
+    ap.add_argument("--prefix-of", default="", help="model=prefix,...: per-model prefixes overriding --prefix "
+                                                    "(e.g. meshgraphnet=s20c_fidelity_real)")
+    ap.add_argument("--repriced", default="", help="results/<REPRICED>.json (fidelity --reprice --write): the "
+                                                   "ratios of the models not in --prefix-of")
     ap.add_argument("--out", default="s19d_fidelity_real")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     if a.what == "merge":
-        return merge([m for m in a.models.split(",") if m], a.prefix, a.out)
+        return merge([m for m in a.models.split(",") if m], a.prefix, a.out,
+                     dict(kv.split("=", 1) for kv in a.prefix_of.split(",") if kv), a.repriced)
     return diagnose(a.model, a.plan, a.prefix, a.top)
 
 

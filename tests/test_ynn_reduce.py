@@ -1,7 +1,7 @@
-"""What XLA CPU materialises for a reduction (issues 13 and 15), probed on small programs: the facts
-the cost model would need to price the broadcasts that LayerNorm's backward YNNPACK reductions
-read (gpt tiny ilp-memory / ilp-memory-1.05, experiments/fidelity.py CAUSES). A rule pricing them
-(commit 42927fb, costmodel/reduce_reads.py) was reverted: see the CAUSES entry for why."""
+"""What XLA CPU materialises for a reduction (issues 13 and 15), probed on small programs: the
+broadcasts LayerNorm's backward YNNPACK reductions read (costmodel/ynn_reads.py prices them since
+session 20; a first rule, commit 42927fb, was reverted in session 11: the module says why its key
+differs), a shared product written whole, and YNNPACK's size threshold."""
 from __future__ import annotations
 
 import re
@@ -68,3 +68,49 @@ def test_small_reductions_are_loop_fusions():
     assert "__ynn_fusion" in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((1, n)))
     assert "__ynn_fusion" not in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((1, n - 1)))
     assert "__ynn_fusion" not in _hlo(lambda x: jnp.sum(x * x, -1), jnp.ones((63, 65)))
+
+
+def _layernorm_grads(params, x):
+    """flax's LayerNorm forward and backward (meshgraphnet's edge / node MLPs end in one)."""
+    import flax.linen as nn
+    return jax.grad(lambda p, x: jnp.sum(jnp.tanh(nn.LayerNorm().apply({"params": p}, x))), (0, 1))(params, x)
+
+
+def _model_broadcasts(fn, args, method):
+    """The copies ``ynn_reads.shared_broadcast_lists`` charges under ``method``'s plan on cpu-2x4."""
+    import numpy as np
+
+    import shardgym as sg
+    from costmodel.builder import strategies_of
+    from costmodel.cost import Mesh
+    from costmodel.edge_memory import CopyGroups
+    from costmodel.memory import materialised_outputs
+    from costmodel.problem import as_strategy_array
+    from costmodel.ynn_reads import shared_broadcast_lists
+
+    graph = sg.trace(fn, *args)
+    cluster = sg.Cluster.preset("cpu-2x4")
+    problem = sg.build_problem(graph, cluster)
+    kept, _ = materialised_outputs(graph)
+    groups = CopyGroups.from_lists(shared_broadcast_lists(graph, strategies_of(graph, cluster), Mesh(cluster), kept,
+                                                          problem.intervals))
+    s = as_strategy_array(problem, sg.solve(problem, method=method).strategies)
+    return sorted(np.asarray(groups.intervals(s)[2]).tolist())
+
+
+def test_layernorm_backward_reads_two_written_out_broadcasts_above_the_ynn_threshold():
+    """XLA CPU writes out the rsqrt and scale broadcasts LayerNorm's forward and backward share, read
+    by the backward's YNNPACK reductions (2 x f32[rows,128]); the cost model charges the same two,
+    replicated (one device's HLO) and under data parallelism (rows sharded over the 8 devices of
+    cpu-2x4, 4096+ elements each); below YNNPACK's threshold neither side has any."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    params = {"scale": jnp.ones((128,)), "bias": jnp.zeros((128,))}
+    for rows, want in ((64, 2), (16, 0)):   # 8192 / 2048 elements
+        x = jnp.ones((rows, 128))
+        assert len(_broadcasts_read_by_ynn_reductions(_hlo(_layernorm_grads, params, x))) == want
+        assert _model_broadcasts(_layernorm_grads, (params, x), "replicated") == [rows * 128 * 4.0] * want
+    mesh = Mesh(jax.devices()[:8], ("d",))
+    x = jax.device_put(jnp.ones((512, 128)), NamedSharding(mesh, P("d", None)))
+    hlo = jax.jit(_layernorm_grads, out_shardings=NamedSharding(mesh, P())).lower(params, x).compile().as_text()
+    assert len(_broadcasts_read_by_ynn_reductions(hlo)) == 2
+    assert _model_broadcasts(_layernorm_grads, (params, x), "dp") == [64 * 128 * 4.0] * 2

@@ -56,7 +56,8 @@ jaxprs; only an operand of exactly the result's shape is a candidate. A
 group node has the head's primitive and params, ``folded`` = absorbed primitives in order,
 ``outputs`` = every group value used outside the group (another node or a program output) in
 program order, ``operands`` = the head's operands followed by the absorbed ops' external
-non-literal operands (deduplicated; ``params["num_head_operands"]`` tells where the head's stop).
+non-literal operands (deduplicated; ``params["num_head_operands"]`` tells where the head's stop;
+``params["out_operands"][o]`` lists the operand indices output o is computed from).
 FLOPs, bytes_read and bytes_written of a group are the SUMS over its members, so folding preserves
 ``total_flops`` and ``total_bytes`` exactly (bytes are therefore an unfused upper bound on memory
 traffic). ``num_nodes_unfolded`` = inputs + records, the node count with ``fold=False``.

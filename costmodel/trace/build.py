@@ -78,20 +78,30 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
             operands.append(val_loc[r] if r is not None else (-1, 0))
             op_types.append(t)
         n_head = len(operands)
-        seen = set(o for o in operands if o[0] >= 0)
+        seen = {o: k for k, o in reversed(list(enumerate(operands))) if o[0] >= 0}   # -> its first index
         fl, br, bw, fbp, folded, supported = 0.0, 0.0, 0.0, {}, [], True
+        deps: dict = {}   # group value -> the node operand indices it is computed from
         for ri in members[h]:
             m = recs[ri]
+            d: set = set()
             if ri != h:
                 folded.append(m.prim)
                 for r, t in zip(m.ins, m.in_types):
-                    if r is None or group[val_src[r][0]] == h:
+                    if r is None:
+                        continue
+                    if group[val_src[r][0]] == h:
+                        d |= deps.get(r, set())
                         continue
                     loc = val_loc[r]
                     if loc not in seen:
-                        seen.add(loc)
+                        seen[loc] = len(operands)
                         operands.append(loc)
                         op_types.append(t)
+                    d.add(seen[loc])
+            else:
+                d = {k for k, o in enumerate(operands) if o[0] >= 0}
+            for o in m.outs:
+                deps[o] = d
             fl += m.flops
             br += P.bytes_read(m.in_types)
             bw += P.bytes_written(m.out_types)
@@ -101,6 +111,7 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
         params["name_stack"] = raw_stack(rec.stack)
         if folded:
             params["num_head_operands"] = n_head
+            params["out_operands"] = tuple(tuple(sorted(deps[o])) for o in node_outs[h])
         role = "gradient" if is_grad(rec.stack) else "activation"
         roles.append(role)
         op_roles = tuple(roles[o[0]] if o[0] >= 0 else "constant" for o in operands)

@@ -1,0 +1,99 @@
+"""XLA CPU's YNNPACK reductions and the broadcasts they read as written-out buffers
+(``shared_broadcast_lists``: copy-group lists for ``CopyGroups.from_lists``; the builder appends
+them to ``Problem.edge_memory`` on a CPU cluster).
+
+What XLA does (probed, tests/test_ynn_reduce.py). A reduce_sum / max / min of at least
+``YNN_MIN_ELEMENTS`` per-device operand elements becomes a YNNPACK custom fusion, which takes in
+the element-wise ops and broadcasts feeding the reduce only when the reduce is their one user. An
+HLO instruction with another user is written out, full size, and the other user recomputes it.
+LayerNorm's backward is where it matters: flax computes ``mul = rsqrt(var + eps)[:, None] *
+scale[None, :]`` by broadcasting both to the activation's shape, and the backward's
+``reduce_sum(g * broadcast(rsqrt), 0)`` (the scale's gradient) and ``reduce_sum(g *
+broadcast(scale), -1)`` (the rsqrt's) read the same broadcasts, CSE'd with the forward's. XLA
+writes both out in the forward pass, where their source exists, and holds them to the backward
+reduction: meshgraphnet large fsdp on cpu-2x4 (``python -m experiments.fidelity_real diagnose``;
+the HLO of session 20): per LayerNorm ``wrapped_broadcast.38`` (the scale, made at position 1100
+of ~3100, from its all-gather) and ``bitcast_broadcast_fusion.61`` (the rsqrt, at 1295, right after
+the LayerNorm's statistics), each f32[49152,128], read only by ``ynn_fusion.18`` / ``.10`` at
+3093-3094, the edge encoder's backward: 2 x 24 MiB per edge LayerNorm, 2 x 4 MiB per node one.
+
+Rule: a reduction R in ``YNN_REDUCTIONS`` whose operand is output o of a node B that keeps no
+buffer for it (fused into R), where B reads a value (w, j) of the same rank and fewer elements,
+varying only in R's reduced dims (a broadcast along the others is hoisted out of the reduce by the
+algebraic simplifier: no buffer), that an earlier fusible node F also reads with an output of R's
+operand shape (the forward reader whose broadcast XLA CSEs): one buffer of R's operand shape in
+R's operand layout L per (F, w, j, L), from w's step (0 for state: XLA issues every scale
+broadcast before the forward pass, positions 1100-1250 above) to the last such R. Members: the
+reductions (want: R's strategies reading L, at least ``YNN_MIN_ELEMENTS`` per device); free: F's
+strategies whose output is not in L (XLA shares the broadcast only when the forward reader
+computes it in the reduction's layout: after partitioning the two have different local shapes).
+
+Approximate: XLA's condition is on three strategies (F's, B's and R's layouts agree); a copy group
+states two, here F's and R's, so a plan that puts B in another layout than R (an all-gather between
+a chain and its reduction) is charged where XLA writes nothing: vit tiny ilp-time, XLA 4
+broadcasts, the rule 7 (policy 6 / 8; replicated 11 / 10, megatron 8 / 8). At real size the
+counts agree: gpt 125m ilp-time XLA 49, the rule 48; megatron 1 / 0; meshgraphnet large fsdp /
+ilp-time 64 / 64 (2 per LayerNorm, 16 edge and 16 node ones). Keyed on F and B instead (members
+B), vit tiny ilp-time 4 / 4, but at real size vit megatron 0.996 -> 1.155 and meshgraphnet dp
+1.113 -> 1.324 (against 1.124 here). Earlier keys (session 11, commit 42927fb, reverted in ae535e3:
+B + R) over-charged meshgraphnet tiny megatron (XLA 2, the rule 6). Not modelled: the third
+buffer XLA holds per LayerNorm at real size (the LayerNorm input x = dot + bias, written out for its
+two YNN statistics reductions beside the dot's own result, from which the fusions reading x
+recompute it): meshgraphnet large stays about 9% under XLA. Re-priced figures: README, session 20.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.cost import Mesh, local_bytes, local_shape
+from costmodel.fused_reductions import YNN_MIN_ELEMENTS
+from costmodel.graph import OpGraph
+from costmodel.memory import materialising, non_fusible
+
+#: reductions XLA CPU emits as YNNPACK fusions (``__ynn_fusion`` with a ``reduce`` root)
+YNN_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+
+
+def shared_broadcast_lists(graph: OpGraph, strats, mesh: Mesh, kept, intervals) -> list:
+    """The broadcasts XLA CPU writes out for its YNNPACK reductions (module docstring), as copy
+    groups (F, bytes, members, start step, early: every F strategy)."""
+    nodes = graph.nodes
+    cmap = graph.consumers()
+    groups: dict = {}
+    for r in nodes:
+        if r.primitive not in YNN_REDUCTIONS or r.is_input or not r.operands or len(strats[r.id]) == 0:
+            continue
+        b, o = r.operands[0]
+        if b < 0 or nodes[b].is_input or o in kept[b]:
+            continue
+        ten = r.operand_types[0]
+        axes = {int(a) for a in r.params.get("axes", ())}
+        size = int(np.prod(ten.shape))
+        itemsize = np.dtype(ten.dtype).itemsize
+        dst = [s.operand_specs[0] for s in strats[r.id]]
+        nh = int(nodes[b].params.get("num_head_operands", 0)) if materialising(nodes[b]) else 0
+        for (w, j), t in list(zip(nodes[b].operands, nodes[b].operand_types))[nh:]:
+            varies = {d for d in range(len(t.shape)) if int(t.shape[d]) > 1}
+            if w < 0 or len(t.shape) != len(ten.shape) or int(np.prod(t.shape)) >= size or not varies \
+                    or not varies <= axes:
+                continue
+            fwd = sorted((nodes[c].order, c, next(k for k, x in enumerate(nodes[c].outputs) if x.shape == ten.shape))
+                         for c, _ in cmap.get((w, j), ()) if c != b and nodes[c].order < nodes[b].order
+                         and not non_fusible(nodes[c]) and any(x.shape == ten.shape for x in nodes[c].outputs))
+            if not fwd:
+                continue
+            _, f, fo = fwd[0]
+            src = [s.out_specs[fo] for s in strats[f]]
+            for L in dict.fromkeys(dst):
+                if int(np.prod(local_shape(ten.shape, L, mesh))) < YNN_MIN_ELEMENTS:
+                    continue   # a loop fusion: the broadcast stays fused
+                free = np.array([s != L for s in src])
+                if free.all():
+                    continue
+                key = (f, w, j, L)
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = (f, local_bytes(ten.shape, itemsize, L, mesh), {}, int(intervals[w, 0]),
+                                       np.ones(len(src), dtype=bool))
+                g[2][r.id, 0] = (r.id, r.order, np.array([d == L for d in dst]), free)
+    return [(f, nb, list(ms.values()), t, e) for f, nb, ms, t, e in groups.values()]
