@@ -85,6 +85,7 @@ from costmodel.memory import (
 from costmodel.problem import Problem, ProblemMeta
 from costmodel.slice_layout import (
     copied_together,
+    copy_source_reads,
     fused_read_groups,
     read_extents,
     reader_layout_slices,
@@ -198,10 +199,10 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
 
     # ---- liveness ----
     T = 1 + max(int(nd.order) for nd in nodes)
-    last_use = np.full(n, -1, dtype=np.int64)
     copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
-    # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer)
-    together = copied_together(graph, copied, plain_out)  # every read a dot's layout copy: made at the first
+    last_use = copy_source_reads(graph, copied)   # -1, or the last dot whose layout copy XLA fuses from it
+    # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer;
+    together = copied_together(graph, copied, plain_out)  # at the first reader when every read is a dot's copy)
     via_copy = {r for (u, oi, _), rs in copied.items() for r in rs if graph.nodes[r[0]].primitive != "dot_general"
                 or graph.nodes[r[0]].order > together.get((u, oi), np.inf)}
     recomputed = recomputed_reads(graph, kept, transparent, plain_out)   # cheap buffers a fusion recomputes

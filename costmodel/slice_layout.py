@@ -12,8 +12,8 @@ from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
 from costmodel.memory import SLICES, buffer_bytes, materialising, recomputed_reads
 
-__all__ = ["copied_together", "fused_read_groups", "partly_kept_reads", "read_extents", "reader_layout_slices",
-           "recomputed_reads"]
+__all__ = ["copied_together", "copy_source_reads", "fused_read_groups", "partly_kept_reads", "read_extents",
+           "reader_layout_slices", "recomputed_reads"]
 
 
 def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_memory=True) -> tuple[set, list]:
@@ -96,6 +96,45 @@ def partly_kept_reads(graph: OpGraph, kept, transparent) -> dict[int, list[int]]
                 or materialising(nd)):
             continue
         out.setdefault(i, []).extend(c for c, _ in cs)
+    return out
+
+
+def copy_source_reads(graph: OpGraph, copied) -> np.ndarray:
+    """Per node, the step of the last dot (-1: none) whose operand layout copy (``copied``:
+    ``copy_lists.layout_copied_reads``) XLA CPU recomputes from that node: the copied value is a
+    fused element-wise group (not ``materialising``, not an input) whose buffer is also written out
+    for another reader, every reader a dot, so XLA's fusion duplicates the group into the
+    ``copy_bitcast_fusion`` made just before the dot, and the group's operands stay live to that
+    step (the builder starts ``last_use`` from this array), not to the group's own step.
+    XLA's buffer assignment, gpt 125m ilp-memory-1.05 (results/s20_fidelity_real_gpt.json's plan,
+    cpu-2x4): the logits gradient dlogits = exp * (g / sum) + one-hot is written row-major for dX
+    (``add_bitcast_fusion.1`` f32[4096,12576]) and, fused again from the scatter-add one-hot
+    (``wrapped_scatter``) and the exp (``subtract_exponential_fusion``), transposed for dW
+    (``copy_bitcast_fusion`` f32[12576,4096]): 4 x 196.5 MiB at XLA's peak, where the model
+    held 2 (dlogits and its copy; predicted / XLA 0.889, re-priced 1.005; tests/test_copy_sources.py
+    at a small size 0.515 -> 0.993). Not extended: a group read by a non-dot too (fno tiny
+    replicated: the GELU gradient, also read by the bias gradient's reduction, is written out once
+    and ``transpose(param_0.134)`` copies that buffer; extending it put fno's real-size rows at
+    1.11-1.44 of XLA), a group every read of which is a copy (no canonical buffer: fno's spectral
+    slices), a conv's copy (made at its producer's step). Approximate: every operand of the group
+    is held, whatever the plan; where the dot reads the group resharded XLA copies the gathered
+    buffer instead and the operands die at the group (a probe, the same lm_head with batch 4 under
+    dp on cpu-2x4: 1.10 -> 1.67 of XLA)."""
+    nodes = graph.nodes
+    out = np.full(len(nodes), -1, dtype=np.int64)
+    via = {r for rs in copied.values() for r in rs}
+    cons = graph.consumers()
+    for (u, oi, _), rs in copied.items():
+        pu = nodes[u]
+        rd = cons.get((u, oi), [])
+        if (pu.is_input or materialising(pu) or all(r in via for r in rd)   # no canonical buffer (fno's slices)
+                or any(nodes[c].primitive != "dot_general" for c, _ in rd)):  # a bias reduction: copied from it
+            continue
+        for v, _ in rs:
+            if nodes[v].primitive == "dot_general":
+                for src, _ in pu.operands:
+                    if src >= 0:
+                        out[src] = max(out[src], int(nodes[v].order))
     return out
 
 
