@@ -35,11 +35,27 @@ broadcasts, the rule 7 (policy 6 / 8; replicated 11 / 10, megatron 8 / 8). At re
 counts agree: gpt 125m ilp-time XLA 49, the rule 48; megatron 1 / 0; meshgraphnet large fsdp /
 ilp-time 64 / 64 (2 per LayerNorm, 16 edge and 16 node ones). Keyed on F and B instead (members
 B), vit tiny ilp-time 4 / 4, but at real size vit megatron 0.996 -> 1.155 and meshgraphnet dp
-1.113 -> 1.324 (against 1.124 here). Earlier keys (session 11, commit 42927fb, reverted in ae535e3:
-B + R) over-charged meshgraphnet tiny megatron (XLA 2, the rule 6). Not modelled: the third
-buffer XLA holds per LayerNorm at real size (the LayerNorm input x = dot + bias, written out for its
-two YNN statistics reductions beside the dot's own result, from which the fusions reading x
-recompute it): meshgraphnet large stays about 9% under XLA. Re-priced figures: README, session 20.
+1.113 -> 1.324 (against 1.124 here). Session 20f probed the third strategy (an evaluator-only gate, not
+a rule: results/s20f_gate_*.json): in vit tiny ilp-time the three extra groups are exactly those whose
+chain B (the dot whose epilogue multiplies by the broadcast) is sharded (('y',), (), ()) and gathered
+into a replicated R (policy: 2 of 8). Dropping a member when B's output is not in L gives 4 / 4 and
+6 / 6; re-priced, zoo tiny 43 -> 44 of 48 (vit policy 1.139 -> 1.090 in; gpt policy 1.242 -> 1.120),
+real 39, outside 21 and policy rows 4 of 6 unchanged, but (1) vit megatron goes to 6 where XLA writes 8
+(the model's B reduce-scatters over y and R gathers it; XLA, not dumped, presumably multiplies in L:
+a gate would read B's layout before its reduce-scatter); (2) the tiny rows stay out: vit ilp-time
+1.190 -> 1.118 (1.062 with no rule), meshgraphnet policy 1.138 (its count, 6 / 7, was never the
+problem): at tiny size XLA's scheduler issues the broadcasts late (meshgraphnet policy, compiled
+with --xla_dump_to: the 7 at positions 215-284 of 625, read at 390-544; all 7 live at XLA's
+backward peak, 1223 KB), while the rule holds them from the source's step through the model's
+forward peak (step 146 of 651, 6 x 32 KB). Gated and started at the first reader's step, the three
+rows come in (1.059, 0.969, 0.978) but gpt tiny ilp-time / ilp-memory / -1.05 go out (0.864-0.888)
+and real size falls 39 -> 26 of 40 (meshgraphnet large back to ~0.75, gpt 125m to ~0.89): no single
+start fits all. A gate on a third node also needs copy-group members with two nodes (ILP rows,
+lagrange, bp_copies, local search). Earlier keys (session 11,
+commit 42927fb, reverted in ae535e3: B + R) over-charged meshgraphnet tiny megatron (XLA 2, the rule
+6). Not modelled: the third buffer XLA holds per LayerNorm at real size (the LayerNorm input x = dot +
+bias, written out for its two YNN statistics reductions beside the dot's own result, from which the
+fusions reading x recompute it): meshgraphnet large stays about 9% under XLA. Re-priced figures: README, session 20.
 """
 from __future__ import annotations
 
