@@ -201,8 +201,7 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     T = 1 + max(int(nd.order) for nd in nodes)
     copied = layout_copied_reads(graph) if cluster.backend == "cpu" and edge_memory else {}
     last_use = copy_source_reads(graph, copied)   # -1, or the last dot whose layout copy XLA fuses from it
-    # read from a layout copy, not the buffer (a conv's copy is made early; a dot's at its step, from the buffer;
-    together = copied_together(graph, copied, plain_out)  # at the first reader when every read is a dot's copy)
+    together = copied_together(graph, copied, plain_out)  # reads of a layout copy (``copied_together``' docstring)
     via_copy = {r for (u, oi, _), rs in copied.items() for r in rs if graph.nodes[r[0]].primitive != "dot_general"
                 or graph.nodes[r[0]].order > together.get((u, oi), np.inf)}
     recomputed = recomputed_reads(graph, kept, transparent, plain_out)   # cheap buffers a fusion recomputes
