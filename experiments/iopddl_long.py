@@ -42,6 +42,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from agent.checkpoints import write_atomic  # noqa: E402
 from costmodel.problem import Problem, evaluate  # noqa: E402
 from experiments.common import git_rev  # noqa: E402
 from solvers.search import solve_large  # noqa: E402
@@ -82,10 +83,8 @@ def contest_evaluate(path: str, plan) -> dict:
 
 
 def save_atomic(path: str, obj: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
+    """``obj`` as JSON at ``path``, written atomically (agent.checkpoints.write_atomic)."""
+    write_atomic(path, json.dumps(obj).encode())
 
 
 def start_plans(a, state, problem) -> list:
