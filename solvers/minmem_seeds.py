@@ -8,8 +8,9 @@ The seeds, besides the caller's plans and the baselines (``solvers.dispatch.base
   one (``shardgym.solve`` does): one forward pass and the masked decode, 0.1-0.8 s on the zoo's tiny
   models, 3.5 s on gpt 125m (cpu-2x4, load 4-5);
 - the time-optimal plan: ``solve_ilp`` with the time objective, given ``TIME_SEED_SHARE`` of the
-  limit and started from the seeds above (so at worst it answers the fastest of them). Under any
-  step-time bound a plan can meet, the time-optimal plan meets it.
+  limit and started from the seeds above (so at worst it answers the fastest of them); on graphs
+  beyond the capped core's MILP (``milp_ok``) only from ``TIME_SEED_BIG_S`` on. Under any step-time
+  bound a plan can meet, the time-optimal plan meets it.
 
 Why (gpt 125m cpu-2x4, compiled abstractly, the cost model of session 20, 30 s limit): the best
 baseline within 1.05 x Megatron's step time was Megatron's plan itself (3703 MiB predicted); the
@@ -26,21 +27,27 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
+from solvers.capped import milp_ok
 from solvers.ilp.bounds import best_seed
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded
 from solvers.ilp.types import InfeasibleError
 
-#: share of the memory objective's time limit the time-optimal seed's ILP may take (gpt 125m cpu-2x4:
-#: optimal in 9 s at load 2, no plan of its own in 10 s at load 4.5; gpt tiny: optimal in 2.8 s)
+#: share of the memory objective's time limit the time-optimal seed's ILP may take (gpt tiny cpu-2x4:
+#: optimal in 1.4-2.8 s at load 4-6)
 TIME_SEED_SHARE = 0.25
 #: the time-optimal seed's ILP gets at least this many seconds, or is skipped when less is left
 TIME_SEED_MIN_S = 1.0
+#: on a graph larger than the capped core's MILP holds (``solvers.capped.milp_ok``) the time seed runs
+#: only when its share is at least this long: gpt 125m cpu-2x4 (3,283 nodes) was solved to optimality in
+#: 9 s of 30 at load 2 (results/s20e_fidelity_real_gpt.json), but gave no plan in 7.5 or 15 s at load 7
+#: (killed past the limit while building and presolving: 8.6 / 16.1 s spent for nothing)
+TIME_SEED_BIG_S = 20.0
 
 
 def memory_seeds(problem: Problem, time_limit_s: float, seeds, policy_seed=None) -> tuple[list[list[int]], dict]:
     """(new seeds, info): the planner's raw decode (when ``policy_seed`` is given) and the
     time-optimal plan (``TIME_SEED_SHARE`` of ``time_limit_s``, started from ``seeds`` and the
-    planner's plan), each as a list of ints. A seed that cannot be had (the planner finds no plan
+    planner's plan; the module docstring says when it runs), each as a list of ints. A seed that cannot be had (the planner finds no plan
     that fits, ValueError; the time ILP finds none in its time) is left out. ``info``: per seed
     its name, peak bytes, step time and seconds taken."""
     out, info = [], {}
@@ -55,12 +62,11 @@ def memory_seeds(problem: Problem, time_limit_s: float, seeds, policy_seed=None)
             out.append([int(x) for x in getattr(pol, "strategies", pol)])
             info["policy"] = _describe(problem, out[-1], t)
     limit = TIME_SEED_SHARE * float(time_limit_s)
-    if limit >= TIME_SEED_MIN_S:
+    if limit >= (TIME_SEED_MIN_S if milp_ok(problem) else TIME_SEED_BIG_S):
         t = time.perf_counter()
         starts = known + out + ([[0] * problem.num_nodes] if problem.meta is not None else [])
         try:
-            plan, _ = solve_ilp_guarded(problem, objective="time", time_limit_s=limit, grace_s=1.0,
-                                        initial_plans=starts)
+            plan, _ = solve_ilp_guarded(problem, objective="time", time_limit_s=limit, initial_plans=starts)
         except SolveOverrun as exc:   # its best incumbent, if any: the starts are there anyway
             plan = best_seed(problem, exc.incumbents, problem.usage_limit, None, lambda c: c.total)
         except (RuntimeError, InfeasibleError):
