@@ -13,7 +13,7 @@ all-gathers, all-reduces, fusions, dots, ...) and the largest ones.
     XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python -m experiments.minmem_bounds
     ... --models gpt:tiny,gpt:125m --ilp-time-limit-s 60
 
-Writes results/minmem_bounds.json (config, seed, git revision, one record per model).
+Writes results/minmem_bounds.json (``--out``: results/<out>.json; config, seed, git revision, one record per model).
 """
 from __future__ import annotations
 
@@ -127,13 +127,14 @@ def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(Config.models), help="comma-separated model:size")
     ap.add_argument("--ilp-time-limit-s", type=float, default=Config.ilp_time_limit_s)
+    ap.add_argument("--out", default="minmem_bounds", help="results/<out>.json")
     a = ap.parse_args(argv)
     cfg = Config(models=tuple(m for m in a.models.split(",") if m), ilp_time_limit_s=a.ilp_time_limit_s)
     out = []
     for spec in cfg.models:
         name, _, size = spec.partition(":")
         out.append(run_model(name, size or "tiny", cfg))
-        write_results("minmem_bounds", {"rows": out}, config=cfg, seed=cfg.seed)
+        write_results(a.out, {"rows": out}, config=cfg, seed=cfg.seed)
         r = out[-1]
         for p, pk in r["peak_buffers"].items():
             print(f"  {p}: XLA peak buffers {pk['total_bytes'] / 2 ** 20:.2f} MiB by kind (MiB): "

@@ -59,6 +59,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     wall = time.perf_counter() - t0
     first, chosen = v.rounds[0], v.rounds[v.plan.info["verify"]["chosen_round"]]
     mib = 2.0 ** -20
+    info = v.plan.info
     return {
         "model": name, "size": size, "megatron_xla_MiB": r_mega.xla_memory_bytes * mib,
         "megatron_pred_MiB": r_mega.predicted_memory_bytes * mib,
@@ -67,6 +68,12 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         "verified_xla_MiB": chosen.xla_memory_bytes * mib,
         "verified_saving_vs_megatron_xla": 1 - chosen.xla_memory_bytes / r_mega.xla_memory_bytes,
         "verified_step_time_s": sg.evaluate(v.problem, v.plan).step_time_s, "bound_s": bound_s,
+        # the chosen plan's solve: the model's lower bound on the peak within the bound (every plan's, so
+        # the best saving the strategy space allows by the model), where its plan came from, its seeds
+        "minmem_bound_MiB": None if info.get("bound") is None else info["bound"] * mib,
+        "bound_saving_vs_megatron_pred": None if info.get("bound") is None
+        else 1 - info["bound"] / r_mega.predicted_memory_bytes,
+        "solve": {k: info.get(k) for k in ("status", "gap", "source", "seeds", "bisection")},
         "rounds": [r.to_dict() for r in v.rounds], "wall_s": wall,
     }
 

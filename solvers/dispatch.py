@@ -12,7 +12,9 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
   ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
   where they help (``baseline_seeds``), under a watchdog (``solvers.ilp.solve_ilp_guarded``: a
   forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
-  the best seed (status "killed").
+  the best seed (status "killed"). The memory objective under a step-time bound or with copy groups
+  is seeded with the baselines, the planner's raw decode and the time-optimal plan, and never
+  answers worse than the best of them within the limits (``solvers.minmem_seeds``).
 - ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
+from solvers.minmem_seeds import keep_best, memory_seeds
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
 CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progress"})
@@ -94,28 +97,38 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     """Method "ilp" on ``problem`` (its usage_limit is the cap): (strategies, info dict).
     ``policy_seed(problem) -> plan`` (``shardgym.solve`` passes the pretrained planner; solvers do
     not import agent): under a binding cap with the time objective, its plan seeds the capped core
-    (``solve_capped_time``)."""
-    t0 = time.perf_counter()
+    (``solve_capped_time``); its raw decode seeds the memory objective (``solvers.minmem_seeds``).
+    Every time spent here (seeds, bisection) counts against ``time_limit_s``, once."""
+    t0, limit_s = time.perf_counter(), float(time_limit_s)
     cap = binding_cap(problem)
     if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
             and set(kw) <= CAPPED_OPTIONS):
         return solve_capped_time(problem, float(time_limit_s), t0, policy_seed=policy_seed, **kw)
-    # with copy groups (edge_memory) the memory objective's phase 1 is a MIP too: seed it
-    if objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
-                                or problem.edge_memory is not None):
+    seeded = objective == "memory" and (max_step_time_s is not None or problem.edge_memory is not None)
+    if seeded:
+        # the memory objective under a bound, or with copy groups (its phase 1 a MIP too): seeded with
+        # the baselines, the planner's raw decode and the time-optimal plan (solvers.minmem_seeds), and
+        # never answering worse than the best of them within the limits (``keep_best`` below)
+        base = baseline_seeds(problem)
+        more, seed_info = memory_seeds(problem, limit_s, seeds_of(kw) + base, policy_seed)
+        kw["initial_plans"] = list(kw.get("initial_plans") or []) + base + more
+    elif objective != "time" and ((max_step_time_s is not None and "initial_plans" not in kw)
+                                  or problem.edge_memory is not None):
         kw["initial_plans"] = list(kw.get("initial_plans") or []) + baseline_seeds(problem)
+    if objective != "time":
         # the seeds' time counts against the limit (at least 1 s is left to the solver)
-        time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+        time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
     bisect = None
     if objective == "memory" and max_step_time_s is not None and BISECT_SHARE > 0 and problem.edge_memory is not None:
-        # min peak within T by bisection on the cap (solvers.minmem_bisect): its plan seeds the MIP.
-        # Only with copy groups, where the MIP does not close and where it was measured; without
-        # them the MIP runs alone, as before (no 70 % of the limit spent ahead of a MIP that may prove at once)
+        # min peak within T by bisection on the cap (solvers.minmem_bisect), from the best seed within
+        # T: its plan seeds the MIP. Only with copy groups, where the MIP does not close and where it
+        # was measured; without them the MIP runs alone, as before (no 70 % of the limit spent ahead
+        # of a MIP that may prove at once). Its share is of the time left after the seeds
         bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw),
-                                        t0 + BISECT_SHARE * float(time_limit_s))
+                                        time.perf_counter() + BISECT_SHARE * float(time_limit_s))
         if bisect is not None:
             kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
-            time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+            time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
     if problem.meta is not None and "initial_plan" not in kw:
         # strategy 0 of every traced node is "replicated": a plan HiGHS can start from, so a
         # time-limited solve of a big graph returns a plan instead of "no feasible plan found"
@@ -125,7 +138,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         if objective == "time" and evaluate(problem, replicated).peak_memory_bytes > limit:
             # replication does not fit (GPT-7B on 80 GiB): the baselines are the seeds
             kw["initial_plans"] += baseline_seeds(problem)
-            time_limit_s = max(1.0, float(time_limit_s) - (time.perf_counter() - t0))
+            time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
     progress = kw.pop("progress", None)
     try:
         strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
@@ -144,6 +157,9 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         if info.get("bound") is None or not np.isfinite(info["bound"]):   # killed: the copy-free least peak
             info["bound"] = node_min_peak(problem)                         # bounds every plan's peak
         info["gap"] = max(sc.peak_memory_bytes - info["bound"], 0.0) / max(sc.peak_memory_bytes, 1e-300)
+    if seeded:
+        strategies, info = keep_best(problem, strategies, info, seeds_of(kw), max_step_time_s)
+        info["seeds"] = seed_info
     if progress is not None:
         c = evaluate(problem, strategies)
         progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "
