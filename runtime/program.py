@@ -200,13 +200,14 @@ def _tied_barrier(ops) -> list:
     recomputed probabilities at its peak (3,704 MiB, as without recomputation). The zero ties each
     result to all operands (e.g. the attention output's cotangent), so the recomputation cannot
     start before the backward reaches it. Exact: the zero is ``select(z == z, z, 0)`` of
-    ``z = x.ravel()[0] * 0`` (XLA does not fold a float ``x * 0``: NaN), so ``x + 0`` changes at most
-    the sign of a zero. Costs one element-wise add per operand (not in the cost model)."""
+    ``z = x[0, ..., 0] * 0`` (XLA does not fold a float ``x * 0``: NaN), so ``x + 0`` changes at most
+    the sign of a zero. Costs one element-wise add per operand and, on a sharded operand, a
+    one-element collective (not in the cost model; ``x.ravel()[0]`` all-gathered the whole operand)."""
     outs = list(jax.lax.optimization_barrier(tuple(ops)))
     fl = [o for o in outs if jnp.issubdtype(o.dtype, jnp.floating) and o.size]
     if not fl:
         return outs
-    z = sum(jnp.ravel(o)[0].astype(jnp.float32) * 0.0 for o in fl)
+    z = sum(jax.lax.slice(o, (0,) * o.ndim, (1,) * o.ndim).reshape(()).astype(jnp.float32) * 0.0 for o in fl)
     z = jnp.where(z == z, z, 0.0)
     return [o + z.astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.floating) else o for o in outs]
 

@@ -14,6 +14,7 @@ import numpy as np
 import shardgym as sg
 import zoo
 from costmodel.plan import Plan
+from costmodel.schedule import NODE_SCOPE
 from costmodel.trace import flatten_program
 from runtime import program
 from runtime.core import execute
@@ -93,3 +94,8 @@ def test_gpt_remat_step_runs_sharded_with_the_unsharded_numbers():
     r = execute(fn, args, graph, sg.solve(problem, method="megatron"), problem=problem, iters=1, warmup=0,
                 compiler_options=_FAST_COMPILE)   # numerics only: XLA's cheap passes
     assert r.max_rel_err < 1e-4 and r.loss_rel_err < 1e-6, (r.max_rel_err, r.loss_rel_err)
+    # the tie reads one element of each sharded operand: a scalar collective, never the operand
+    # (x.ravel()[0] made XLA all-gather q, k, v and the cotangent whole)
+    bars = {n.id for n in graph.nodes if n.primitive == "optimization_barrier"}
+    at = [c for c in r.collective_list if any(f"{NODE_SCOPE}{b}/" in (c["op_name"] or "") for b in bars)]
+    assert bars and all(c["bytes"] <= 64 for c in at), at
