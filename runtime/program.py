@@ -191,6 +191,27 @@ def _row_major(x, sharding):
     return jnp.matmul(x, jnp.eye(n, dtype=x.dtype), precision="highest")
 
 
+def _tied_barrier(ops) -> list:
+    """``optimization_barrier(ops)``, each floating result plus a zero computed from every operand.
+
+    The barrier keeps XLA from CSE-ing a backward recomputation with the forward pass, but XLA CPU
+    expands it away before scheduling, and its scheduler then hoists every recomputation to where
+    q, k, v are ready, in the forward pass: gpt 125m under Megatron's plan held all 12 layers'
+    recomputed probabilities at its peak (3,704 MiB, as without recomputation). The zero ties each
+    result to all operands (e.g. the attention output's cotangent), so the recomputation cannot
+    start before the backward reaches it. Exact: the zero is ``select(z == z, z, 0)`` of
+    ``z = x[0, ..., 0] * 0`` (XLA does not fold a float ``x * 0``: NaN), so ``x + 0`` changes at most
+    the sign of a zero. Costs one element-wise add per operand and, on a sharded operand, a
+    one-element collective (not in the cost model; ``x.ravel()[0]`` all-gathered the whole operand)."""
+    outs = list(jax.lax.optimization_barrier(tuple(ops)))
+    fl = [o for o in outs if jnp.issubdtype(o.dtype, jnp.floating) and o.size]
+    if not fl:
+        return outs
+    z = sum(jax.lax.slice(o, (0,) * o.ndim, (1,) * o.ndim).reshape(()).astype(jnp.float32) * 0.0 for o in fl)
+    z = jnp.where(z == z, z, 0.0)
+    return [o + z.astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.floating) else o for o in outs]
+
+
 def _is_missing(x) -> bool:
     return type(x).__name__ == "_Missing"
 
@@ -209,6 +230,8 @@ def _eval_step(kind, payload, ops) -> list:
         return [jax.lax.broadcast_in_dim(x, p["shape"], p["broadcast_dimensions"])]
     if prim == "concatenate":
         return [jax.lax.concatenate([x, *rest], p["dimension"])]
+    if prim == "optimization_barrier":   # a recomputation's operands (costmodel.trace.walk.remat_barrier)
+        return _tied_barrier([x, *rest])
     raise ValueError(f"runtime: unknown synthetic step {prim!r}")
 
 

@@ -4,6 +4,11 @@ Token embedding (gather) + learned position embedding, `n_layers` pre-LayerNorm 
 explicit causal multi-head self-attention (einsum) and a 4x gelu MLP, a final LayerNorm and an
 untied LM head (Dense, no bias); loss = mean next-token cross-entropy. No nn.scan / nn.remat,
 so every layer appears in the traced graph.
+
+``GPTConfig.remat_attention`` (default False) is Megatron-LM's "selective activation
+recomputation": the core attention (scores q.k^T, causal mask, softmax, probs.v) runs under
+``jax.checkpoint`` with nothing saveable, so the backward pass keeps only q, k, v and recomputes
+the [b, h, t, t] scores and probabilities instead of keeping them from the forward pass.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ class GPTConfig:
     vocab: int
     seq_len: int
     batch: int
+    remat_attention: bool = False
 
     @property
     def d_head(self) -> int:
@@ -46,6 +52,7 @@ class SelfAttention(nn.Module):
 
     n_heads: int
     causal: bool = True
+    remat: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -54,13 +61,20 @@ class SelfAttention(nn.Module):
         q = nn.Dense(d, name="query")(x).reshape(b, t, h, dh)
         k = nn.Dense(d, name="key")(x).reshape(b, t, h, dh)
         v = nn.Dense(d, name="value")(x).reshape(b, t, h, dh)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.float32(dh))
-        if self.causal:
-            mask = jnp.tril(jnp.ones((t, t), dtype=bool))
-            scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, d)
+        core = jax.checkpoint(_core_attention, static_argnums=(3,)) if self.remat else _core_attention
+        out = core(q, k, v, self.causal).reshape(b, t, d)
         return nn.Dense(d, name="out")(out)
+
+
+def _core_attention(q, k, v, causal: bool):
+    """softmax(q.k^T / sqrt(d_head), causal mask) . v on [b, t, h, d_head] operands (no parameters)."""
+    t, dh = q.shape[1], q.shape[3]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.float32(dh))
+    if causal:
+        mask = jnp.tril(jnp.ones((t, t), dtype=bool))
+        scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
 class Block(nn.Module):
@@ -69,10 +83,11 @@ class Block(nn.Module):
     n_heads: int
     d_ff: int
     causal: bool = True
+    remat_attention: bool = False
 
     @nn.compact
     def __call__(self, x):
-        x = x + SelfAttention(self.n_heads, self.causal, name="attn")(nn.LayerNorm(name="ln1")(x))
+        x = x + SelfAttention(self.n_heads, self.causal, self.remat_attention, name="attn")(nn.LayerNorm(name="ln1")(x))
         y = nn.LayerNorm(name="ln2")(x)
         y = nn.Dense(self.d_ff, name="fc1")(y)
         y = nn.gelu(y)
@@ -91,7 +106,7 @@ class GPT(nn.Module):
         pos = self.param("wpe", nn.initializers.normal(0.02), (cfg.seq_len, cfg.d_model))
         x = x + pos[None, : tokens.shape[1]]
         for i in range(cfg.n_layers):
-            x = Block(cfg.n_heads, cfg.d_ff, name=f"block_{i}")(x)
+            x = Block(cfg.n_heads, cfg.d_ff, remat_attention=cfg.remat_attention, name=f"block_{i}")(x)
         x = nn.LayerNorm(name="ln_f")(x)
         return nn.Dense(cfg.vocab, use_bias=False, name="lm_head")(x)
 

@@ -16,7 +16,10 @@ with four or more args the middle ones are ``other``. Scalar leaves (Python ints
 Inlining. Call-like primitives (``jit``/``pjit``, ``closed_call``, ``core_call``,
 ``custom_jvp_call``, ``custom_vjp_call``, ``remat2``/``checkpoint``, ...; see
 ``primitives.INLINE``) are inlined by mapping the outer operands onto the sub-jaxpr's invars;
-closed-over constants become literals. Control flow:
+closed-over constants become literals. The backward pass's recomputation (a ``remat2`` with
+``differentiated`` and ``prevent_cse``) first passes its operands through one synthetic
+``optimization_barrier`` record (no FLOPs; its outputs are the operands), as JAX lowers it; the
+recomputed ops are records of their own, after it. Control flow:
 - ``scan`` with 1 <= length <= 64 is unrolled: per iteration each scanned input gets a synthetic
   ``slice`` + ``squeeze``, the body is inlined, and each stacked output is rebuilt from per-step
   ``broadcast_in_dim`` (to a leading 1) + one ``concatenate``. Longer scans become one node whose

@@ -5,8 +5,10 @@ FLOPs from ``costmodel.primitives.flops``, json params) for every equation of a 
 call-like primitives (``primitives.INLINE``), unrolling ``scan`` with 1 <= length <=
 ``SCAN_UNROLL_MAX`` (synthetic slice / squeeze per step, broadcast_in_dim + concatenate per stacked
 output) and turning longer scans, ``while`` and ``cond`` into one replicate-only record each (costs
-in costmodel.trace's docstring). A primitive without a cost rule stays a record with
-``supported=False`` and is warned about once per trace.
+in costmodel.trace's docstring). A differentiated ``remat2`` with ``prevent_cse`` gets a synthetic
+``optimization_barrier`` record on its operands before its body is inlined (``Tracer.remat_barrier``).
+A primitive without a cost rule stays a record with ``supported=False`` and is warned about once
+per trace.
 """
 from __future__ import annotations
 
@@ -113,7 +115,7 @@ class Tracer:
             sub = params[sub_key]
             inner = sub.jaxpr if hasattr(sub, "consts") else sub
             if len(inner.invars) == len(ins) and len(inner.outvars) == len(eqn.outvars):
-                return self.flatten(sub, ins, stack)
+                return self.flatten(sub, self.remat_barrier(eqn, prim, ins, stack), stack)
         if prim == "scan" and 1 <= params["length"] <= SCAN_UNROLL_MAX:
             return self.unroll_scan(eqn, ins, stack)
         in_types = self.in_types_of(eqn, ins)
@@ -130,6 +132,29 @@ class Tracer:
                 self.warn(prim)
                 f = 0.0
         return self.add(prim, ins, in_types, out_types, stack, jp, float(round(f)), supported)
+
+    def remat_barrier(self, eqn, prim, ins, stack) -> list:
+        """``ins`` with the operands of a differentiated ``remat2`` / ``checkpoint`` (the backward
+        pass's recomputation) that has ``prevent_cse`` passed through one synthetic
+        ``optimization_barrier`` record, as JAX's own lowering of it does (ad_checkpoint's
+        ``_remat_lowering``): without it XLA may CSE the recomputation with the forward pass and
+        keep the forward's activations, and the recomputation saves nothing. Other calls: ``ins``."""
+        p = eqn.params
+        cse = p.get("prevent_cse", False)
+        if prim not in ("remat2", "checkpoint") or not p.get("differentiated") or not any(
+                cse if isinstance(cse, tuple) else (cse,)):
+            return ins
+        cse = cse if isinstance(cse, tuple) else (cse,) * len(ins)
+        pick = [k for k, r in enumerate(ins) if r is not None and cse[k]]
+        if not pick:
+            return ins
+        types = [self.val_type[ins[k]] for k in pick]
+        outs = self.add("optimization_barrier", [ins[k] for k in pick], types, types, stack,
+                        {"synthetic": "remat"}, 0.0)
+        ins = list(ins)
+        for k, o in zip(pick, outs):
+            ins[k] = o
+        return ins
 
     def body_flops(self, closed) -> float:
         sub = Tracer()
