@@ -13,6 +13,7 @@ from costmodel.combined import combined_all_reduce_lists, combined_candidates
 from costmodel.cost import Mesh, axis_changes, gather_relaid, local_bytes, lowered_kind, reshard_measured
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
+from costmodel.slice_layout import splits_before_gather
 from costmodel.value_origin import same_value_source
 
 
@@ -86,6 +87,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
+        if splits_before_gather(nd, k):   # no copy of the operand: its pieces are resharded as the outputs
+            continue
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
         buffer_read = k < nh and non_fusible(nd)
         src = [s.out_specs[oi] for s in strats[u]]
