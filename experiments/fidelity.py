@@ -156,11 +156,18 @@ CAUSES = {
                          "model charges apart; and their slices, 4 x 128 KiB replicated + 2 x 64 KiB copies in the "
                          "model, are 6 x 64 + 2 x 32 KiB in the readers' layouts in XLA",
     ("fno", "policy"): "over: as fno ilp-time (session 11: today's policy plan reads 1.03)",
-    ("unet", "ilp-time"): "over: at the model's peak (step 241, the backward pass's start at up_0) a split's "
-                          "pieces (393 KB) are charged beside the 524 KB gathered buffer XLA slices them from "
-                          "(all-gather.9), and conv layout copies (1.6 MB of early groups) from their forward "
-                          "producers where XLA writes them in the backward pass (XLA: 3.21 MB live there, the "
-                          "model 4.39 MB); making those copies late moved unet replicated 1.02 -> 0.85",
+    ("unet", "ilp-time"): "over before session 21 (1.104): at the model's peak (step 241, the backward pass's start at "
+                          "up_0) the skip concatenate's gradient, S01RRR, read RRRR by its split, was charged a 512 KiB "
+                          "gathered copy; XLA cuts the pieces first and gathers each (slice_layout.splits_before_gather, "
+                          "tests/test_split_gather.py): 1.031 since",
+    ("gpt", "ilp-memory"): "under (session 21, s21a_fidelity_tiny's re-solved plan, XLA's buffers at its peak beside the "
+                           "model's: XLA 1356 KiB, the model 1195 KiB at step 148): XLA holds all-gather.51, f32[8,32,256] "
+                           "(256 KiB), the whole block_1 fc2 input gradient (hidden-sharded over x, y) gathered and "
+                           "dynamic-sliced for the next backward dot, which reads it sequence-sharded over y (a full "
+                           "rematerialisation). copy_lists charges the whole tensor of a remat only when the first reader "
+                           "of that layout is active (here the first of three, step 166, is not; the dot is at 169). "
+                           "Charging it for every active reader (tried, not merged): this row 0.881 -> 1.117 (the model's "
+                           "peak moves to step 165 with other over-counts), fno ilp-memory-1.05 (s13c plan) 1.063 -> 1.149",
     ("gpt", "ilp-memory-1.05"): "under before session 20 (0.886): LayerNorm's backward YNNPACK reductions read the "
                                 "scale and rsqrt broadcasts as buffers (wrapped_broadcast, bitcast_broadcast_fusion, 4 x "
                                 "32 KiB at XLA's peak); priced since session 20 (costmodel.ynn_reads: 1.018)",
