@@ -160,14 +160,12 @@ CAUSES = {
                           "up_0) the skip concatenate's gradient, S01RRR, read RRRR by its split, was charged a 512 KiB "
                           "gathered copy; XLA cuts the pieces first and gathers each (slice_layout.splits_before_gather, "
                           "tests/test_split_gather.py): 1.031 since",
-    ("gpt", "ilp-memory"): "under (session 21, s21a_fidelity_tiny's re-solved plan, XLA's buffers at its peak beside the "
-                           "model's: XLA 1356 KiB, the model 1195 KiB at step 148): XLA holds all-gather.51, f32[8,32,256] "
-                           "(256 KiB), the whole block_1 fc2 input gradient (hidden-sharded over x, y) gathered and "
-                           "dynamic-sliced for the next backward dot, which reads it sequence-sharded over y (a full "
-                           "rematerialisation). copy_lists charges the whole tensor of a remat only when the first reader "
-                           "of that layout is active (here the first of three, step 166, is not; the dot is at 169). "
-                           "Charging it for every active reader (tried, not merged): this row 0.881 -> 1.117 (the model's "
-                           "peak moves to step 165 with other over-counts), fno ilp-memory-1.05 (s13c plan) 1.063 -> 1.149",
+    ("gpt", "ilp-memory"): "under before session 21's remat rule (s21a_fidelity_tiny's plan, 0.881; XLA 1356 KiB, the "
+                           "model 1195 KiB at step 148): XLA holds all-gather.51, f32[8,32,256] (256 KiB), the whole "
+                           "block_1 fc2 input gradient gathered and sliced for the next backward dot (a full "
+                           "rematerialisation), which copy_lists charged only at the first reader of that layout (here "
+                           "not active); charged the step before every later reader since (1.082). Charging it from the "
+                           "producer's step instead (tried): 1.117, fno ilp-memory-1.05 (s13c) 1.063 -> 1.149",
     ("gpt", "ilp-memory-1.05"): "under before session 20 (0.886): LayerNorm's backward YNNPACK reductions read the "
                                 "scale and rsqrt broadcasts as buffers (wrapped_broadcast, bitcast_broadcast_fusion, 4 x "
                                 "32 KiB at XLA's peak); priced since session 20 (costmodel.ynn_reads: 1.018)",
