@@ -13,6 +13,7 @@ from costmodel.combined import combined_all_reduce_lists, combined_candidates
 from costmodel.cost import Mesh, axis_changes, gather_relaid, local_bytes, lowered_kind, reshard_measured
 from costmodel.graph import OpGraph
 from costmodel.memory import TRANSPARENT, materialising, non_fusible, outer_product
+from costmodel.slice_layout import splits_before_gather
 from costmodel.value_origin import same_value_source
 
 
@@ -78,7 +79,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     before its first reader ("remat" group; XLA's live ranges, mlp tiny min-memory plan: the Dense_0
     kernel read S01R -> RS1, ``all-gather.1 = f32[32,64]`` 34-45, its slice 45-53, the dot at 53).
     Re-priced: vit / mlp ilp-memory 0.878 / 0.807 -> 1.036 / 1.089, moe ilp-memory 0.742 -> 0.933.
-    Approximate: charged at the first reader's step only when that reader is active; XLA may put
+    A later reader of that layout gets the whole tensor the step before it (XLA, gpt tiny ilp-memory, a plan
+    whose first such reader reads another layout: all-gather.51 f32[8,32,256] at 602-606, its slice 606-612,
+    the dot after; tests/test_remat_reader.py; 0.881 -> 1.082). Approximate: a later reader after an
+    active first one is charged again, one step; XLA may put
     the whole tensor in a donated parameter's free buffer (mlp: the gathered batch, 2 KiB): over-count.
     """
     nodes = graph.nodes
@@ -86,6 +90,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
         nd = nodes[v]
+        if splits_before_gather(nd, k):   # no copy of the operand: its pieces are resharded as the outputs
+            continue
         nh = int(nd.params.get("num_head_operands", len(nd.operands)))
         buffer_read = k < nh and non_fusible(nd)
         src = [s.out_specs[oi] for s in strats[u]]
@@ -126,6 +132,10 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
         t = max(first - 1, groups[key][3])
         groups[key + ("remat",)] = (u, b, [(v, t, w, f) for v, tv, w, f in ms if tv == first], groups[key][3],
                                     gathered, np.zeros(len(gathered)))
+        for v, tv, w, f in ms:   # a later reader: the whole tensor, gathered the step before it
+            if tv != first:
+                ts = max(tv - 1, groups[key][3])
+                groups[key + ("remat", v, tv)] = (u, b, [(v, ts, w, f)], ts, gathered, np.zeros(len(gathered)))
     return list(groups.values())
 
 

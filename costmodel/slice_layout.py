@@ -13,7 +13,23 @@ from costmodel.graph import OpGraph
 from costmodel.memory import SLICES, buffer_bytes, materialising, recomputed_reads
 
 __all__ = ["copied_together", "copy_source_reads", "fused_read_groups", "partly_kept_reads", "read_extents",
-           "reader_layout_slices", "recomputed_reads"]
+           "reader_layout_slices", "recomputed_reads", "splits_before_gather"]
+
+
+def splits_before_gather(nd, k: int) -> bool:
+    """Does XLA cut ``nd``'s operand ``k`` into pieces in the producer's layout and reshard each piece
+    as the node's own output, so that no copy of the whole operand exists whatever layout ``nd``
+    reads it in? True for a ``split``'s operand (sharding propagation gives the split its operand's
+    sharding; the consumer's layout applies to the pieces). Probed (tests/test_split_gather.py):
+    x[8,32,32,16] split in two along the channels, each half replicated: batch-sharded over 8, two
+    all-gathers of f32[8,32,32,8]; channel-sharded over 8, collective-permutes of the local
+    f32[8,32,32,2] into each half's devices, then the same two all-gathers; never f32[8,32,32,16].
+    unet tiny ilp-time: the skip concatenate's gradient, S01RRR, read RRRR by its split, was charged a
+    512 KiB gathered copy at the model's peak (re-priced 1.104 -> 1.031). Approximate: the pieces
+    are priced as the split's outputs (its own buffers, in its layout); the local halo exchange of a
+    split along a sharded dim (producer-sized, short-lived) is not charged. Not for ``slice``
+    (not probed)."""
+    return nd.primitive == "split" and k == 0
 
 
 def read_extents(graph: OpGraph, intervals, kept, transparent, recomputed, edge_memory=True) -> tuple[set, list]:

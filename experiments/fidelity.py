@@ -156,11 +156,16 @@ CAUSES = {
                          "model charges apart; and their slices, 4 x 128 KiB replicated + 2 x 64 KiB copies in the "
                          "model, are 6 x 64 + 2 x 32 KiB in the readers' layouts in XLA",
     ("fno", "policy"): "over: as fno ilp-time (session 11: today's policy plan reads 1.03)",
-    ("unet", "ilp-time"): "over: at the model's peak (step 241, the backward pass's start at up_0) a split's "
-                          "pieces (393 KB) are charged beside the 524 KB gathered buffer XLA slices them from "
-                          "(all-gather.9), and conv layout copies (1.6 MB of early groups) from their forward "
-                          "producers where XLA writes them in the backward pass (XLA: 3.21 MB live there, the "
-                          "model 4.39 MB); making those copies late moved unet replicated 1.02 -> 0.85",
+    ("unet", "ilp-time"): "over before session 21 (1.104): at the model's peak (step 241, the backward pass's start at "
+                          "up_0) the skip concatenate's gradient, S01RRR, read RRRR by its split, was charged a 512 KiB "
+                          "gathered copy; XLA cuts the pieces first and gathers each (slice_layout.splits_before_gather, "
+                          "tests/test_split_gather.py): 1.031 since",
+    ("gpt", "ilp-memory"): "under before session 21's remat rule (s21a_fidelity_tiny's plan, 0.881; XLA 1356 KiB, the "
+                           "model 1195 KiB at step 148): XLA holds all-gather.51, f32[8,32,256] (256 KiB), the whole "
+                           "block_1 fc2 input gradient gathered and sliced for the next backward dot (a full "
+                           "rematerialisation), which copy_lists charged only at the first reader of that layout (here "
+                           "not active); charged the step before every later reader since (1.082). Charging it from the "
+                           "producer's step instead (tried): 1.117, fno ilp-memory-1.05 (s13c) 1.063 -> 1.149",
     ("gpt", "ilp-memory-1.05"): "under before session 20 (0.886): LayerNorm's backward YNNPACK reductions read the "
                                 "scale and rsqrt broadcasts as buffers (wrapped_broadcast, bitcast_broadcast_fusion, 4 x "
                                 "32 KiB at XLA's peak); priced since session 20 (costmodel.ynn_reads: 1.018)",

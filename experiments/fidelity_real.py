@@ -9,6 +9,8 @@ diagnose a row (XLA's buffers at its peak beside the cost model's live set at it
     ... merge --prefix-of meshgraphnet=s20c_fidelity_real --repriced s20c_reprice_real_after --out s20c_fidelity_real
     # a row outside: recompile its stored plan with --xla_dump_to and list both sides' peaks
     .venv/bin/python -m experiments.fidelity_real diagnose --model gpt --plan megatron
+    # a tiny-size row of a whole table (results/s21a_fidelity_tiny.json), executed as fidelity runs it
+    .venv/bin/python -m experiments.fidelity_real diagnose --source s21a_fidelity_tiny --model gpt --plan ilp-memory
 
 ``merge`` writes results/<out>.json: the rows of every per-model file (their full Reports stripped to
 keep the file small; the per-model files keep them), each with ``mem_ok`` / ``comm_ok`` against issue
@@ -165,10 +167,12 @@ def model_peak(problem, strategies, top: int) -> dict:
             "copies_bytes": sum(x["bytes"] for x in items if x["what"] == "copy"), "largest": items[:top]}
 
 
-def diagnose(model: str, plan_name: str, prefix: str, top: int) -> dict:
-    """Recompile the stored plan of (model, plan) from results/<prefix>_<model>.json with XLA's dump,
-    and put XLA's buffers at its peak (``minmem_bounds.peak_by_kind``, named by Problem node where the
-    HLO carries one) beside the model's live set at its peak (``model_peak``)."""
+def diagnose(model: str, plan_name: str, prefix: str, top: int, source: str = "") -> dict:
+    """Recompile the stored plan of (model, plan) from results/<prefix>_<model>.json (or
+    results/<source>.json, any table of ``experiments/fidelity.py``: a tiny-size row is built and
+    executed as fidelity builds it) with XLA's dump, and put XLA's buffers at its peak
+    (``minmem_bounds.peak_by_kind``, named by Problem node where the HLO carries one) beside the
+    model's live set at its peak (``model_peak``)."""
     import shardgym as sg
     import zoo
     from costmodel.graph_part import space_for
@@ -176,12 +180,15 @@ def diagnose(model: str, plan_name: str, prefix: str, top: int) -> dict:
     from runtime.core import execute
     from shardgym.verifier import instruction_nodes
 
-    d = json.loads((Path(RESULTS_DIR) / f"{prefix}_{model}.json").read_text())
-    row = next(r for r in d["rows"] if r["plan"] == plan_name)
-    size = REAL_SIZES[model]
-    fn, args = zoo.build(model, size, abstract=True, seed=d["seed"], real_indices=True)   # as fidelity --size real
+    d = json.loads((Path(RESULTS_DIR) / f"{source or prefix + '_' + model}.json").read_text())
+    row = next(r for r in d["rows"] if r["plan"] == plan_name and r["model"] == model)
+    size = row.get("size") or REAL_SIZES[model]
+    real = size != zoo.sizes(model)[0]   # as fidelity: a real size compiled abstractly, the smallest executed
+    fn, args = zoo.build(model, size, abstract=real, seed=d["seed"], real_indices=real)
     graph = sg.trace(fn, *args, name=f"{model}-{size}")
-    problem = sg.build_problem(graph, unbounded(sg.Cluster.preset(d["config"]["cluster"])), space=space_for(graph, args))
+    cluster = sg.Cluster.preset(d["config"]["cluster"])
+    problem = sg.build_problem(graph, unbounded(cluster) if real else cluster,
+                               space=space_for(graph, args) if real else "full")
     plan = sg.Plan.for_problem(problem, row["strategies"], method=plan_name, objective="", info=row["plan_info"])
     with tempfile.TemporaryDirectory(prefix="fid-real-") as tmp:
         rep = execute(fn, args, graph, plan, problem=problem, compiler_options={"xla_dump_to": tmp})
@@ -193,21 +200,21 @@ def diagnose(model: str, plan_name: str, prefix: str, top: int) -> dict:
         b["node"] = None if i is None else int(i)
         b["node_name"] = None if i is None else problem.meta.names[i]
     mp = model_peak(problem, row["strategies"], top)
-    mib = 2.0 ** -20
-    print(f"{model} {plan_name}: model {mp['total_bytes'] * mib:.1f} MiB at step {mp['time']} (nodes "
+    mib, u = (2.0 ** -20, "MiB") if real else (2.0 ** -10, "KiB")   # tiny buffers in KiB
+    print(f"{model} {plan_name}: model {mp['total_bytes'] * mib:.1f} {u} at step {mp['time']} (nodes "
           f"{mp['nodes_bytes'] * mib:.1f}, copies {mp['copies_bytes'] * mib:.1f}); XLA {rep.xla_memory_bytes * mib:.1f} "
-          f"MiB {rep.xla_memory_breakdown}")
-    print("XLA by kind (MiB):", {k: round(v * mib, 1) for k, v in xla["by_kind_bytes"].items()})
+          f"{u} {rep.xla_memory_breakdown}")
+    print(f"XLA by kind ({u}):", {k: round(v * mib, 1) for k, v in xla["by_kind_bytes"].items()})
     for b in xla["largest"]:
-        print(f"  XLA   {b['bytes'] * mib:9.1f} MiB {b['name']:40s} {b['opcode']:14s} {b['shape'][:40]:40s} "
+        print(f"  XLA   {b['bytes'] * mib:9.1f} {u} {b['name']:40s} {b['opcode']:14s} {b['shape'][:40]:40s} "
               f"{b['node_name']}")
     for x in mp["largest"]:
         what = f"{x['name']} {x['primitive']} {x['strategy']}" if x["what"] == "node" else \
             f"copy [{x['start']}, {x['end']}) of {x['producers']}"
-        print(f"  model {x['bytes'] * mib:9.1f} MiB {what}")
+        print(f"  model {x['bytes'] * mib:9.1f} {u} {what}")
     res = {"model": model, "size": size, "plan": plan_name, "xla_memory_bytes": rep.xla_memory_bytes,
            "xla_breakdown": rep.xla_memory_breakdown, "xla_peak": xla, "model_peak": mp}
-    write_results(f"{prefix}_diag_{model}_{plan_name}", res)
+    write_results(f"{source or prefix}_diag_{model}_{plan_name}", res)
     return res
 
 
@@ -222,13 +229,15 @@ def main(argv=None):
                                                     "(e.g. meshgraphnet=s20c_fidelity_real)")
     ap.add_argument("--repriced", default="", help="results/<REPRICED>.json (fidelity --reprice --write): the "
                                                    "ratios of the models not in --prefix-of")
+    ap.add_argument("--source", default="", help="diagnose: results/<SOURCE>.json, a whole fidelity table (e.g. the "
+                                                 "tiny one) instead of the per-model files of --prefix")
     ap.add_argument("--out", default="s19d_fidelity_real")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     if a.what == "merge":
         return merge([m for m in a.models.split(",") if m], a.prefix, a.out,
                      dict(kv.split("=", 1) for kv in a.prefix_of.split(",") if kv), a.repriced)
-    return diagnose(a.model, a.plan, a.prefix, a.top)
+    return diagnose(a.model, a.plan, a.prefix, a.top, a.source)
 
 
 if __name__ == "__main__":
