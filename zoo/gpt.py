@@ -97,12 +97,18 @@ class Block(nn.Module):
         x = x + SelfAttention(self.n_heads, self.causal, self.remat_attention, name="attn")(nn.LayerNorm(name="ln1")(x))
         y = nn.LayerNorm(name="ln2")(x)
         y = nn.Dense(self.d_ff, name="fc1")(y)
-        fc2 = nn.Dense(x.shape[-1], name="fc2")
         if self.remat_mlp:   # keep fc1's output only; gelu is recomputed in the backward pass
-            y = nn.remat(lambda _, h: fc2(nn.gelu(h)))(self, y)
+            y = nn.remat(_GeluDense)(x.shape[-1], name="fc2")(y)
         else:
-            y = fc2(nn.gelu(y))
+            y = nn.Dense(x.shape[-1], name="fc2")(nn.gelu(y))
         return x + y
+
+
+class _GeluDense(nn.Dense):
+    """Dense(gelu(x)): ``remat_mlp``'s fc2 (its parameters are fc2's)."""
+
+    def __call__(self, x):
+        return super().__call__(nn.gelu(x))
 
 
 class GPT(nn.Module):
