@@ -4,7 +4,8 @@ Per model size, on the plain program and on the remat program (zoo/gpt.py, ``GPT
 scores, mask, softmax and probs.v under jax.checkpoint): Megatron's plan, and the min-memory ILP
 plan under a step-time bound of ``--bound`` x the PLAIN program's Megatron step time (the issue's
 bound; seeded with that program's Megatron plan and the all-replicated one), and with
-``--time-optimal`` the time objective's ILP plan. Each plan is
+``--time-optimal`` the time objective's ILP plan. ``--programs remat-mlp`` is the remat program with
+the MLP's gelu recomputed too (``GPTConfig.remat_mlp``). Each plan is
 compiled (the first size of the zoo is executed, with numerics; larger sizes are compiled
 abstractly on a cluster with unbounded memory) and XLA's per-device memory, the model's predicted
 peak and the modelled step time are recorded, with XLA's buffers at its peak by kind. Savings
@@ -45,6 +46,11 @@ class Config:
     time_optimal: bool = False
 
 
+#: program tag -> the GPTConfig fields it sets (plain: both off)
+PROGRAMS = {"plain": {}, "remat": {"remat_attention": True},
+            "remat-mlp": {"remat_attention": True, "remat_mlp": True}}
+
+
 def _plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
     import shardgym as sg
     from experiments.minmem_bounds import peak_by_kind
@@ -82,13 +88,12 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     if not executed:
         cluster = unbounded(cluster)
     rows, mega_plain_s = [], None
-    for remat in (False, True):
-        tag = "remat" if remat else "plain"
-        if remat and tag not in cfg.programs:
+    for tag, fields in PROGRAMS.items():
+        if tag != "plain" and tag not in cfg.programs:
             continue
-        mcfg = dataclasses.replace(zoo.config(name, size), remat_attention=remat)
+        mcfg = dataclasses.replace(zoo.config(name, size), **fields)
         fn, args = build_step(gpt, mcfg, abstract=not executed, seed=cfg.seed)
-        graph = sg.trace(fn, *args, name=f"{name}-{size}{'-remat' if remat else ''}")
+        graph = sg.trace(fn, *args, name=f"{name}-{size}{'' if tag == 'plain' else '-' + tag}")
         problem = sg.build_problem(graph, cluster)
         mega = sg.solve(problem, method="megatron")
         if mega_plain_s is None:
@@ -114,7 +119,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     by = {r["plan"]: r for r in rows}
     for r in rows:
         r["saving_vs_plain_megatron_xla"] = 1 - r["xla_MiB"] / by["plain megatron"]["xla_MiB"]
-        same = by["remat megatron" if r["plan"].startswith("remat") else "plain megatron"]
+        same = by[r["plan"].split(" ")[0] + " megatron"]
         r["saving_vs_same_program_megatron_xla"] = 1 - r["xla_MiB"] / same["xla_MiB"]
     return {"model": name, "size": size, "executed": executed, "plain_megatron_step_time_s": mega_plain_s,
             "plans": rows}
@@ -126,10 +131,14 @@ def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="gpt:tiny,gpt:125m", help="comma-separated model:size (gpt only)")
     ap.add_argument("--ilp-time-limit-s", type=float, default=60.0)
-    ap.add_argument("--programs", default="plain,remat", help="whose min-memory plan to solve: plain, remat or both")
+    ap.add_argument("--programs", default="plain,remat", help="whose min-memory plan to solve, comma-separated: "
+                    + ", ".join(PROGRAMS))
     ap.add_argument("--time-optimal", action="store_true", help="also the time objective's ILP plan per program")
     ap.add_argument("--out", default="s21c_remat")
     a = ap.parse_args(argv)
+    bad = [p for p in a.programs.split(",") if p and p not in PROGRAMS]
+    if bad:
+        raise SystemExit(f"s21c_remat: unknown program(s) {bad}; choose from {', '.join(PROGRAMS)}")
     cfg = Config(models=tuple(m for m in a.models.split(",") if m), ilp_time_limit_s=a.ilp_time_limit_s,
                  programs=tuple(p for p in a.programs.split(",") if p), time_optimal=a.time_optimal)
     out = []

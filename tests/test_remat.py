@@ -99,3 +99,25 @@ def test_gpt_remat_step_runs_sharded_with_the_unsharded_numbers():
     bars = {n.id for n in graph.nodes if n.primitive == "optimization_barrier"}
     at = [c for c in r.collective_list if any(f"{NODE_SCOPE}{b}/" in (c["op_name"] or "") for b in bars)]
     assert bars and all(c["bytes"] <= 64 for c in at), at
+
+
+def test_gpt_remat_mlp_recomputes_gelu_only():
+    """``remat_mlp``: per layer one more barrier, over fc1's output [B, T, f] and fc2's output
+    cotangent [B, T, d], largest first (fc2's kernel, a program input, stays out; gelu's output and
+    tanh are not kept); the step's FLOPs
+    grow by exactly one gelu forward on [B, T, f] per layer, and no dot is recomputed (fc2's
+    backward needs gelu's output and the cotangent, not fc2's result)."""
+    c = _CFG
+    base, mlp = (sg.trace(*_step(dataclasses.replace(c, remat_mlp=m))) for m in (False, True))
+    b, t, d, f = c.batch, c.seq_len, c.d_model, c.d_ff
+    bars = [n for n in mlp.nodes if n.primitive == "optimization_barrier"]
+    assert len(bars) == 2 * c.n_layers
+    mlp_bars = [n for n in bars if len(n.operands) == 2]
+    assert len(mlp_bars) == c.n_layers and all(
+        [tuple(t_.shape) for t_ in n.operand_types] == [(b, t, f), (b, t, d)] for n in mlp_bars)
+    gelu = sg.trace(lambda x: jax.nn.gelu(x), jax.ShapeDtypeStruct((b, t, f), jnp.float32))
+    gelu_flops = sum(n.flops for n in gelu.nodes)
+    assert gelu_flops >= b * t * f
+    assert sum(n.flops for n in mlp.nodes) - sum(n.flops for n in base.nodes) == c.n_layers * gelu_flops
+    dots = [sum(n.flops_by_primitive.get("dot_general", 0) for n in g.nodes) for g in (base, mlp)]
+    assert dots[0] == dots[1]

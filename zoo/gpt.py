@@ -9,6 +9,11 @@ so every layer appears in the traced graph.
 recomputation": the core attention (scores q.k^T, causal mask, softmax, probs.v) runs under
 ``jax.checkpoint`` with nothing saveable, so the backward pass keeps only q, k, v and recomputes
 the [b, h, t, t] scores and probabilities instead of keeping them from the forward pass.
+``GPTConfig.remat_mlp`` (default False) puts the MLP's gelu and fc2 under ``jax.checkpoint``
+(flax ``nn.remat``, nothing saveable): the backward pass keeps only fc1's output and recomputes
+gelu from it (gelu's tanh and output are not kept); fc2's forward dot is not recomputed (its
+backward needs gelu's output and the cotangent, not fc2's result), so the extra work is gelu's
+elementwise ops only. Parameter names are those of the plain program.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ class GPTConfig:
     seq_len: int
     batch: int
     remat_attention: bool = False
+    remat_mlp: bool = False
 
     @property
     def d_head(self) -> int:
@@ -84,15 +90,25 @@ class Block(nn.Module):
     d_ff: int
     causal: bool = True
     remat_attention: bool = False
+    remat_mlp: bool = False
 
     @nn.compact
     def __call__(self, x):
         x = x + SelfAttention(self.n_heads, self.causal, self.remat_attention, name="attn")(nn.LayerNorm(name="ln1")(x))
         y = nn.LayerNorm(name="ln2")(x)
         y = nn.Dense(self.d_ff, name="fc1")(y)
-        y = nn.gelu(y)
-        y = nn.Dense(x.shape[-1], name="fc2")(y)
+        if self.remat_mlp:   # keep fc1's output only; gelu is recomputed in the backward pass
+            y = nn.remat(_GeluDense)(x.shape[-1], name="fc2")(y)
+        else:
+            y = nn.Dense(x.shape[-1], name="fc2")(nn.gelu(y))
         return x + y
+
+
+class _GeluDense(nn.Dense):
+    """Dense(gelu(x)): ``remat_mlp``'s fc2 (its parameters are fc2's)."""
+
+    def __call__(self, x):
+        return super().__call__(nn.gelu(x))
 
 
 class GPT(nn.Module):
@@ -106,7 +122,8 @@ class GPT(nn.Module):
         pos = self.param("wpe", nn.initializers.normal(0.02), (cfg.seq_len, cfg.d_model))
         x = x + pos[None, : tokens.shape[1]]
         for i in range(cfg.n_layers):
-            x = Block(cfg.n_heads, cfg.d_ff, remat_attention=cfg.remat_attention, name=f"block_{i}")(x)
+            x = Block(cfg.n_heads, cfg.d_ff, remat_attention=cfg.remat_attention, remat_mlp=cfg.remat_mlp,
+                      name=f"block_{i}")(x)
         x = nn.LayerNorm(name="ln_f")(x)
         return nn.Dense(cfg.vocab, use_bias=False, name="lm_head")(x)
 

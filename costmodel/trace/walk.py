@@ -138,14 +138,23 @@ class Tracer:
         pass's recomputation) that has ``prevent_cse`` passed through one synthetic
         ``optimization_barrier`` record, as JAX's own lowering of it does (ad_checkpoint's
         ``_remat_lowering``): without it XLA may CSE the recomputation with the forward pass and
-        keep the forward's activations, and the recomputation saves nothing. Other calls: ``ins``."""
+        keep the forward's activations, and the recomputation saves nothing. Other calls: ``ins``.
+
+        Unlike JAX's lowering, program inputs (parameters) stay out of the barrier: nothing computed
+        from them alone is a saved activation, and in one barrier node with the activations a
+        parameter of another shape would be replicated by the node's iteration space (gpt
+        ``remat_mlp``: fc2's kernel [f, d] with fc1's output [B, T, f]). The operands are ordered
+        largest first (stable), so the space is the largest operand's."""
         p = eqn.params
         cse = p.get("prevent_cse", False)
         if prim not in ("remat2", "checkpoint") or not p.get("differentiated") or not any(
                 cse if isinstance(cse, tuple) else (cse,)):
             return ins
         cse = cse if isinstance(cse, tuple) else (cse,) * len(ins)
-        pick = [k for k, r in enumerate(ins) if r is not None and cse[k]]
+        pick = [k for k, r in enumerate(ins)
+                if r is not None and cse[k] and self.recs[self.val_src[r][0]].prim != "input"]
+        # largest first: the node's iteration space is its first output's, the others align to it
+        pick.sort(key=lambda k: -P.size_of(self.val_type[ins[k]]))
         if not pick:
             return ins
         types = [self.val_type[ins[k]] for k in pick]
