@@ -18,6 +18,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "results"
 
 
+def cpu_devices(n: int = 8) -> None:
+    """Before jax is imported: JAX on the CPU with ``n`` virtual host devices (appended to the
+    caller's XLA_FLAGS unless those already set a device count)."""
+    flag = f"--xla_force_host_platform_device_count={n}"
+    os.environ.setdefault("XLA_FLAGS", flag)
+    if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+        os.environ["XLA_FLAGS"] += " " + flag
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
 def git_rev(short: bool = False) -> str:
     """The repository's HEAD commit (``"-dirty"`` appended when tracked files changed); ``"unknown"`` without git."""
     try:

@@ -129,17 +129,15 @@ Known outliers and their causes (the terms' docstrings say more):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from experiments.common import cpu_devices  # noqa: E402
+
+cpu_devices()
 
 PLANS = ("replicated", "dp", "megatron", "fsdp", "ilp-time", "ilp-memory", "ilp-memory-1.05", "policy")
 #: per zoo model, the realistic size compiled abstractly with --size real (nothing allocated)

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from experiments.common import cpu_devices  # noqa: E402
+
+cpu_devices()
 
 from experiments.common import RESULTS_DIR, write_results  # noqa: E402
 from experiments.fidelity import REAL_SIZES, unbounded  # noqa: E402

@@ -18,7 +18,6 @@ Writes results/minmem_bounds.json (``--out``: results/<out>.json; config, seed, 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -26,11 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from experiments.common import cpu_devices  # noqa: E402
+
+cpu_devices()
 
 PLANS = ("megatron", "fsdp", "dp", "ilp-memory", "ilp-memory-1.05")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s+([a-z][\w\-]*)\(")

@@ -10,7 +10,8 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 SHAPES = ((8, 32, 256), (256,), (256, 64), (256, 64))   # h = a * w: 256 KiB whole, 32 KiB per device
 

@@ -9,7 +9,8 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 SHAPE = (8, 32, 32, 16)   # 64 KiB per device batch-sharded over 8, 512 KiB whole
 

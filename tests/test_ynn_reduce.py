@@ -103,7 +103,8 @@ def test_layernorm_backward_reads_two_written_out_broadcasts_above_the_ynn_thres
     by the backward's YNNPACK reductions (2 x f32[rows,128]); the cost model charges the same two,
     replicated (one device's HLO) and under data parallelism (rows sharded over the 8 devices of
     cpu-2x4, 4096+ elements each); below YNNPACK's threshold neither side has any."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
     params = {"scale": jnp.ones((128,)), "bias": jnp.zeros((128,))}
     for rows, want in ((64, 2), (16, 0)):   # 8192 / 2048 elements
         x = jnp.ones((rows, 128))
