@@ -6,7 +6,10 @@ c from the best plan so far: a plan within T lowers UB to its own peak (often be
 raises LB to c (not a proof: the search is a heuristic). The bracket starts at [the copy-free
 least peak ``node_min_peak``, the least peak of a seed within T]. The memory objective with
 ``max_step_time_s`` runs it as a first phase and seeds the MIP with its plan
-(``solvers.dispatch.solve_exact``); the MIP keeps the bound.
+(``solvers.dispatch.solve_exact``); the MIP keeps the bound. The bisection ends by its deadline
+(the step's search budget is the time left; the step runs in a forked child killed at the deadline,
+``_step``; a step starts only with ``shave_s`` + ``MIN_SEARCH_S`` left): past it by the fork and
+kill only (tests: <= 0.5 s with a search that sleeps 20 s; before, 20 s).
 
 Measured (results/s17e_minmem.json, cpu-2x4 tiny, T = 1.05 x Megatron's step, 60 s, load 4-6),
 predicted MiB before -> after: gpt 1.264 -> 1.107 (180 s: 1.021), meshgraphnet 0.387 -> 0.381,
@@ -16,11 +19,14 @@ finds no plan that fits the cap at all.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
 from dataclasses import replace
 
 from costmodel.problem import Problem, evaluate, fits
 from solvers.ilp.bounds import best_seed, node_min_peak
+from solvers.ilp.guard import start_child, stop_child
 from solvers.ilp.peak_shaver import PeakShaver
 from solvers.local.budgeted import CappedBudget, capped_search
 
@@ -32,6 +38,11 @@ BISECT_BUDGET = CappedBudget(rounds=3, round_nodes=50, union_nodes=20, polish_mo
 #: the first caps step down from the best plan's peak by this factor at most (low caps cost a
 #: whole search to fail: gpt tiny at the bracket's midpoint 1.07 MB found nothing in 26 s)
 STEP_DOWN = 0.9
+#: a step starts only when its shave (``shave_s``) and at least this much search time are left
+#: before the deadline; the search gets the time left less ``STEP_MARGIN_S`` and its forked child
+#: is killed at the deadline (``_step``)
+MIN_SEARCH_S = 1.0
+STEP_MARGIN_S = 0.5
 #: share of ``solve_exact``'s time limit the bisection may take before the MIP
 BISECT_SHARE = 0.7
 
@@ -50,19 +61,17 @@ def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, b
     bc = evaluate(problem, best)
     ub, lo = bc.peak_memory_bytes, node_min_peak(problem)
     shaver = PeakShaver(problem)
-    while time.perf_counter() < deadline - 1.0 and ub - lo > rel_tol * ub:
+    while ub - lo > rel_tol * ub:
         c = max(lo + 0.5 * (ub - lo), STEP_DOWN * ub)
         t0 = time.perf_counter()
         left = deadline - t0
-        b = budget if left >= budget.safety_s else \
-            replace(budget, safety_s=left, step_safety_s=min(budget.step_safety_s, left))
+        if left < shave_s + MIN_SEARCH_S:   # too little left for a step to end in a useful answer
+            break
+        b = replace(budget, safety_s=min(budget.safety_s, left - STEP_MARGIN_S),
+                    step_safety_s=min(budget.step_safety_s, left - STEP_MARGIN_S))
         cp = problem.with_usage_limit(c if cap is None else min(c, cap))
-        x = shaver.shave(best, c, min(deadline, time.perf_counter() + shave_s))
-        if x is None or evaluate(problem, x).total > max_time:
-            # no shaved plan within T: the capped search for the least time under c (from the
-            # shaved plan when it fits c, else from the best plan, repaired)
-            x = capped_search(cp, best if x is None else x, b)
-        res = "none"
+        x, stopped = _step(problem, cp, best, c, max_time, shaver, b, min(deadline, t0 + shave_s), deadline)
+        res = "stopped at the deadline" if stopped else "none"
         if x is not None:
             xc = evaluate(problem, x)
             res = f"{xc.peak_memory_bytes:.0f} B, {xc.total / max_time:.4f} T"
@@ -72,8 +81,39 @@ def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, b
                 res = "within T: " + res
             else:
                 lo = c
-        else:
+        elif not stopped:
             lo = c
         info["steps"].append((float(c), res, round(time.perf_counter() - t0, 2)))
+        if stopped:
+            break
     info.update(lo=float(lo), ub=float(ub))
     return best, info
+
+
+def _step(problem: Problem, cp: Problem, best, c: float, max_time: float, shaver: PeakShaver, b: CappedBudget,
+          shave_until: float, deadline: float):
+    """One bisection step under cap ``c`` (``cp``: the problem capped there): (plan or None, stopped).
+    The shaver's plan when it meets T, else the capped search's (budget ``b``). Run in a forked child
+    (``solvers.ilp.guard.start_child``) killed at ``deadline``: the search's own limits are not enough
+    (HiGHS overruns natively; the Lagrangian's last round and each phase's 0.5-s floor run past it: gpt
+    125m cpu-2x4 steps of 16-18 s and 28-35 s overran a 30-s solve by 5-13 s, results/s21b_fidelity_real_gpt.json).
+    Stopped: (None, True), and the step tells nothing about the cap. Inline without fork or inside a
+    daemon child (whose parent's watchdog bounds it)."""
+    def work():
+        x = shaver.shave(best, c, shave_until)
+        if x is None or evaluate(problem, x).total > max_time:
+            # no shaved plan within T: the capped search for the least time under c (from the
+            # shaved plan when it fits c, else from the best plan, repaired)
+            x = capped_search(cp, best if x is None else x, b)
+        return None if x is None else [int(v) for v in x]
+
+    if not hasattr(os, "fork") or mp.current_process().daemon:
+        return work(), False
+    proc, recv = start_child(lambda send: send.send(("done", work())))
+    try:
+        got = recv.recv() if recv.poll(max(deadline - time.perf_counter(), 0.0)) else None
+    except EOFError:           # the child died without an answer (killed, out of memory): nothing learnt
+        got = None
+    finally:
+        stop_child(proc)
+    return (None, True) if got is None else (got[1], False)

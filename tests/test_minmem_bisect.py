@@ -60,3 +60,47 @@ def test_memory_objective_under_a_time_bound_keeps_the_bisection_plan(seed):
     assert "bisection" in info
     assert info["bound"] <= bc.peak_memory_bytes + 1e-9 and info["gap"] == pytest.approx(
         max(c.peak_memory_bytes - info["bound"], 0.0) / c.peak_memory_bytes)
+
+
+def _stuck_search(monkeypatch):
+    """A bisection step whose search overruns its budget the way a native HiGHS call can (it ignores
+    its limits): no shaved plan, then a capped search that sleeps 20 s."""
+    import solvers.minmem_bisect as mb
+
+    def stuck(problem, plan, budget=None, **kw):
+        time.sleep(20.0)
+        return None
+
+    monkeypatch.setattr(mb.PeakShaver, "shave", lambda self, start, cap, deadline: None)
+    monkeypatch.setattr(mb, "capped_search", stuck)
+
+
+def test_a_step_that_overruns_is_stopped_at_the_deadline(monkeypatch):
+    """The stuck step is killed at the bisection's deadline; the best seed and the lower bound stay."""
+    from solvers.ilp.bounds import node_min_peak
+    from solvers.minmem_bisect import min_peak_within
+
+    _stuck_search(monkeypatch)
+    p, max_time, seeds = _case(0)
+    t0 = time.perf_counter()
+    plan, info = min_peak_within(p, max_time, seeds, t0 + 1.5, shave_s=0.2)
+    wall = time.perf_counter() - t0
+    assert wall < 1.5 + 0.5
+    assert info["steps"] and info["steps"][-1][1] == "stopped at the deadline"
+    assert evaluate(p, plan).peak_memory_bytes == min(evaluate(p, s).peak_memory_bytes for s in seeds)
+    assert info["lo"] == node_min_peak(p)     # a stopped step raises no bound
+
+
+def test_memory_objective_with_a_stuck_step_returns_within_its_limit(monkeypatch):
+    """solve_exact's whole call (seeds, bisection 70 % of the rest, MIP) ends within its limit."""
+    from solvers.dispatch import solve_exact
+
+    _stuck_search(monkeypatch)
+    p, max_time, seeds = _case(5)     # a bracket to bisect (cases 1, 2, 4 have none)
+    t0 = time.perf_counter()
+    plan, info = solve_exact(p, objective="memory", max_step_time_s=max_time, time_limit_s=5,
+                             initial_plans=seeds)
+    wall = time.perf_counter() - t0
+    assert wall < 5 + 0.5
+    assert info["bisection"][-1][1] == "stopped at the deadline"
+    assert evaluate(p, plan).total <= max_time * (1 + 1e-12)
