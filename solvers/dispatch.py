@@ -14,7 +14,8 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
   forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
   the best seed (status "killed"). The memory objective under a step-time bound or with copy groups
   is seeded with the baselines, the planner's raw decode and the time-optimal plan, and never
-  answers worse than the best of them within the limits (``solvers.minmem_seeds``).
+  answers worse than the best of them within the limits (``solvers.minmem_seeds``); its MIP is
+  killed ``SEEDED_GRACE_S`` past the limit.
 - ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
 """
 from __future__ import annotations
@@ -47,6 +48,10 @@ TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_im
                  cfn_copies_max_s=0.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
+#: the seeded memory objective's MIP is killed this long past the time left (default guard: 2 s + 5 %);
+#: its seeds and the bisection's plan answer then. gpt 125m cpu-2x4 at 30 s (s21e_minmem_deadline, load
+#: 1.3-3.1): the MIP was killed every time, 32.5-32.6 s in all with the default grace
+SEEDED_GRACE_S = 0.5
 #: the capped core is seeded with ``policy_seed``'s plan (the caller's planner) only from this
 #: time limit on. The planner has no time limit of its own (17 s on gpt tiny h100-2x8 at load 1-2,
 #: 20-55 s at load 7-11; session 14: the core got 5-40 s of 60 after it)
@@ -142,7 +147,8 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     progress = kw.pop("progress", None)
     try:
         strategies, solve_info = solve_ilp_guarded(problem, objective=objective, max_step_time_s=max_step_time_s,
-                                                   time_limit_s=time_limit_s, progress=progress, **kw)
+                                                   time_limit_s=time_limit_s, progress=progress,
+                                                   grace_s=SEEDED_GRACE_S if seeded else None, **kw)
     except SolveOverrun as exc:   # HiGHS overran its limit natively: the best seed, never a hang
         strategies, info = best_seed_plan(problem, objective, max_step_time_s, seeds_of(kw), str(exc), t0,
                                           exc.incumbents)
