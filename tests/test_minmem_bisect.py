@@ -104,3 +104,21 @@ def test_memory_objective_with_a_stuck_step_returns_within_its_limit(monkeypatch
     assert wall < 5 + 0.5
     assert info["bisection"][-1][1] == "stopped at the deadline"
     assert evaluate(p, plan).total <= max_time * (1 + 1e-12)
+
+
+def test_memory_objective_with_a_stuck_mip_answers_its_best_seed_within_its_limit(monkeypatch):
+    """A MIP that ignores its limit (HiGHS overrunning natively) is killed SEEDED_GRACE_S past it."""
+    import solvers.ilp.guard as guard
+    from solvers.dispatch import SEEDED_GRACE_S, solve_exact
+
+    monkeypatch.setattr(guard, "solve_ilp", lambda *a, **k: time.sleep(20.0))
+    p, max_time, seeds = _case(0)
+    t0 = time.perf_counter()
+    plan, info = solve_exact(p, objective="memory", max_step_time_s=max_time, time_limit_s=2.5,
+                             initial_plans=seeds)
+    wall = time.perf_counter() - t0
+    assert wall < 2.5 + SEEDED_GRACE_S + 0.5      # the default grace (2 s + 5 %) took 4.6 s
+    assert info["status"] == "killed"
+    c = evaluate(p, plan)
+    assert c.total <= max_time * (1 + 1e-12)
+    assert c.peak_memory_bytes <= min(evaluate(p, s).peak_memory_bytes for s in seeds)
