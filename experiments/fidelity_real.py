@@ -30,11 +30,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from experiments.common import cpu_devices  # noqa: E402
+from experiments.common import RESULTS_DIR, cpu_devices, write_results  # noqa: E402
 
 cpu_devices()
 
-from experiments.common import RESULTS_DIR, write_results  # noqa: E402
 from experiments.fidelity import REAL_SIZES, unbounded  # noqa: E402
 
 TOL = 0.10      # issue 13: memory and collective bytes within 10% of XLA

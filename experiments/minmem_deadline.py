@@ -23,6 +23,8 @@ from experiments.common import cpu_devices  # noqa: E402
 
 cpu_devices()
 
+from experiments.verify_minmem import SOLVE_KEYS, minmem_setup  # noqa: E402
+
 
 @dataclass
 class Config:
@@ -32,20 +34,6 @@ class Config:
     time_limit_s: float = 30.0
     repeats: int = 1
     seed: int = 0
-
-
-def problem_of(name: str, size: str, cfg: Config):
-    """(problem, Megatron's plan) as verify_minmem builds them (the preset's memory lifted beyond tiny)."""
-    import shardgym as sg
-    import zoo
-    from experiments.fidelity import unbounded
-
-    fn, args = zoo.build(name, size, abstract=True, seed=cfg.seed)
-    cluster = sg.Cluster.preset(cfg.cluster)
-    if size != "tiny":
-        cluster = unbounded(cluster)
-    problem = sg.build_problem(sg.trace(fn, *args, name=f"{name}-{size}"), cluster)
-    return problem, sg.solve(problem, method="megatron")
 
 
 def run_once(problem, mega, cfg: Config) -> dict:
@@ -62,7 +50,7 @@ def run_once(problem, mega, cfg: Config) -> dict:
     return {"wall_s": wall, "over_limit_s": wall - cfg.time_limit_s, "load_1min": [load0, os.getloadavg()[0]],
             "pred_peak_MiB": c.peak_memory_bytes / 2 ** 20, "megatron_pred_peak_MiB": cm.peak_memory_bytes / 2 ** 20,
             "step_over_bound": c.step_time_s / bound_s,
-            "solve": {k: info.get(k) for k in ("status", "gap", "source", "seeds", "bisection")}}
+            "solve": {k: info.get(k) for k in SOLVE_KEYS}}
 
 
 def main(argv=None) -> list[dict]:
@@ -78,7 +66,7 @@ def main(argv=None) -> list[dict]:
     rows = []
     for spec in cfg.models:
         name, _, size = spec.partition(":")
-        problem, mega = problem_of(name, size or "tiny", cfg)
+        *_, problem, mega = minmem_setup(name, size or "tiny", cfg)
         for r in range(cfg.repeats):
             rows.append({"model": name, "size": size or "tiny", "repeat": r, **run_once(problem, mega, cfg)})
             write_results(a.name, {"rows": rows}, config=cfg, seed=cfg.seed)

@@ -35,11 +35,16 @@ class Config:
     seed: int = 0
 
 
-def run_model(name: str, size: str, cfg: Config) -> dict:
+#: the fields of the memory objective's ``plan.info`` these scripts record
+SOLVE_KEYS = ("status", "gap", "source", "seeds", "bisection")
+
+
+def minmem_setup(name: str, size: str, cfg) -> tuple:
+    """(fn, args, graph, problem, Megatron's plan) of a zoo model compiled abstractly on ``cfg.cluster``
+    (beyond tiny the preset's memory is lifted, as fidelity --size real does)."""
     import shardgym as sg
     import zoo
     from experiments.fidelity import unbounded
-    from runtime.core import execute
 
     fn, args = zoo.build(name, size, abstract=True, seed=cfg.seed)
     graph = sg.trace(fn, *args, name=f"{name}-{size}")
@@ -47,7 +52,14 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     if size != "tiny":   # compiled abstractly, nothing allocated: lift the preset's 2 GiB (as fidelity --size real)
         cluster = unbounded(cluster)
     problem = sg.build_problem(graph, cluster)
-    mega = sg.solve(problem, method="megatron")
+    return fn, args, graph, problem, sg.solve(problem, method="megatron")
+
+
+def run_model(name: str, size: str, cfg: Config) -> dict:
+    import shardgym as sg
+    from runtime.core import execute
+
+    fn, args, graph, problem, mega = minmem_setup(name, size, cfg)
     r_mega = execute(fn, args, graph, mega, problem=problem)
     bound_s = cfg.bound * sg.evaluate(problem, mega).step_time_s
     t0 = time.perf_counter()
@@ -71,7 +83,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         "minmem_bound_MiB": None if info.get("bound") is None else info["bound"] * mib,
         "bound_saving_vs_megatron_pred": None if info.get("bound") is None
         else 1 - info["bound"] / r_mega.predicted_memory_bytes,
-        "solve": {k: info.get(k) for k in ("status", "gap", "source", "seeds", "bisection")},
+        "solve": {k: info.get(k) for k in SOLVE_KEYS},
         "rounds": [r.to_dict() for r in v.rounds], "wall_s": wall,
     }
 

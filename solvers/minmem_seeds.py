@@ -93,17 +93,19 @@ def keep_best(problem: Problem, strategies, info: dict, seeds, max_step_time_s) 
     cands = [list(strategies)] + [list(s) for s in seeds]
     best = best_seed(problem, cands, problem.usage_limit, max_step_time_s, key)
     info = dict(info)
-    if best is not None and best is not cands[0]:
-        c = evaluate(problem, best)
-        strategies = best
+    swap = best is not None and best is not cands[0]
+    strategies = best if swap else strategies
+    bound = info.get("bound")
+    bounded = bound is not None and np.isfinite(bound)
+    c = evaluate(problem, strategies) if swap or bounded else None   # the answer's figures, once
+    if swap:
         info.update(objective=float(c.peak_memory_bytes), source="seed")
         if "peak_memory_bytes" in info:
             info.update(peak_memory_bytes=float(c.peak_memory_bytes), step_time_s=float(c.total),
                         redundant_memory_bytes=float(c.redundant_memory_bytes))
         if info.get("status") == "optimal":   # the search proved a worse plan optimal: not a proof
             info["status"] = "time_limit"
-    bound = info.get("bound")
-    if bound is not None and np.isfinite(bound):
-        peak = evaluate(problem, strategies).peak_memory_bytes
+    if bounded:
+        peak = c.peak_memory_bytes
         info["gap"] = max(peak - float(bound), 0.0) / max(peak, 1e-300)
     return [int(x) for x in strategies], info
