@@ -30,8 +30,7 @@ schedule, ``graph.schedule == "xla"``, a buffer that dies earlier is a copy grou
 its own end, and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node
 fused into its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops
 read there (rnn under lax.scan: the unrolled loop's weight-gradient dots all live to one fused add);
-a buffer the fused op reads through a collective dies at it, its copy is read there
-(``slice_layout``: ``read_extents``, ``fused_read_groups``; slices in their readers' layouts).
+read through a collective, its copy instead (``slice_layout``: ``read_extents``, ``held_read_steps``).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
@@ -87,6 +86,7 @@ from costmodel.slice_layout import (
     copied_together,
     copy_source_reads,
     fused_read_groups,
+    held_read_steps,
     read_extents,
     reader_layout_slices,
     recomputed_reads,
@@ -332,8 +332,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, {
-            i for i in transparent | fused if not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE}) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together)
+        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, held_read_steps(
+            graph, intervals, kept, transparent, fused, from_state)) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together)
                 + shared_broadcast_lists(graph, strats, mesh, kept, intervals) if cluster.backend == "cpu" else [])
             + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
             + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,

@@ -17,7 +17,7 @@ from costmodel.slice_layout import splits_before_gather
 from costmodel.value_origin import same_value_source
 
 
-def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=frozenset()) -> list:
+def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_reads=None) -> list:
     """The resharded copies of a traced program (``costmodel.edge_memory.CopyGroups.from_lists``).
 
     ``reads``: (consumer v, operand k, producer u, output oi, comm matrix) for every operand read;
@@ -29,9 +29,9 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     stores L, and — for an element-wise (fusible) consumer, which fuses a slice of its operand
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
-    copy). The member's step is the consumer's ``order``, except for a consumer in ``held_reads``
-    (the builder's transparent reshapes and fused element-wise nodes, not computed from the state
-    alone): its interval's last, as XLA keeps the copy as the reshape's buffer (vit tiny min-memory
+    copy). The member's step is the consumer's ``order``, except for a consumer v (or read (v, k)) in
+    ``held_reads`` (``slice_layout.held_read_steps``: bitcasts, fused and partly kept chains): the
+    step it maps to, as XLA keeps the copy as the reshape's buffer (vit tiny min-memory
     plan: q and k gathered into a reshape, written out transposed for the score dot and kept to the
     backward dots) or for every reader that recomputes the fused node (gpt tiny, min-memory plan
     under 1.05 x Megatron: LayerNorm's ``x - mean`` read from the hidden-sharded residual, its
@@ -85,7 +85,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     active first one is charged again, one step; XLA may put
     the whole tensor in a donated parameter's free buffer (mlp: the gathered batch, 2 KiB): over-count.
     """
-    nodes = graph.nodes
+    nodes, held_reads = graph.nodes, held_reads or {}
     groups, relayout, remat = {}, {}, {}
     merged = set(combined_candidates(graph, strats, mesh))
     for v, k, u, oi, comm in reads:
@@ -115,7 +115,7 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
                 g = groups[key] = (u, local_bytes(ten.shape, itemsize, L, mesh), [],
                                    int(intervals[same_value_source(graph, u), 0]), (sent > 0) & ~whole, sent,
                                    not any(L), np.array([all_to_all_only(s, L, mesh) for s in src], dtype=bool))
-            g[2].append((v, int(intervals[v, 1] - 1 if v in held_reads else nd.order), want, free))
+            g[2].append((v, int(held_reads.get((v, k), held_reads.get(v, nd.order))), want, free))
             gathered = g[4] & np.array([rematerialises(s, L, mesh) for s in src])
             if gathered.any():
                 remat.setdefault(key, (u, float(itemsize * np.prod(ten.shape)), gathered, []))[3].append(

@@ -10,9 +10,10 @@ import numpy as np
 from costmodel.combined import combined_candidates
 from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
-from costmodel.memory import SLICES, buffer_bytes, materialising, recomputed_reads
+from costmodel.memory import MATERIALISING, NON_FUSIBLE, SLICES, buffer_bytes, materialising, recomputed_reads
 
-__all__ = ["copied_together", "copy_source_reads", "fused_read_groups", "partly_kept_reads", "read_extents",
+__all__ = ["copied_together", "copy_source_reads", "fused_read_groups", "held_read_steps", "partly_kept_reads",
+           "read_extents",
            "reader_layout_slices", "recomputed_reads", "splits_before_gather"]
 
 
@@ -112,6 +113,37 @@ def partly_kept_reads(graph: OpGraph, kept, transparent) -> dict[int, list[int]]
                 or materialising(nd)):
             continue
         out.setdefault(i, []).extend(c for c, _ in cs)
+    return out
+
+
+def held_read_steps(graph: OpGraph, intervals, kept, transparent, fused, from_state) -> dict:
+    """Consumer v (or its operand k, key (v, k)) -> the step where its operands' resharded copies are read (``copy_group_lists``'
+    ``held_reads``; any other consumer reads at its ``order``), for v computed from more than the
+    state (``from_state``: ``value_origin.state_only``) and no reduction or sort head: a bitcast or a
+    node fused into its consumers (``fused``) at its interval's last step, where its buffer's or its
+    readers' fusions read the copy; a partly kept chain (``partly_kept_reads``) at the last step of
+    the readers of its unkept outputs, which recompute them from the copy, as ``read_extents`` holds
+    the operands it reads as they are. XLA's buffer assignment, moe tiny's min-memory plan
+    (results/s21a_fidelity_outside_remat.json; tests/test_partly_kept_copy.py): the gate dot's result,
+    read by the SiLU-GLU chain through an all-to-all, lives as that all-to-all's ``concatenate.3``
+    (8 KiB) from the forward pass to the backward fusions that rebuild s * (1 - s) from it
+    (``bitcast_slice_fusion.13``-``.16``); held at the chain's own step only, the model lacked it at
+    XLA's peak (0.846 of XLA's memory). Held for every operand of such a chain to its interval's end
+    instead (tried): gpt tiny ilp-memory-1.05 1.087 -> 1.185, vit tiny ilp-time 1.190 -> 1.239 and
+    meshgraphnet large ilp-memory 1.095 -> 1.115 of XLA's (their chains' kept outputs' readers)."""
+    nodes = graph.nodes
+    ok = [not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE for i in range(len(nodes))]
+    out = {i: int(intervals[i, 1]) - 1 for i in transparent | fused if ok[i]}
+    cons = graph.consumers()
+    for i in partly_kept_reads(graph, kept, transparent):
+        deps = nodes[i].params.get("out_operands")
+        for o in range(len(nodes[i].outputs)) if ok[i] and deps and len(deps) == len(nodes[i].outputs) else ():
+            if o in kept[i]:
+                continue
+            for k in deps[o]:
+                t = max((int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1 for c, _ in cons.get((i, o), ())),
+                        default=0) - 1
+                out[i, k] = max(out.get((i, k), int(nodes[i].order)), t)
     return out
 
 

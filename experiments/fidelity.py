@@ -125,6 +125,16 @@ Known outliers and their causes (the terms' docstrings say more):
     computed from it (``slice_layout.read_extents``): gpt's causal-mask group no longer holds the
     scores dot to the backward (results/s20c2_reprice_*_after.json): real 35 -> 39 of 40 (every gpt
     row 0.919-0.980), zoo tiny 43, outside 21, s19 policy rows 4 unchanged.
+  * session 22: a partly kept chain (``slice_layout.partly_kept_reads``: moe's SiLU-GLU chain keeps
+    a * g and s) that reads its head operand through a collective holds that collective's result to
+    the backward readers of the outputs it does not keep, which rebuild them from it (XLA's buffer
+    assignment: moe ilp-memory's ``concatenate.3``, an all-to-all'd copy of the gate dot, and fsdp's
+    ``all-gather.2``, both read by the backward fusions; ``slice_layout.held_read_steps``,
+    tests/test_partly_kept_copy.py). Re-priced (results/s22a_reprice_*_try2.json against *_before):
+    outside 20 -> 22 of 24 (moe ilp-memory 0.846 -> 0.913, ilp-memory-1.05 0.893 -> 0.966, fsdp 0.977
+    -> 1.098); zoo tiny 46 / 48 and real 38 / 40 unchanged in count (unet tiny ilp-memory-1.05 1.004 ->
+    1.040, ilp-time / policy 1.031 -> 1.039, meshgraphnet tiny ilp-memory-1.05 1.029 -> 1.048, unet
+    real megatron / ilp-memory / -1.05 1.047 -> 1.058, gpt / vit tiny +0.000-0.003), collectives unchanged.
 """
 from __future__ import annotations
 
@@ -184,13 +194,22 @@ CAUSES = {
                        "sequence and three readers want it replicated: one 64 KiB gather per output read is "
                        "charged (3 x 64 KiB at the model's peak, step 169) where XLA holds none of them there; "
                        "the session-10 model prices the same plan at 1.146; 1.263 with session 20's LayerNorm broadcasts",
-    ("moe", "*"): "under (session 15; the re-priced session-13 plans are all within 10% since the gate dot's result "
-                  "and the experts' batch-major copies are held as XLA holds them): the re-solved ilp-memory plan "
-                  "(results/fidelity_s15c_outside_moe.json, 0.849), at XLA's peak (the backward dh dot): XLA writes "
-                  "out a third SiLU value, g = x * s (copy_multiply_fusion, 8 KiB), when a reader takes it as it is "
-                  "(under dp its backward reader slices it and it is not written), and keeps an all-to-all'd copy of "
-                  "the chain's head value for the backward (concatenate.4, 8 KiB); the model holds neither there. "
-                  "Not temp fragmentation: XLA's buffers at its peak (verifier.peak_buffers) sum to its figure",
+    ("moe", "*"): "under before session 22 (ilp-memory 0.846, ilp-memory-1.05 0.893 on s21a_fidelity_outside_remat's "
+                  "plans): at XLA's peak (the backward dh dot) XLA holds an all-to-all'd copy of the SiLU chain's "
+                  "head value (concatenate.3, 8 KiB), read by the backward fusions that rebuild s * (1 - s), which "
+                  "copy_lists held at the chain's step only; held to those readers since "
+                  "(slice_layout.held_read_steps: 0.913 / 0.966). Left: XLA also writes out g = x * s "
+                  "(copy_multiply_fusion, 8 KiB) when the chain reads x relaid out (under dp it recomputes g in "
+                  "each reader), which the model does not hold. Not temp fragmentation: XLA's buffers at its peak "
+                  "(verifier.peak_buffers) sum to its figure",
+    ("moe", "ilp-memory"): "under (session 22, re-solved with slice_layout.held_read_steps: results/s22a_moe_after.json, "
+                           "0.872; XLA's buffer assignment, s22a_moe_after_diag_moe_ilp-memory.json): the plan "
+                           "reduce-scatters (on CPU: all-reduces) three independent forward dots, the gate and both "
+                           "expert dots (nodes 14, 21, 23), and XLA's combiner merges them into one all-reduce "
+                           "(all-reduce.8) at its peak, holding both expert partials (ynn_fusion.4 / .5, 16 KiB each) "
+                           "and both sums (2 x 16 KiB) at once; the model holds each dot's 16 KiB at its own step "
+                           "(costmodel.combined charges only all-reduces with no all-reducing descendant, the gradients). "
+                           "The earlier plan (s21a_fidelity_outside_remat) re-prices 0.913 with the session-22 rule",
     ("rnn", "ilp-memory-1.05"): "over (session 15, XLA's buffer assignment): the model keeps two outputs of each "
                                 "unrolled tanh cell (s and 1 - s^2, 2 x 4 KiB; memory.materialised_outputs' "
                                 "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
@@ -332,7 +351,7 @@ def _numerics_ok(row: dict) -> bool:
     return leaf is not None and leaf <= 1e-4 and (loss is None or loss != loss or loss <= 1e-5)
 
 
-def _outside_steps() -> dict:
+def outside_steps() -> dict:
     """name -> make_<name>() of tests/data/outside_steps.py (plain-JAX train steps the zoo lacks)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "data"))
     from outside_steps import STEPS  # lazy: a test data module, not a package
@@ -452,7 +471,7 @@ def main(argv=None) -> list[dict]:
                     help="the step order the model prices on: the trace's program order, or XLA's schedule "
                          "of the unsharded step (sg.trace's schedule=)")
     a = ap.parse_args(argv)
-    outside = _outside_steps() if a.outside else {}
+    outside = outside_steps() if a.outside else {}
     cfg = Config(models=tuple(m for m in a.models.split(",") if m) or tuple(outside or zoo.names()),
                  plans=tuple(p for p in a.plans.split(",") if p), cluster=a.cluster,
                  ilp_time_limit_s=a.ilp_time_limit_s, iters=a.iters, schedule=a.schedule)

@@ -167,12 +167,13 @@ def model_peak(problem, strategies, top: int) -> dict:
 def diagnose(model: str, plan_name: str, prefix: str, top: int, source: str = "") -> dict:
     """Recompile the stored plan of (model, plan) from results/<prefix>_<model>.json (or
     results/<source>.json, any table of ``experiments/fidelity.py``: a tiny-size row is built and
-    executed as fidelity builds it) with XLA's dump, and put XLA's buffers at its peak
-    (``minmem_bounds.peak_by_kind``, named by Problem node where the HLO carries one) beside the
-    model's live set at its peak (``model_peak``)."""
+    executed as fidelity builds it, as is a step of ``fidelity --outside``) with XLA's dump, and put
+    XLA's buffers at its peak (``minmem_bounds.peak_by_kind``, named by Problem node where the HLO
+    carries one) beside the model's live set at its peak (``model_peak``)."""
     import shardgym as sg
     import zoo
     from costmodel.graph_part import space_for
+    from experiments.fidelity import outside_steps
     from experiments.minmem_bounds import peak_by_kind
     from runtime.core import execute
     from shardgym.verifier import instruction_nodes
@@ -180,8 +181,10 @@ def diagnose(model: str, plan_name: str, prefix: str, top: int, source: str = ""
     d = json.loads((Path(RESULTS_DIR) / f"{source or prefix + '_' + model}.json").read_text())
     row = next(r for r in d["rows"] if r["plan"] == plan_name and r["model"] == model)
     size = row.get("size") or REAL_SIZES[model]
-    real = size != zoo.sizes(model)[0]   # as fidelity: a real size compiled abstractly, the smallest executed
-    fn, args = zoo.build(model, size, abstract=real, seed=d["seed"], real_indices=real)
+    outside = outside_steps()   # a train step of fidelity --outside: built as it builds them, executed
+    real = model not in outside and size != zoo.sizes(model)[0]   # a real size compiled abstractly
+    fn, args = outside[model]() if model in outside else zoo.build(model, size, abstract=real, seed=d["seed"],
+                                                                   real_indices=real)
     graph = sg.trace(fn, *args, name=f"{model}-{size}")
     cluster = sg.Cluster.preset(d["config"]["cluster"])
     problem = sg.build_problem(graph, unbounded(cluster) if real else cluster,
