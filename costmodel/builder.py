@@ -30,7 +30,7 @@ schedule, ``graph.schedule == "xla"``, a buffer that dies earlier is a copy grou
 its own end, and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node
 fused into its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops
 read there (rnn under lax.scan: the unrolled loop's weight-gradient dots all live to one fused add);
-read through a collective, its copy instead (``slice_layout``: ``read_extents``, ``held_read_steps``).
+of one read through a collective, its copy (``slice_layout``: ``read_extents``, ``held_read_steps``).
 Edges: one per (producer, consumer) pair, the resharding matrices of all operands the consumer
 takes from that producer summed (producer strategy = row). An output that aliases input leaf a
 must end in a's storage layout: the resharding (producer's out spec -> a's storage spec) is added
