@@ -92,6 +92,7 @@ class OpGraph:
     num_nodes_unfolded: int = 0
     name: str = ""
     schedule: str = "program"   # what node ``order`` follows: "program" (the trace) or "xla" (costmodel.schedule)
+    recompute: str | None = None   # the recompute policy traced with (costmodel.trace.recompute); None: as written
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -150,6 +151,7 @@ class OpGraph:
             "outputs": [list(o) for o in self.outputs],
             "output_aliases": list(self.output_aliases),
             "schedule": self.schedule,
+            "recompute": self.recompute,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -180,6 +182,7 @@ class OpGraph:
             num_nodes_unfolded=d["num_nodes_unfolded"],
             name=d.get("name", ""),
             schedule=d.get("schedule", "program"),
+            recompute=d.get("recompute"),
         )
 
     @classmethod

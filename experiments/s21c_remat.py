@@ -5,7 +5,9 @@ scores, mask, softmax and probs.v under jax.checkpoint): Megatron's plan, and th
 plan under a step-time bound of ``--bound`` x the PLAIN program's Megatron step time (the issue's
 bound; seeded with that program's Megatron plan and the all-replicated one), and with
 ``--time-optimal`` the time objective's ILP plan. ``--programs remat-mlp`` is the remat program with
-the MLP's gelu recomputed too (``GPTConfig.remat_mlp``). Each plan is
+the MLP's gelu recomputed too (``GPTConfig.remat_mlp``). ``--programs dots,dots-no-batch`` are the
+plain program traced with the planner's recompute policy (``sg.trace(..., recompute="dots" |
+"dots_no_batch")``, costmodel/trace/recompute.py), executed as traced. Each plan is
 compiled (the first size of the zoo is executed, with numerics; larger sizes are compiled
 abstractly on a cluster with unbounded memory) and XLA's per-device memory, the model's predicted
 peak and the modelled step time are recorded, with XLA's buffers at its peak by kind. Savings
@@ -44,9 +46,10 @@ class Config:
     time_optimal: bool = False
 
 
-#: program tag -> the GPTConfig fields it sets (plain: both off)
-PROGRAMS = {"plain": {}, "remat": {"remat_attention": True},
-            "remat-mlp": {"remat_attention": True, "remat_mlp": True}}
+#: program tag -> (the GPTConfig fields it sets (plain: both off), the trace's recompute policy)
+PROGRAMS = {"plain": ({}, None), "remat": ({"remat_attention": True}, None),
+            "remat-mlp": ({"remat_attention": True, "remat_mlp": True}, None),
+            "dots": ({}, "dots"), "dots-no-batch": ({}, "dots_no_batch")}
 
 
 def _plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
@@ -86,12 +89,12 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     if not executed:
         cluster = unbounded(cluster)
     rows, mega_plain_s = [], None
-    for tag, fields in PROGRAMS.items():
+    for tag, (fields, policy) in PROGRAMS.items():
         if tag != "plain" and tag not in cfg.programs:
             continue
         mcfg = dataclasses.replace(zoo.config(name, size), **fields)
         fn, args = build_step(gpt, mcfg, abstract=not executed, seed=cfg.seed)
-        graph = sg.trace(fn, *args, name=f"{name}-{size}{'' if tag == 'plain' else '-' + tag}")
+        graph = sg.trace(fn, *args, name=f"{name}-{size}{'' if tag == 'plain' else '-' + tag}", recompute=policy)
         problem = sg.build_problem(graph, cluster)
         mega = sg.solve(problem, method="megatron")
         if mega_plain_s is None:
