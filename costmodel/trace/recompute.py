@@ -8,7 +8,12 @@ Forward and backward. A record is *backward* when it was produced by reverse-mod
 
 Saved and recomputed. A policy (``POLICIES``, named after ``jax.checkpoint_policies``) says which
 forward results are *saved*: kept from the forward pass to the backward pass as in the plain
-program. Program inputs and backward values are always available. Every other forward value a
+program. Program inputs, backward values and forward values computed from program inputs alone by
+element-wise and reshaping ops (``FREE``: a parameter's broadcast, a causal mask; an embedding
+gather is not one) are read as in the plain program: never recomputed, never
+put through a barrier (a layer norm scale's broadcast in a barrier is a buffer XLA keeps from the
+forward pass to the backward: 0.5 MiB per layer norm at gpt d=128, t=256, where the plain program
+fuses it into its readers). Every other forward value a
 backward record reads is *recomputed*: its producer is cloned, with the chain of its unsaved
 forward ancestors, just before its first backward reader (program order of the backward records
 is the backward order). Clones are memoised per value: a value (or a chain member) recomputed for
@@ -26,13 +31,18 @@ forward value only the backward read becomes dead and the trace's dead-code elim
 
 The tie. Each recompute point (a backward reader with at least one value not yet recomputed) gets
 one synthetic ``optimization_barrier`` record (params ``{"synthetic": "recompute"}``, no FLOPs)
-over the chain's saved operands and the reader's other operands (the cotangent among them),
-program inputs left out and the largest operand first, as ``walk.Tracer.remat_barrier`` builds
-the barrier of a user-written ``jax.checkpoint``. The clones and the reader read its outputs, so
-XLA can neither CSE a clone with its forward original nor (with the executor's tied barrier,
-runtime/program.py) hoist it into the forward pass. A chain that reads program inputs only (e.g.
-an embedding gather) has no saved operand to tie and may still be CSE'd or hoisted by XLA; the
-model prices it where the program puts it. Clones keep their original's name stack (module path,
+over the chain's saved operands and the reader's other operands (the cotangent among them, or
+values recomputed earlier), program inputs and ``FREE`` values left out, the largest operand first,
+as ``walk.Tracer.remat_barrier`` builds the barrier of a user-written ``jax.checkpoint``. The clones
+and the reader read its outputs, so XLA can neither CSE a clone with its forward original nor
+(with the executor's tied barrier, runtime/program.py) hoist it above its reader's cotangent. A
+point whose operands are all inputs gets no barrier (an embedding gather's chain: XLA may CSE it
+with the forward pass; the model prices it where the program puts it). Points are many (gpt tiny
+``dots``: 44 barrier nodes, as layer norm's and gelu's backward readers each read another
+residual). The alternative, a barrier only where the chain reads a saved value (clones of clones
+untied), was worse at gpt tiny (Megatron, ``dots_no_batch``: 1.523 MiB by XLA, measured before the
+``FREE`` rule, against 1.460) and better at d=128, t=256 (20.2 MiB against 21.6, both with it):
+XLA may hoist the untied clones up to the earlier barrier. Clones keep their original's name stack (module path,
 role ``"activation"``) and params plus ``"recomputed": True``.
 """
 from __future__ import annotations
@@ -40,6 +50,8 @@ from __future__ import annotations
 from costmodel import primitives as P
 from costmodel.trace.roles import is_grad
 
+#: ops that, applied to program inputs (and other such values) alone, are read as in the plain program
+FREE = P.FOLDABLE | frozenset({"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "iota"})
 #: the policies ``trace(..., recompute=)`` and ``flatten_program(..., recompute=)`` take
 POLICIES = (None, "dots", "dots_no_batch")
 
@@ -83,7 +95,11 @@ def apply(tr, n_in: int, policy) -> None:
     recs, val_src = tr.recs, tr.val_src
     n = len(recs)
     back = backward_records(recs, val_src, n_in)
-    save = [ri < n_in or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
+    free = [ri < n_in for ri in range(n)]   # element-wise / reshaping of program inputs alone
+    for ri in range(n_in, n):
+        free[ri] = (not back[ri] and recs[ri].prim in FREE
+                    and all(x is None or free[val_src[x][0]] for x in recs[ri].ins))
+    save = [free[ri] or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
 
     def redo(v) -> bool:   # a forward value the policy does not save
         return v is not None and not save[val_src[v][0]]
@@ -101,7 +117,7 @@ def apply(tr, n_in: int, policy) -> None:
             seen: set = set()
             held = [y for q in chain for y in recs[q].ins if y is not None and not redo(y)]
             held += [memo.get(x, x) for x in r.ins if x is not None and x not in new]
-            held = [y for y in held if not (y in seen or seen.add(y)) and not _is_input(tr, y, n_in)]
+            held = [y for y in held if not (y in seen or seen.add(y)) and not _is_free(tr, y, free)]
             held.sort(key=lambda y: -P.size_of(tr.val_type[y]))   # stable: largest first
             tied: dict[int, int] = {}
             if held:
@@ -123,8 +139,9 @@ def apply(tr, n_in: int, policy) -> None:
     tr.reorder(order)
 
 
-def _is_input(tr, v, n_in: int) -> bool:
-    return tr.val_src[v][0] < n_in
+def _is_free(tr, v, free) -> bool:
+    ri = tr.val_src[v][0]
+    return ri < len(free) and free[ri]
 
 
 def _chain(recs, val_src, need, redo, memo) -> list[int]:
