@@ -8,12 +8,7 @@ Forward and backward. A record is *backward* when it was produced by reverse-mod
 
 Saved and recomputed. A policy (``POLICIES``, named after ``jax.checkpoint_policies``) says which
 forward results are *saved*: kept from the forward pass to the backward pass as in the plain
-program. Program inputs, backward values and forward values computed from program inputs alone by
-element-wise and reshaping ops (``FREE``: a parameter's broadcast, a causal mask; an embedding
-gather is not one) are read as in the plain program: never recomputed, never
-put through a barrier (a layer norm scale's broadcast in a barrier is a buffer XLA keeps from the
-forward pass to the backward: 0.5 MiB per layer norm at gpt d=128, t=256, where the plain program
-fuses it into its readers). Every other forward value a
+program. Program inputs and backward values are always available. Every other forward value a
 backward record reads is *recomputed*: its producer is cloned, with the chain of its unsaved
 forward ancestors, just before its first backward reader (program order of the backward records
 is the backward order). Clones are memoised per value: a value (or a chain member) recomputed for
@@ -29,6 +24,14 @@ forward value only the backward read becomes dead and the trace's dead-code elim
   p.v and everything element-wise are recomputed (Megatron-LM's selective recomputation, and more).
 - ``None``: the plain program, record for record.
 
+Values computed from program inputs alone by element-wise and reshaping ops (``FREE``: a
+parameter's broadcast, the causal mask; not an embedding gather) are recomputed like the others
+but never put through a barrier: there a layer norm scale's broadcast is a buffer XLA keeps
+(0.5 MiB per layer norm at gpt d=128, t=256) where the plain program fuses it into its readers.
+Reading the forward's copy instead (not recomputing them) left XLA's memory as it was and put the
+model's prediction further from it (gpt 125m Megatron, ``dots_no_batch``: 2,320.3 MiB predicted
+against XLA's 2,242.0, 2,248.3 when they are recomputed).
+
 The tie. Each recompute point (a backward reader with at least one value not yet recomputed) gets
 one synthetic ``optimization_barrier`` record (params ``{"synthetic": "recompute"}``, no FLOPs)
 over the chain's saved operands and the reader's other operands (the cotangent among them, or
@@ -40,9 +43,9 @@ point whose operands are all inputs gets no barrier (an embedding gather's chain
 with the forward pass; the model prices it where the program puts it). Points are many (gpt tiny
 ``dots``: 44 barrier nodes, as layer norm's and gelu's backward readers each read another
 residual). The alternative, a barrier only where the chain reads a saved value (clones of clones
-untied), was worse at gpt tiny (Megatron, ``dots_no_batch``: 1.523 MiB by XLA, measured before the
-``FREE`` rule, against 1.460) and better at d=128, t=256 (20.2 MiB against 21.6, both with it):
-XLA may hoist the untied clones up to the earlier barrier. Clones keep their original's name stack (module path,
+untied), was worse at gpt tiny (Megatron, ``dots_no_batch``: 1.523 MiB by XLA against 1.460) and
+better at d=128, t=256 (20.2 MiB against 21.6; both measured with an earlier ``FREE`` rule): XLA
+may hoist the untied clones up to the earlier barrier. Clones keep their original's name stack (module path,
 role ``"activation"``) and params plus ``"recomputed": True``.
 """
 from __future__ import annotations
@@ -95,11 +98,11 @@ def apply(tr, n_in: int, policy) -> None:
     recs, val_src = tr.recs, tr.val_src
     n = len(recs)
     back = backward_records(recs, val_src, n_in)
-    free = [ri < n_in for ri in range(n)]   # element-wise / reshaping of program inputs alone
+    free = {ri: True for ri in range(n_in)}   # records: element-wise / reshaping of program inputs alone
     for ri in range(n_in, n):
         free[ri] = (not back[ri] and recs[ri].prim in FREE
                     and all(x is None or free[val_src[x][0]] for x in recs[ri].ins))
-    save = [free[ri] or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
+    save = [ri < n_in or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
 
     def redo(v) -> bool:   # a forward value the policy does not save
         return v is not None and not save[val_src[v][0]]
@@ -130,6 +133,7 @@ def apply(tr, n_in: int, policy) -> None:
                 ins = [memo[y] if redo(y) else tied.get(y, y) for y in recs[q].ins]
                 outs = tr.clone_record(q, ins)
                 order.append(len(tr.recs) - 1)
+                free[len(tr.recs) - 1] = free[q]
                 memo.update(zip(recs[q].outs, outs))
             r.ins = [memo[x] if x in new else tied.get(memo.get(x, x), memo.get(x, x)) if x is not None else None
                      for x in r.ins]
@@ -140,8 +144,7 @@ def apply(tr, n_in: int, policy) -> None:
 
 
 def _is_free(tr, v, free) -> bool:
-    ri = tr.val_src[v][0]
-    return ri < len(free) and free[ri]
+    return free.get(tr.val_src[v][0], False)
 
 
 def _chain(recs, val_src, need, redo, memo) -> list[int]:
