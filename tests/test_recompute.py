@@ -103,3 +103,22 @@ def test_dots_no_batch_step_runs_sharded_below_the_plain_memory_as_predicted():
     (plain_xla, _), (xla, pred) = mem[None], mem["dots_no_batch"]
     assert xla < 0.95 * plain_xla, mem
     assert abs(pred / xla - 1) < 0.10, mem
+
+
+def test_choose_returns_the_least_predicted_peak_within_the_bound():
+    """``shardgym.recompute.choose``: each policy's min-memory plan, the least peak among those within
+    the bound, its graph traced with that policy; a bound no plan meets is one error line."""
+    def loss(ws, x):
+        for w in ws:
+            x = jax.nn.gelu(x @ w)
+        return jnp.mean(x ** 2)
+
+    args = ([jax.ShapeDtypeStruct((64, 64), jnp.float32)] * 3, jax.ShapeDtypeStruct((128, 64), jnp.float32))
+    step = jax.value_and_grad(loss)
+    c = sg.recompute.choose(step, args, "cpu-2x4", max_step_time_s=1.0, time_limit_s=1, policies=(None, "dots"))
+    assert [r["policy"] for r in c.candidates] == [None, "dots"] and c.max_step_time_s == 1.0
+    assert all(r["within_bound"] == (r["step_time_s"] <= 1.0) for r in c.candidates)
+    assert c.cost.peak_memory_bytes == min(r["peak_memory_bytes"] for r in c.candidates if r["within_bound"])
+    assert c.graph.recompute == c.policy and c.cost == sg.evaluate(c.problem, c.plan)
+    with pytest.raises(ValueError, match="not both"):
+        sg.recompute.choose(step, args, "cpu-2x4", max_step_time_s=1.0, bound_vs_megatron=1.05)
