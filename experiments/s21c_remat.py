@@ -52,7 +52,7 @@ PROGRAMS = {"plain": ({}, None), "remat": ({"remat_attention": True}, None),
             "dots": ({}, "dots"), "dots-no-batch": ({}, "dots_no_batch")}
 
 
-def _plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
+def plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
     import shardgym as sg
     from experiments.minmem_bounds import peak_by_kind
     from runtime.core import execute
@@ -99,7 +99,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         mega = sg.solve(problem, method="megatron")
         if mega_plain_s is None:
             mega_plain_s = sg.evaluate(problem, mega).step_time_s
-        rows.append(_plan_row(f"{tag} megatron", fn, args, graph, problem, mega, mega_plain_s, executed, cfg.top))
+        rows.append(plan_row(f"{tag} megatron", fn, args, graph, problem, mega, mega_plain_s, executed, cfg.top))
         if tag not in cfg.programs:   # plain Megatron is always compiled: the savings are against it
             continue
         t0 = time.perf_counter()
@@ -107,7 +107,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
                       max_step_time_s=cfg.bound * mega_plain_s,
                       initial_plans=[list(mega.strategies), [0] * problem.num_nodes])
         solve_s = time.perf_counter() - t0
-        rows.append(_plan_row(f"{tag} min-memory {cfg.bound}x", fn, args, graph, problem, mm, mega_plain_s,
+        rows.append(plan_row(f"{tag} min-memory {cfg.bound}x", fn, args, graph, problem, mm, mega_plain_s,
                               executed, cfg.top))
         rows[-1]["solve_s"] = solve_s
         if cfg.time_optimal:   # the time objective's plan: below Megatron's memory on the plain program (s20)
@@ -115,7 +115,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
             tp = sg.solve(problem, method="ilp", objective="time", time_limit_s=cfg.ilp_time_limit_s,
                           initial_plans=[list(mega.strategies)])
             solve_s = time.perf_counter() - t0
-            rows.append(_plan_row(f"{tag} time-optimal", fn, args, graph, problem, tp, mega_plain_s, executed, cfg.top))
+            rows.append(plan_row(f"{tag} time-optimal", fn, args, graph, problem, tp, mega_plain_s, executed, cfg.top))
             rows[-1]["solve_s"] = solve_s
     by = {r["plan"]: r for r in rows}
     for r in rows:
