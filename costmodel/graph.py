@@ -82,7 +82,9 @@ class OpGraph:
     ``outputs`` are the program's flat outputs as (node id, output index), in
     ``jax.tree.leaves(fn(*args))`` order; ``output_aliases[i]`` is the flat input index that
     output i replaces (a new parameter or optimizer state for the old one), else None.
-    ``num_eqns`` and ``num_nodes_unfolded`` report the size before folding.
+    ``num_eqns`` and ``num_nodes_unfolded`` report the size before folding. ``recompute`` is the
+    recompute policy the program was traced with (costmodel/trace/recompute.py; None: as written);
+    the runtime replays the program with the same policy.
     """
 
     nodes: tuple[Node, ...]
