@@ -24,37 +24,32 @@ forward value only the backward read becomes dead and the trace's dead-code elim
   p.v and everything element-wise are recomputed (Megatron-LM's selective recomputation, and more).
 - ``None``: the plain program, record for record.
 
-Values computed from program inputs alone by element-wise and reshaping ops (``FREE``: a
-parameter's broadcast, the causal mask; not an embedding gather) are recomputed like the others
-but never put through a barrier: there a layer norm scale's broadcast is a buffer XLA keeps
-(0.5 MiB per layer norm at gpt d=128, t=256) where the plain program fuses it into its readers.
-Reading the forward's copy instead (not recomputing them) left XLA's memory as it was and put the
-model's prediction further from it (gpt 125m Megatron, ``dots_no_batch``: 2,320.3 MiB predicted
-against XLA's 2,242.0, 2,248.3 when they are recomputed).
+Values computed from program inputs alone (a layer norm scale's broadcast, the causal mask) are
+recomputed like the others. Reading the forward's copy instead put the model's prediction further
+from XLA (gpt 125m Megatron, ``dots_no_batch``: 2,320.3 MiB predicted against XLA's 2,242.0; 2,248.3
+when recomputed) and left XLA's figure as it was.
 
 The tie. Each recompute point (a backward reader with at least one value not yet recomputed) gets
 one synthetic ``optimization_barrier`` record (params ``{"synthetic": "recompute"}``, no FLOPs)
 over the chain's saved operands and the reader's other operands (the cotangent among them, or
-values recomputed earlier), program inputs and ``FREE`` values left out, the largest operand first,
+values recomputed earlier), program inputs left out, the largest operand first,
 as ``walk.Tracer.remat_barrier`` builds the barrier of a user-written ``jax.checkpoint``. The clones
 and the reader read its outputs, so XLA can neither CSE a clone with its forward original nor
 (with the executor's tied barrier, runtime/program.py) hoist it above its reader's cotangent. A
 point whose operands are all inputs gets no barrier (an embedding gather's chain: XLA may CSE it
 with the forward pass; the model prices it where the program puts it). Points are many (gpt tiny
-``dots``: 44 barrier nodes, as layer norm's and gelu's backward readers each read another
+``dots``: 158 barrier nodes, as layer norm's and gelu's backward readers each read another
 residual). The alternative, a barrier only where the chain reads a saved value (clones of clones
 untied), was worse at gpt tiny (Megatron, ``dots_no_batch``: 1.523 MiB by XLA against 1.460) and
-better at d=128, t=256 (20.2 MiB against 21.6; both measured with an earlier ``FREE`` rule): XLA
-may hoist the untied clones up to the earlier barrier. Clones keep their original's name stack (module path,
-role ``"activation"``) and params plus ``"recomputed": True``.
+better at d=128, t=256 (20.2 MiB against 21.6): XLA may hoist the untied clones up to the earlier
+barrier. Clones keep their original's name stack (module path, role ``"activation"``) and params
+plus ``"recomputed": True``.
 """
 from __future__ import annotations
 
 from costmodel import primitives as P
 from costmodel.trace.roles import is_grad
 
-#: ops that, applied to program inputs (and other such values) alone, are read as in the plain program
-FREE = P.FOLDABLE | frozenset({"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "iota"})
 #: the policies ``trace(..., recompute=)`` and ``flatten_program(..., recompute=)`` take
 POLICIES = (None, "dots", "dots_no_batch")
 
@@ -98,10 +93,6 @@ def apply(tr, n_in: int, policy) -> None:
     recs, val_src = tr.recs, tr.val_src
     n = len(recs)
     back = backward_records(recs, val_src, n_in)
-    free = {ri: True for ri in range(n_in)}   # records: element-wise / reshaping of program inputs alone
-    for ri in range(n_in, n):
-        free[ri] = (not back[ri] and recs[ri].prim in FREE
-                    and all(x is None or free[val_src[x][0]] for x in recs[ri].ins))
     save = [ri < n_in or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
 
     def redo(v) -> bool:   # a forward value the policy does not save
@@ -120,7 +111,7 @@ def apply(tr, n_in: int, policy) -> None:
             seen: set = set()
             held = [y for q in chain for y in recs[q].ins if y is not None and not redo(y)]
             held += [memo.get(x, x) for x in r.ins if x is not None and x not in new]
-            held = [y for y in held if not (y in seen or seen.add(y)) and not _is_free(tr, y, free)]
+            held = [y for y in held if not (y in seen or seen.add(y)) and val_src[y][0] >= n_in]
             held.sort(key=lambda y: -P.size_of(tr.val_type[y]))   # stable: largest first
             tied: dict[int, int] = {}
             if held:
@@ -133,7 +124,6 @@ def apply(tr, n_in: int, policy) -> None:
                 ins = [memo[y] if redo(y) else tied.get(y, y) for y in recs[q].ins]
                 outs = tr.clone_record(q, ins)
                 order.append(len(tr.recs) - 1)
-                free[len(tr.recs) - 1] = free[q]
                 memo.update(zip(recs[q].outs, outs))
             r.ins = [memo[x] if x in new else tied.get(memo.get(x, x), memo.get(x, x)) if x is not None else None
                      for x in r.ins]
@@ -141,10 +131,6 @@ def apply(tr, n_in: int, policy) -> None:
             r.ins = [memo.get(x, x) for x in r.ins]
         order.append(ri)
     tr.reorder(order)
-
-
-def _is_free(tr, v, free) -> bool:
-    return free.get(tr.val_src[v][0], False)
 
 
 def _chain(recs, val_src, need, redo, memo) -> list[int]:
