@@ -82,7 +82,9 @@ class OpGraph:
     ``outputs`` are the program's flat outputs as (node id, output index), in
     ``jax.tree.leaves(fn(*args))`` order; ``output_aliases[i]`` is the flat input index that
     output i replaces (a new parameter or optimizer state for the old one), else None.
-    ``num_eqns`` and ``num_nodes_unfolded`` report the size before folding.
+    ``num_eqns`` and ``num_nodes_unfolded`` report the size before folding. ``recompute`` is the
+    recompute policy the program was traced with (costmodel/trace/recompute.py; None: as written);
+    the runtime replays the program with the same policy.
     """
 
     nodes: tuple[Node, ...]
@@ -92,6 +94,7 @@ class OpGraph:
     num_nodes_unfolded: int = 0
     name: str = ""
     schedule: str = "program"   # what node ``order`` follows: "program" (the trace) or "xla" (costmodel.schedule)
+    recompute: str | None = None   # the recompute policy traced with (costmodel.trace.recompute); None: as written
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -150,6 +153,7 @@ class OpGraph:
             "outputs": [list(o) for o in self.outputs],
             "output_aliases": list(self.output_aliases),
             "schedule": self.schedule,
+            "recompute": self.recompute,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -180,6 +184,7 @@ class OpGraph:
             num_nodes_unfolded=d["num_nodes_unfolded"],
             name=d.get("name", ""),
             schedule=d.get("schedule", "program"),
+            recompute=d.get("recompute"),
         )
 
     @classmethod

@@ -5,7 +5,9 @@ scores, mask, softmax and probs.v under jax.checkpoint): Megatron's plan, and th
 plan under a step-time bound of ``--bound`` x the PLAIN program's Megatron step time (the issue's
 bound; seeded with that program's Megatron plan and the all-replicated one), and with
 ``--time-optimal`` the time objective's ILP plan. ``--programs remat-mlp`` is the remat program with
-the MLP's gelu recomputed too (``GPTConfig.remat_mlp``). Each plan is
+the MLP's gelu recomputed too (``GPTConfig.remat_mlp``). ``--programs dots,dots-no-batch`` are the
+plain program traced with the planner's recompute policy (``sg.trace(..., recompute="dots" |
+"dots_no_batch")``, costmodel/trace/recompute.py), executed as traced. Each plan is
 compiled (the first size of the zoo is executed, with numerics; larger sizes are compiled
 abstractly on a cluster with unbounded memory) and XLA's per-device memory, the model's predicted
 peak and the modelled step time are recorded, with XLA's buffers at its peak by kind. Savings
@@ -44,12 +46,13 @@ class Config:
     time_optimal: bool = False
 
 
-#: program tag -> the GPTConfig fields it sets (plain: both off)
-PROGRAMS = {"plain": {}, "remat": {"remat_attention": True},
-            "remat-mlp": {"remat_attention": True, "remat_mlp": True}}
+#: program tag -> (the GPTConfig fields it sets (plain: both off), the trace's recompute policy)
+PROGRAMS = {"plain": ({}, None), "remat": ({"remat_attention": True}, None),
+            "remat-mlp": ({"remat_attention": True, "remat_mlp": True}, None),
+            "dots": ({}, "dots"), "dots-no-batch": ({}, "dots_no_batch")}
 
 
-def _plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
+def plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
     import shardgym as sg
     from experiments.minmem_bounds import peak_by_kind
     from runtime.core import execute
@@ -86,17 +89,17 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     if not executed:
         cluster = unbounded(cluster)
     rows, mega_plain_s = [], None
-    for tag, fields in PROGRAMS.items():
+    for tag, (fields, policy) in PROGRAMS.items():
         if tag != "plain" and tag not in cfg.programs:
             continue
         mcfg = dataclasses.replace(zoo.config(name, size), **fields)
         fn, args = build_step(gpt, mcfg, abstract=not executed, seed=cfg.seed)
-        graph = sg.trace(fn, *args, name=f"{name}-{size}{'' if tag == 'plain' else '-' + tag}")
+        graph = sg.trace(fn, *args, name=f"{name}-{size}{'' if tag == 'plain' else '-' + tag}", recompute=policy)
         problem = sg.build_problem(graph, cluster)
         mega = sg.solve(problem, method="megatron")
         if mega_plain_s is None:
             mega_plain_s = sg.evaluate(problem, mega).step_time_s
-        rows.append(_plan_row(f"{tag} megatron", fn, args, graph, problem, mega, mega_plain_s, executed, cfg.top))
+        rows.append(plan_row(f"{tag} megatron", fn, args, graph, problem, mega, mega_plain_s, executed, cfg.top))
         if tag not in cfg.programs:   # plain Megatron is always compiled: the savings are against it
             continue
         t0 = time.perf_counter()
@@ -104,7 +107,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
                       max_step_time_s=cfg.bound * mega_plain_s,
                       initial_plans=[list(mega.strategies), [0] * problem.num_nodes])
         solve_s = time.perf_counter() - t0
-        rows.append(_plan_row(f"{tag} min-memory {cfg.bound}x", fn, args, graph, problem, mm, mega_plain_s,
+        rows.append(plan_row(f"{tag} min-memory {cfg.bound}x", fn, args, graph, problem, mm, mega_plain_s,
                               executed, cfg.top))
         rows[-1]["solve_s"] = solve_s
         if cfg.time_optimal:   # the time objective's plan: below Megatron's memory on the plain program (s20)
@@ -112,7 +115,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
             tp = sg.solve(problem, method="ilp", objective="time", time_limit_s=cfg.ilp_time_limit_s,
                           initial_plans=[list(mega.strategies)])
             solve_s = time.perf_counter() - t0
-            rows.append(_plan_row(f"{tag} time-optimal", fn, args, graph, problem, tp, mega_plain_s, executed, cfg.top))
+            rows.append(plan_row(f"{tag} time-optimal", fn, args, graph, problem, tp, mega_plain_s, executed, cfg.top))
             rows[-1]["solve_s"] = solve_s
     by = {r["plan"]: r for r in rows}
     for r in rows:

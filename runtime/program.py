@@ -24,11 +24,12 @@ from runtime.shardings import check_spec, constrain, pspec
 
 
 def constrained_fn(fn, args, graph: OpGraph | None, plan: Plan, mesh, problem=None):
-    """``fn`` itself when the plan has no per-node specs; otherwise a function that re-evaluates the
+    """``fn`` itself when the plan has no per-node specs and the graph is the program as written (no
+    recompute policy); otherwise a function that re-evaluates the
     traced program with a sharding constraint on every output of each planned node (and, given the
     plan's Problem, on each operand as the chosen strategy takes it). Returns (function, number of
     constraints)."""
-    if not plan.node_specs:
+    if not plan.node_specs and getattr(graph, "recompute", None) is None:
         return fn, 0
     return _constrained_program(fn, args, graph, plan, mesh, problem)
 
@@ -63,7 +64,8 @@ def _constrained_program(fn, args, graph: OpGraph | None, plan: Plan, mesh, prob
     u reads it constrained to the operand spec of v's chosen strategy (the layout the cost model
     prices the u -> v resharding to). Without it XLA picks the operand layouts itself, e.g. it
     all-reduces a weight gradient where the plan all-gathers the activations first."""
-    flat = cached(("flat", fn, args), lambda: flatten_program(fn, *args))
+    policy = getattr(graph, "recompute", None)   # a recompute graph replays the recomputing program
+    flat = cached(("flat", fn, args, policy), lambda: flatten_program(fn, *args, recompute=policy))
     g = flat.graph
     if graph is not None and (len(graph.nodes) != len(g.nodes)
                               or any(a.primitive != b.primitive for a, b in zip(graph.nodes, g.nodes))):
@@ -230,7 +232,7 @@ def _eval_step(kind, payload, ops) -> list:
         return [jax.lax.broadcast_in_dim(x, p["shape"], p["broadcast_dimensions"])]
     if prim == "concatenate":
         return [jax.lax.concatenate([x, *rest], p["dimension"])]
-    if prim == "optimization_barrier":   # a recomputation's operands (costmodel.trace.walk.remat_barrier)
+    if prim == "optimization_barrier":   # a recomputation's operands (walk.remat_barrier, trace.recompute)
         return _tied_barrier([x, *rest])
     raise ValueError(f"runtime: unknown synthetic step {prim!r}")
 

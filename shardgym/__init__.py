@@ -18,6 +18,8 @@ __all__ = ["Cluster", "Cost", "LimitError", "Limits", "OpGraph", "Plan", "Proble
 
 
 def __getattr__(name):  # lazy: shardgym.api imports jax and flax; `shardgym iopddl` needs neither
+    if name == "recompute":   # shardgym.recompute.choose: the planner's choice of recomputation
+        return importlib.import_module("shardgym.recompute")
     if name in __all__ or name == "api":
         # not `from shardgym import api`: its hasattr check would call this function again
         api = importlib.import_module("shardgym.api")

@@ -42,7 +42,8 @@ class UnmetBoundError(ValueError):
 SCHEDULES = ("program", "xla", "auto")
 
 
-def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program") -> OpGraph:
+def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program",
+          recompute: str | None = None) -> OpGraph:
     """The OpGraph of ``fn(*args)`` (``costmodel.trace``). Its node ``order`` is the time grid every
     liveness interval of the Problem is on, and ``graph.schedule`` says which order it follows:
       * ``"program"`` (default): the trace's program order (no compile);
@@ -55,12 +56,15 @@ def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program
     both orders are within 10% of XLA's memory on 59 of 72 executed rows (README "Step order"; on
     the same plans XLA's order prices closer), while the schedule compile costs 2-6x the trace
     (gpt tiny 2.1 s + 12.3 s at load 7-10) and doubled the test suite (773 s vs ~390 s, idle).
+    ``recompute``: None (the program as written), ``"dots"`` or ``"dots_no_batch"``: the forward values
+    the policy does not save are recomputed in the backward pass (costmodel/trace/recompute.py); the
+    graph records the policy (``graph.recompute``) and ``execute`` runs that same recomputing program.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if schedule == "xla" and not fold:
         raise ValueError("schedule='xla' needs fold=True (the runtime re-evaluates the folded program)")
-    graph = _trace_program(fn, *args, fold=fold, name=name)
+    graph = _trace_program(fn, *args, fold=fold, name=name, recompute=recompute)
     if schedule == "program":
         return graph
     if not fold:

@@ -76,8 +76,15 @@ follows program order of the heads wherever dependencies allow. ``order`` = id -
 for op nodes (their step in that sequential schedule; with ``fold=False`` exactly the equation's
 program position after inlining and dead-code elimination), 0 for inpu
 
+Recomputation (``trace(..., recompute=policy)``, ``flatten_program(..., recompute=policy)``): after
+the walk and before dead-code elimination, ``recompute.apply`` rewrites the records so that the
+forward values the policy does not save (``"dots"``, ``"dots_no_batch"``, as jax.checkpoint_policies)
+are recomputed before their first backward reader, behind a synthetic ``optimization_barrier``
+record; None (default) leaves the program as written. The OpGraph records the policy
+(``graph.recompute``) and the runtime replays the same rewritten records.
+
 Modules, one job each: ``walk`` (the jaxpr walk: inlining, scan unrolling, control-flow nodes, one
-record per primitive application), ``fold`` (dead-code elimination, folding, the group graph and its
+record per primitive application), ``recompute`` (the recompute policies' rewrite), ``fold`` (dead-code elimination, folding, the group graph and its
 topological order), ``roles`` (module paths, operand roles, input roles, output aliases), ``build``
 (``trace``: the OpGraph from the grouped records), ``program`` (``flatten_program``: the same records
 as evaluable steps for runtime/core.py).

@@ -13,12 +13,16 @@ import jax
 from costmodel import primitives as P
 from costmodel.graph import Node, OpGraph
 from costmodel.trace.fold import group_program
+from costmodel.trace.recompute import apply as recompute_records
+from costmodel.trace.recompute import check_policy
 from costmodel.trace.roles import arg_roles, is_grad, module_path_of, output_aliases, raw_stack
 from costmodel.trace.walk import Tracer
 
 
-def trace(fn, *args, fold: bool = True, name: str = "") -> OpGraph:
-    """Trace ``fn(*args)`` into an OpGraph; see costmodel.trace's docstring for every convention."""
+def trace(fn, *args, fold: bool = True, name: str = "", recompute: str | None = None) -> OpGraph:
+    """Trace ``fn(*args)`` into an OpGraph; see costmodel.trace's docstring for every convention.
+    ``recompute``: a policy of costmodel.trace.recompute (None: the program as written)."""
+    check_policy(recompute)
     if not callable(fn):
         raise ValueError(f"trace: fn must be callable, got {type(fn).__name__}")
     try:
@@ -35,13 +39,13 @@ def trace(fn, *args, fold: bool = True, name: str = "") -> OpGraph:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the graph build allocates many small objects and no cycles: ~2x faster without GC
     try:
-        return _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name)
+        return _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name, recompute)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name) -> OpGraph:
+def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, name, recompute) -> OpGraph:
     jaxpr = closed.jaxpr
     tr = Tracer()
     in_refs, in_roles, in_paths = [], [], []
@@ -51,6 +55,7 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
         in_paths.append(jax.tree_util.keystr(path))
     n_in = len(in_refs)
     out_refs = tr.flatten(closed, in_refs, ())
+    recompute_records(tr, n_in, recompute)
 
     recs, val_src = tr.recs, tr.val_src
     gp = group_program(recs, val_src, out_refs, n_in, fold)
@@ -125,5 +130,5 @@ def _build_graph(closed, out_shape, args, leaves_with_path, roles_by_arg, fold, 
     out_leaves = [tr.tensor(v.aval) for v in jaxpr.outvars]
     aliases = output_aliases(args, out_shape, in_leaves, out_leaves, roles_by_arg)
     return OpGraph(nodes=tuple(nodes), outputs=outputs, output_aliases=tuple(aliases),
-                   num_eqns=len(gp.kept) - n_in, num_nodes_unfolded=len(gp.kept), name=name)
+                   num_eqns=len(gp.kept) - n_in, num_nodes_unfolded=len(gp.kept), name=name, recompute=recompute)
 

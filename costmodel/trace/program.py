@@ -13,6 +13,7 @@ import jax.extend  # noqa: F401  (jax.extend.core.Literal)
 from costmodel.graph import OpGraph
 from costmodel.trace.build import trace
 from costmodel.trace.fold import group_program
+from costmodel.trace.recompute import apply as recompute_records
 from costmodel.trace.walk import Tracer
 
 
@@ -68,6 +69,16 @@ class CaptureTracer(Tracer):
             self.rec_consts.append(list(vals))
         return super().add(prim, ins, in_types, out_types, stack, params, flops, supported)
 
+    def clone_record(self, ri, ins):
+        self.rec_src.append(self.rec_src[ri])
+        self.rec_consts.append(self.rec_consts[ri])
+        return super().clone_record(ri, ins)
+
+    def reorder(self, order):
+        self.rec_src = [self.rec_src[ri] for ri in order]
+        self.rec_consts = [self.rec_consts[ri] for ri in order]
+        super().reorder(order)
+
     def flatten(self, jaxpr, in_refs, prefix):
         if hasattr(jaxpr, "jaxpr") and hasattr(jaxpr, "consts"):
             for v, c in zip(jaxpr.jaxpr.constvars, jaxpr.consts):
@@ -107,13 +118,13 @@ class Missing:
 MISSING = Missing()
 
 
-def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
+def flatten_program(fn, *args, fold: bool = True, recompute: str | None = None) -> FlatProgram:
     """The program ``trace(fn, *args, fold=fold)`` sees, as evaluable steps (see FlatProgram).
 
     The DCE and folding are ``trace``'s (``fold.group_program``); the result is checked
     against ``trace``'s own graph (node count, primitives, output types) and a mismatch raises.
     """
-    graph = trace(fn, *args, fold=fold)
+    graph = trace(fn, *args, fold=fold, recompute=recompute)
     closed = jax.make_jaxpr(fn)(*args)
     jaxpr = closed.jaxpr
     tr = CaptureTracer()
@@ -121,6 +132,7 @@ def flatten_program(fn, *args, fold: bool = True) -> FlatProgram:
     n_in = len(in_refs)
     out_refs = tr.flatten(closed, in_refs, ())
     out_consts = list(tr._last_out_consts)
+    recompute_records(tr, n_in, recompute)
     recs, val_src = tr.recs, tr.val_src
     gp = group_program(recs, val_src, out_refs, n_in, fold)
     group, heads, kept = gp.group, gp.heads, gp.kept

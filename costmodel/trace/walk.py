@@ -70,6 +70,18 @@ class Tracer:
                               params, supported))
         return outs
 
+    def clone_record(self, ri, ins) -> list[int]:
+        """Append a copy of record ``ri`` reading ``ins`` (costmodel.trace.recompute); its results."""
+        r = self.recs[ri]
+        return Tracer.add(self, r.prim, ins, r.in_types, r.out_types, r.stack, {**r.params, "recomputed": True},
+                          r.flops, r.supported)
+
+    def reorder(self, order: list[int]) -> None:
+        """Put the records in ``order`` (a permutation of their indices that is a program order)."""
+        self.recs = [self.recs[ri] for ri in order]
+        at = {ri: k for k, ri in enumerate(order)}
+        self.val_src = [(at[ri], k) for ri, k in self.val_src]
+
     def warn(self, prim: str, why: str = "no cost/sharding rule"):
         if prim not in self.warned:
             self.warned.add(prim)

@@ -1,0 +1,99 @@
+"""The planner's choice of recomputation (``shardgym.recompute.choose``) against the 40 % target.
+
+Per model size: ``choose`` traces the plain gpt step under each recompute policy (None, "dots",
+"dots_no_batch"), solves the min-memory ILP within ``--bound`` x the plain program's Megatron step
+time (``--ilp-time-limit-s`` per policy) and keeps the least predicted peak. The chosen plan and
+plain Megatron's are compiled (the first size of the zoo is executed, with numerics; larger sizes
+are compiled abstractly on a cluster with unbounded memory, as experiments/s21c_remat.py does, whose
+``plan_row`` records each plan) and the saving is XLA's memory against plain Megatron's.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python experiments/s22b_choose.py \
+        --models gpt:tiny,gpt:125m --out s22b_choose
+
+Writes results/<out>.json (config, seed, git revision, one record per model size).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from experiments.common import cpu_devices  # noqa: E402
+
+cpu_devices()
+
+
+@dataclass
+class Config:
+    models: tuple = ("gpt:tiny", "gpt:125m")
+    cluster: str = "cpu-2x4"
+    bound: float = 1.05
+    ilp_time_limit_s: float = 60.0
+    top: int = 8
+    seed: int = 0
+
+
+def run_model(name: str, size: str, cfg: Config) -> dict:
+    import shardgym as sg
+    import zoo
+    from experiments.fidelity import unbounded
+    from experiments.s21c_remat import plan_row
+
+    executed = size == zoo.sizes(name)[0]
+    cluster = sg.Cluster.preset(cfg.cluster)
+    if not executed:
+        cluster = unbounded(cluster)
+    fn, args = zoo.build(name, size, abstract=not executed, seed=cfg.seed)
+    t0 = time.perf_counter()
+    choice = sg.recompute.choose(fn, args, cluster, bound_vs_megatron=cfg.bound, time_limit_s=cfg.ilp_time_limit_s,
+                                 name=f"{name}-{size}")
+    choose_s = time.perf_counter() - t0
+    plain = sg.trace(fn, *args, name=f"{name}-{size}")
+    problem = sg.build_problem(plain, cluster)
+    mega = sg.solve(problem, method="megatron")
+    mega_s = sg.evaluate(problem, mega).step_time_s
+    rows = [plan_row("plain megatron", fn, args, plain, problem, mega, mega_s, executed, cfg.top),
+            plan_row(f"chosen ({choice.policy}) min-memory {cfg.bound}x", fn, args, choice.graph, choice.problem,
+                     choice.plan, mega_s, executed, cfg.top)]
+    for r in rows:
+        r["saving_vs_plain_megatron_xla"] = 1 - r["xla_MiB"] / rows[0]["xla_MiB"]
+    mib = 2.0 ** -20
+    cands = [dict(c, peak_MiB=c["peak_memory_bytes"] * mib, step_time_vs_plain_megatron=c["step_time_s"] / mega_s)
+             for c in choice.candidates]
+    for c in cands:
+        print(f"  candidate {c['policy']!s:14s} pred {c['peak_MiB']:10.3f} MiB  step {c['step_time_vs_plain_megatron']:.3f}x"
+              f"  within {c['within_bound']}  ({c['status']})", flush=True)
+    return {"model": name, "size": size, "executed": executed, "chosen_policy": choice.policy,
+            "bound_s": choice.max_step_time_s, "plain_megatron_step_time_s": mega_s, "choose_s": choose_s,
+            "candidates": cands, "plans": rows}
+
+
+def main(argv=None) -> list[dict]:
+    from experiments.common import print_table, write_results
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="gpt:tiny,gpt:125m", help="comma-separated model:size")
+    ap.add_argument("--ilp-time-limit-s", type=float, default=60.0, help="per policy")
+    ap.add_argument("--bound", type=float, default=1.05, help="x plain Megatron's modelled step time")
+    ap.add_argument("--out", default="s22b_choose")
+    a = ap.parse_args(argv)
+    cfg = Config(models=tuple(m for m in a.models.split(",") if m), ilp_time_limit_s=a.ilp_time_limit_s,
+                 bound=a.bound)
+    out = []
+    for spec in cfg.models:
+        name, _, size = spec.partition(":")
+        print(f"{name}:{size}", flush=True)
+        out.append(run_model(name, size or "tiny", cfg))
+        write_results(a.out, {"models": out}, config=cfg, seed=cfg.seed)
+    rows = [dict(model=f"{m['model']}:{m['size']}", **r) for m in out for r in m["plans"]]
+    print_table(rows, ["model", "plan", "xla_MiB", "pred_MiB", "pred_over_xla", "step_time_vs_plain_megatron",
+                       "saving_vs_plain_megatron_xla"],
+                title=f"per-device memory by XLA's count; target: 40% below plain Megatron within {cfg.bound}x its step time")
+    return out
+
+
+if __name__ == "__main__":
+    main()
