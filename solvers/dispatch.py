@@ -34,6 +34,7 @@ from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
+from solvers.minmem_lns import LNS_SHARE, peak_lns
 from solvers.minmem_seeds import keep_best, memory_seeds
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
@@ -131,6 +132,11 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         # of a MIP that may prove at once). Its share is of the time left after the seeds
         bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw),
                                         time.perf_counter() + BISECT_SHARE * float(time_limit_s))
+        if bisect is not None and LNS_SHARE > 0:   # then the peak LNS from its plan (solvers.minmem_lns),
+            # leaving the MIP at least its 1-s floor
+            left = limit_s - (time.perf_counter() - t0)
+            bisect, binfo["lns"] = peak_lns(problem, bisect, float(max_step_time_s),
+                                            t0 + limit_s - max(1.0, (1.0 - LNS_SHARE) * left))
         if bisect is not None:
             kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
             time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
@@ -156,6 +162,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
     if bisect is not None:
         info["bisection"] = binfo["steps"]
+        info["peak_lns"] = binfo.get("lns")
         bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
         if (bc.peak_memory_bytes, bc.total) < (sc.peak_memory_bytes, sc.total):   # the MIP's plan is worse
             strategies, sc = bisect, bc

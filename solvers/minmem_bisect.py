@@ -43,8 +43,9 @@ STEP_DOWN = 0.9
 #: is killed at the deadline (``_step``)
 MIN_SEARCH_S = 1.0
 STEP_MARGIN_S = 0.5
-#: share of ``solve_exact``'s time limit the bisection may take before the MIP
-BISECT_SHARE = 0.7
+#: share of ``solve_exact``'s time limit the bisection may take before the peak LNS
+#: (``solvers.minmem_lns``) and the MIP (0.7 before the LNS)
+BISECT_SHARE = 0.45
 
 
 def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, budget: CappedBudget = BISECT_BUDGET,
