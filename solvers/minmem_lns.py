@@ -34,8 +34,10 @@ SIZE, MIN_SIZE, MAX_SIZE, GROW = 40, 15, 160, 1.25
 #: a time point is "at the peak" when its live usage is within this share of the peak
 NEAR = 0.02
 #: share of the time left after the bisection (``solvers.minmem_bisect``) that ``solvers.dispatch.solve_exact``
-#: gives this search before the MIP (which it seeds)
-LNS_SHARE = 0.85
+#: gives this search, after the MIP (``lns_after``)
+LNS_SHARE = 0.5
+#: the search ends this long before ``solve_exact``'s limit
+LNS_MARGIN_S = 0.2
 #: share of the step-time slack (``max_time`` - the plan's step time) one neighbourhood may spend
 SLACK_SHARE = 1.0
 #: each sub-MILP's time limit; the watchdog kills it this long past it
@@ -93,6 +95,30 @@ def peak_lns(problem: Problem, start, max_time: float | None, deadline: float, s
             size = max(MIN_SIZE, int(size / GROW))
     info.update(peak_after=float(c.peak_memory_bytes), size=size)
     return [int(x) for x in s], info
+
+
+def lns_after(problem: Problem, strategies, info: dict, max_time: float, limit_at: float):
+    """``solve_exact``'s last phase: (plan, info) with ``strategies`` (its answer so far) improved by
+    ``peak_lns`` until ``LNS_MARGIN_S`` before ``limit_at``; ``info`` records the search ("peak_lns") and,
+    when it found a lower peak, the plan's figures (objective, peak, step time, source "peak_lns", gap
+    against a finite bound). A start beyond the limits is left as it is."""
+    info = dict(info)
+    try:
+        plan, info["peak_lns"] = peak_lns(problem, strategies, max_time, limit_at - LNS_MARGIN_S)
+    except ValueError:
+        return list(strategies), info
+    c = evaluate(problem, plan)
+    if c.peak_memory_bytes < info["peak_lns"]["peak_before"]:
+        info.update(objective=float(c.peak_memory_bytes), source="peak_lns")
+        if "peak_memory_bytes" in info:
+            info.update(peak_memory_bytes=float(c.peak_memory_bytes), step_time_s=float(c.total),
+                        redundant_memory_bytes=float(c.redundant_memory_bytes))
+        bound = info.get("bound")
+        if bound is not None and np.isfinite(bound):
+            info["gap"] = max(c.peak_memory_bytes - float(bound), 0.0) / max(c.peak_memory_bytes, 1e-300)
+        if info.get("status") == "optimal":   # a worse plan was called optimal: not a proof
+            info["status"] = "time_limit"
+    return plan, info
 
 
 def _within(problem: Problem, c, max_time) -> bool:
