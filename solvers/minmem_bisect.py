@@ -37,7 +37,7 @@ BISECT_BUDGET = CappedBudget(rounds=3, round_nodes=50, union_nodes=20, polish_mo
                              safety_s=60.0, step_safety_s=20.0)
 #: the first caps step down from the best plan's peak by this factor at most (low caps cost a
 #: whole search to fail: gpt tiny at the bracket's midpoint 1.07 MB found nothing in 26 s)
-STEP_DOWN = 0.9
+STEP_DOWN = 0.95
 #: a step starts only when its shave (``shave_s``) and at least this much search time are left
 #: before the deadline; the search gets the time left less ``STEP_MARGIN_S`` and its forked child
 #: is killed at the deadline (``_step``)

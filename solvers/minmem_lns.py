@@ -30,18 +30,18 @@ from solvers.local.costs import LocalCosts
 from solvers.local.subproblem import subproblem
 
 #: nodes per neighbourhood at the start, and its bounds (grown / shrunk as the module docstring says)
-SIZE, MIN_SIZE, MAX_SIZE, GROW = 40, 15, 160, 1.25
+SIZE, MIN_SIZE, MAX_SIZE, GROW = 25, 10, 160, 1.25
 #: a time point is "at the peak" when its live usage is within this share of the peak
 NEAR = 0.02
 #: share of the time left after the bisection (``solvers.minmem_bisect``) that ``solvers.dispatch.solve_exact``
 #: gives this search, after the MIP (``lns_after``)
-LNS_SHARE = 0.5
+LNS_SHARE = 0.75
 #: the search ends this long before ``solve_exact``'s limit
 LNS_MARGIN_S = 0.2
 #: share of the step-time slack (``max_time`` - the plan's step time) one neighbourhood may spend
-SLACK_SHARE = 1.0
-#: each sub-MILP's time limit; the watchdog kills it this long past it
-SUB_S, GRACE_S = 4.0, 0.5
+SLACK_SHARE = 0.3
+#: each peak sub-MILP's time limit, the step-time one's after it; the watchdog kills either this long past it
+SUB_S, TIME_SUB_S, GRACE_S = 3.0, 2.0, 0.5
 #: no sub-MILP starts with less than this left before the deadline
 MIN_SUB_S = 0.5
 
@@ -67,32 +67,39 @@ def peak_lns(problem: Problem, start, max_time: float | None, deadline: float, s
         sub, _ = subproblem(g, s, sel)
         cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         rest = c.total - evaluate(sub, cur).total    # the step time of everything outside
-        budget = min(SUB_S, deadline - time.perf_counter() - GRACE_S)
         info["tried"] += 1
-        try:   # the least peak of the neighbourhood within the step time the rest leaves
-            plan, sinfo = solve_ilp_guarded(sub, weights={"memory": 1.0}, time_limit_s=budget, grace_s=GRACE_S,
-                                            max_step_time_s=None if max_time is None else
-                                            max(max_time - rest - (1.0 - slack) * (max_time - c.total), 1e-30),
-                                            initial_plan=cur, relax_cap=False)
-        except Exception:  # noqa: BLE001 -- no plan in time, infeasible, or killed: keep the plan
-            info["failed"] += 1
-            size = max(MIN_SIZE, int(size / GROW))
-            continue
-        t = s.copy()
-        t[sel] = np.asarray(plan[:len(sel)])
-        tc = evaluate(problem, t)
-        if _within(problem, tc, max_time) and tc.peak_memory_bytes < c.peak_memory_bytes:
+        status = "failed"
+        for share in ((slack, 1.0) if slack < 1.0 and max_time is not None else (1.0,)):
+            # the least peak of the neighbourhood within ``share`` of the slack (all of it when the
+            # rationed share proves nothing better: a move may need more than the share)
+            budget = min(SUB_S, deadline - time.perf_counter() - GRACE_S)
+            if budget < MIN_SUB_S:
+                break
+            bound = None if max_time is None else max(max_time - rest - (1.0 - share) * (max_time - c.total), 1e-30)
+            try:
+                plan, sinfo = solve_ilp_guarded(sub, weights={"memory": 1.0}, time_limit_s=budget, grace_s=GRACE_S,
+                                                max_step_time_s=bound, initial_plan=cur, relax_cap=False)
+            except Exception:  # noqa: BLE001 -- no plan in time, infeasible, or killed: keep the plan
+                status = "failed"
+                break
+            t = s.copy()
+            t[sel] = np.asarray(plan[:len(sel)])
+            tc = evaluate(problem, t)
+            status = "kept" if _within(problem, tc, max_time) and tc.peak_memory_bytes < c.peak_memory_bytes \
+                else ("proved" if sinfo.status == "optimal" else "open")
+            if status != "proved":
+                break
+        if status == "kept":
             g = LocalCosts(problem.with_usage_limit(tc.peak_memory_bytes))
-            t, tc = _least_time(g, problem, t, tc, sel, max_time, deadline)
-            s, c = t, tc
-            info["kept"] += 1
+            s, c = _least_time(g, problem, t, tc, sel, max_time, deadline)
             if progress:
                 progress(f"peak lns: {c.peak_memory_bytes:.0f} B, {c.total:.6g} s ({len(sel)} nodes)")
-        elif sinfo.status == "optimal":
-            info["proved"] += 1
+        elif status == "proved":
             size = min(MAX_SIZE, int(size * GROW) + 1)
         else:
             size = max(MIN_SIZE, int(size / GROW))
+        if status in info:
+            info[status] += 1
     info.update(peak_after=float(c.peak_memory_bytes), size=size)
     return [int(x) for x in s], info
 
@@ -129,7 +136,7 @@ def _least_time(g: LocalCosts, problem: Problem, s: np.ndarray, c, sel: np.ndarr
     """(plan, cost): the least step time of neighbourhood ``sel`` under the cap ``g.cap`` (``s``'s peak)
     with the rest fixed, when that sub-MILP ends in time and is faster; else ``s`` (the peak sub-MILP
     spends the step-time slack freely, which the next neighbourhoods need)."""
-    budget = min(SUB_S, deadline - time.perf_counter() - GRACE_S)
+    budget = min(TIME_SUB_S, deadline - time.perf_counter() - GRACE_S)
     if budget < MIN_SUB_S:
         return s, c
     sub, _ = subproblem(g, s, sel)
