@@ -8,15 +8,23 @@ Here each step frees a neighbourhood of the nodes that hold memory at the curren
 it exactly for the least *peak* with the rest fixed: the sub-MILP (``solvers.local.subproblem``: the
 outside nodes' usage and copies as a background, their edges folded into node costs) minimises the
 peak variable M under the step-time row ``step time of the neighbourhood <= max_time - the fixed
-rest's``; a plan with a lower peak is kept, after a second sub-MILP on the same neighbourhood wins
-back step time under its peak (the least time under that cap: the first spends the slack freely). Neighbourhoods: nodes live at a time point within ``NEAR`` of the peak drawn in
+rest's - (1 - SLACK_SHARE) x the plan's slack`` (all the slack when that proves nothing better); a
+plan with a lower peak is kept, after a second sub-MILP on the same neighbourhood wins back step
+time under its peak (the least time under that cap). Neighbourhoods: nodes live at a time point within ``NEAR`` of the peak drawn in
 proportion to the bytes they hold above their least usage there plus the bytes of the copies they
 make live there, each with its graph neighbours (the chain a sharding spreads along), ``size`` nodes
 in all; the size grows by ``GROW`` after a neighbourhood the sub-MILP proved had nothing better, and
 shrinks after one it could not solve in time. Each sub-MILP runs under the ILP watchdog
 (``solve_ilp_guarded``, killed ``GRACE_S`` past its limit) and ends by ``deadline``.
 
-No proof: a local optimum of the neighbourhoods drawn. Measured: see ``solvers.dispatch.LNS_SHARE``.
+No proof: a local optimum of the neighbourhoods drawn. The start matters through its slack: gpt tiny
+cpu-2x4 under 1.05x Megatron's step (load 5), 25 s: from the bisection's 1,394,832-B plan at 0.81 of the
+bound 1,148,816 B (slack share 0.3, 0.93 of the bound left) or 1,158,288 B (share 1, 0.998); from
+Megatron's (1,657,616 B, 0.95) 40 s: 1,419,280 B (0.3) / 1,444,368 B (1); from the time-optimal plan
+(2,035,536 B, 0.73) 25 s: 1,421,520 B (0.3) / 1,352,144 B (1). The MIP of 1,500 s (one thread, nice
+10, load 5-7; results/s22c_reference_bound.json) found nothing below its 1,394,832-B start and proved
+the least peak >= ~893 kB. One neighbourhood of 20 / 30 / 40 nodes: its peak sub-MILP proved in 1.0 /
+1.2 s / not in 6.6 s, the step-time one in 2.4 / 0.6 / not in 8 s (so ``SIZE`` 25, ``SUB_S`` 3 s).
 """
 from __future__ import annotations
 
@@ -36,6 +44,10 @@ NEAR = 0.02
 #: share of the time left after the bisection (``solvers.minmem_bisect``) that ``solvers.dispatch.solve_exact``
 #: gives this search, after the MIP (``lns_after``)
 LNS_SHARE = 0.75
+#: ``solve_exact`` runs the search only on graphs with at least this many nodes; below, the MIP keeps the
+#: time: mlp tiny (96 nodes) cpu-2x4, 60 s, load 8.6: 0.02387 MiB with the MIP's 0.3 of the time after the
+#: bisection, 0.02854 with 0.25 of it and the search the rest (gpt / vit / unet tiny: 633-880 nodes)
+LNS_MIN_NODES = 300
 #: the search ends this long before ``solve_exact``'s limit
 LNS_MARGIN_S = 0.2
 #: share of the step-time slack (``max_time`` - the plan's step time) one neighbourhood may spend
