@@ -21,9 +21,9 @@ No proof: a local optimum of the neighbourhoods drawn. The start matters through
 cpu-2x4 under 1.05x Megatron's step (load 5), 25 s: from the bisection's 1,394,832-B plan at 0.81 of the
 bound 1,148,816 B (slack share 0.3, 0.93 of the bound left) or 1,158,288 B (share 1, 0.998); from
 Megatron's (1,657,616 B, 0.95) 40 s: 1,419,280 B (0.3) / 1,444,368 B (1); from the time-optimal plan
-(2,035,536 B, 0.73) 25 s: 1,421,520 B (0.3) / 1,352,144 B (1). The MIP of 1,500 s (one thread, nice
-10, load 5-7; results/s22c_reference_bound.json) found nothing below its 1,394,832-B start and proved
-the least peak >= ~893 kB. One neighbourhood of 20 / 30 / 40 nodes: its peak sub-MILP proved in 1.0 /
+(2,035,536 B, 0.73) 25 s: 1,421,520 B (0.3) / 1,352,144 B (1). The min-peak MIP given 1,500 s (one thread,
+nice 10, load 5-9; results/s22c_reference_bound.json) found nothing below its 1,394,832-B start; its
+root ended at ~810 s with a bound of 892,699 B (nothing logged after 953 s; killed at ~1,770 s). One neighbourhood of 20 / 30 / 40 nodes: its peak sub-MILP proved in 1.0 /
 1.2 s / not in 6.6 s, the step-time one in 2.4 / 0.6 / not in 8 s (so ``SIZE`` 25, ``SUB_S`` 3 s).
 """
 from __future__ import annotations
