@@ -57,3 +57,20 @@ def test_peak_lns_rejects_a_start_beyond_the_bound():
     p, _ = _chains(9.95)
     with pytest.raises(ValueError, match="step-time bound"):
         peak_lns(p, [0] * p.num_nodes, 8.0, time.perf_counter() + 1.0)
+
+
+def test_lns_after_reports_the_lower_plan_in_the_solve_info():
+    """solve_exact's last phase: the plan's figures, source "peak_lns", the gap against the bound; a start
+    beyond the bound is left as it is."""
+    from solvers.minmem_lns import lns_after
+
+    p, t = _chains(9.95)
+    info = {"status": "optimal", "objective": 36.0, "bound": 9.0, "gap": 0.75, "peak_memory_bytes": 36.0,
+            "step_time_s": 9.0, "source": None}
+    plan, out = lns_after(p, [0] * p.num_nodes, info, t, time.perf_counter() + 3.0)
+    assert evaluate(p, plan).peak_memory_bytes == 9.0
+    assert out["source"] == "peak_lns" and out["objective"] == 9.0 and out["peak_memory_bytes"] == 9.0
+    assert out["step_time_s"] == pytest.approx(9.9) and out["gap"] == 0.0 and out["status"] == "time_limit"
+    assert out["peak_lns"]["peak_before"] == 36.0 and info["source"] is None   # the caller's dict untouched
+    plan, out = lns_after(p, [0] * p.num_nodes, {"source": "seed"}, 8.0, time.perf_counter() + 1.0)
+    assert plan == [0] * p.num_nodes and out == {"source": "seed"}
