@@ -23,7 +23,13 @@ bound 1,148,816 B (slack share 0.3, 0.93 of the bound left) or 1,158,288 B (shar
 Megatron's (1,657,616 B, 0.95) 40 s: 1,419,280 B (0.3) / 1,444,368 B (1); from the time-optimal plan
 (2,035,536 B, 0.73) 25 s: 1,421,520 B (0.3) / 1,352,144 B (1). The min-peak MIP given 1,500 s (one thread,
 nice 10, load 5-9; results/s22c_reference_bound.json) found nothing below its 1,394,832-B start; its
-root ended at ~810 s with a bound of 892,699 B (nothing logged after 953 s; killed at ~1,770 s). One neighbourhood of 20 / 30 / 40 nodes: its peak sub-MILP proved in 1.0 /
+root ended at ~810 s with a bound of 892,699 B (nothing logged after 953 s; killed at ~1,770 s). In ``solvers.dispatch.solve_exact`` (after the bisection and the MIP; results/s22c_minmem_seq.json,
+cpu-2x4 tiny, 1.05x Megatron, 60 s, one model at a time, load 3.8-5.1), predicted MiB before -> after:
+gpt 1.3302 -> 1.1561, vit 0.8158 -> 0.7778, unet 2.2669 -> 2.6277 (worse: the bisection's second step
+ran past its shorter share, and from a plan at 0.99 of the bound the LNS moved 0.1 %), mlp (96 nodes,
+no LNS) 0.02387 both; gpt tiny by XLA 1.2906 -> 1.2647 MiB (10.7 -> 12.5 % below Megatron's). Run both
+at once (load 7-9, results/s22c_minmem_zoo_*.json) the bisection's slow steps were cut and nothing
+gained. One neighbourhood of 20 / 30 / 40 nodes: its peak sub-MILP proved in 1.0 /
 1.2 s / not in 6.6 s, the step-time one in 2.4 / 0.6 / not in 8 s (so ``SIZE`` 25, ``SUB_S`` 3 s).
 """
 from __future__ import annotations
