@@ -36,7 +36,7 @@ class Config:
 
 
 #: the fields of the memory objective's ``plan.info`` these scripts record
-SOLVE_KEYS = ("status", "gap", "source", "seeds", "bisection")
+SOLVE_KEYS = ("status", "gap", "source", "seeds", "bisection", "peak_lns")
 
 
 def minmem_setup(name: str, size: str, cfg) -> tuple:

@@ -14,8 +14,9 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
   forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
   the best seed (status "killed"). The memory objective under a step-time bound or with copy groups
   is seeded with the baselines, the planner's raw decode and the time-optimal plan, and never
-  answers worse than the best of them within the limits (``solvers.minmem_seeds``); its MIP is
-  killed ``SEEDED_GRACE_S`` past the limit.
+  answers worse than the best of them within the limits (``solvers.minmem_seeds``); with copy groups
+  and a bound, the bisection on the cap (``solvers.minmem_bisect``) seeds its MIP, which is killed
+  ``SEEDED_GRACE_S`` past its limit, and the peak LNS (``solvers.minmem_lns``) improves the best plan.
 - ``solve_baseline``: the rules of ``solvers.baselines`` (dp, megatron, fsdp, replicated).
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
 from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
+from solvers.minmem_lns import LNS_MIN_NODES, LNS_SHARE, lns_after
 from solvers.minmem_seeds import keep_best, memory_seeds
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
@@ -124,6 +126,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         # the seeds' time counts against the limit (at least 1 s is left to the solver)
         time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
     bisect = None
+    lns = LNS_SHARE if problem.num_nodes >= LNS_MIN_NODES else 0.0   # the peak LNS's share after the bisection
     if objective == "memory" and max_step_time_s is not None and BISECT_SHARE > 0 and problem.edge_memory is not None:
         # min peak within T by bisection on the cap (solvers.minmem_bisect), from the best seed within
         # T: its plan seeds the MIP. Only with copy groups, where the MIP does not close and where it
@@ -131,9 +134,9 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         # of a MIP that may prove at once). Its share is of the time left after the seeds
         bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw),
                                         time.perf_counter() + BISECT_SHARE * float(time_limit_s))
-        if bisect is not None:
+        if bisect is not None:   # the MIP gets 1 - LNS_SHARE of the time left, the peak LNS the rest
             kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
-            time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
+            time_limit_s = max(1.0, (1.0 - lns) * (limit_s - (time.perf_counter() - t0)))
     if problem.meta is not None and "initial_plan" not in kw:
         # strategy 0 of every traced node is "replicated": a plan HiGHS can start from, so a
         # time-limited solve of a big graph returns a plan instead of "no feasible plan found"
@@ -166,6 +169,8 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     if seeded:
         strategies, info = keep_best(problem, strategies, info, seeds_of(kw), max_step_time_s)
         info["seeds"] = seed_info
+    if bisect is not None and lns > 0:   # the best plan so far, by the peak LNS until the limit
+        strategies, info = lns_after(problem, strategies, info, float(max_step_time_s), t0 + limit_s)
     if progress is not None:
         c = evaluate(problem, strategies)
         progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "

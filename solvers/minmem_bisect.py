@@ -36,15 +36,19 @@ from solvers.local.budgeted import CappedBudget, capped_search
 BISECT_BUDGET = CappedBudget(rounds=3, round_nodes=50, union_nodes=20, polish_moves=8, neighbourhoods=0,
                              safety_s=60.0, step_safety_s=20.0)
 #: the first caps step down from the best plan's peak by this factor at most (low caps cost a
-#: whole search to fail: gpt tiny at the bracket's midpoint 1.07 MB found nothing in 26 s)
-STEP_DOWN = 0.9
+#: whole search to fail: gpt tiny at the bracket's midpoint 1.07 MB found nothing in 26 s). 0.9 until
+#: session 22: on gpt tiny (1.05x Megatron, 60 s, load 5-7) its step at 0.9 x 1.49 MB failed in 13-18 s
+#: and the step after it, which finds a 1.41-MB plan at 0.81 of the bound (the slack the peak LNS,
+#: ``solvers.minmem_lns``, spends), was cut; at 0.95 the second step finds 1.48 MB at 0.79 of it
+STEP_DOWN = 0.95
 #: a step starts only when its shave (``shave_s``) and at least this much search time are left
 #: before the deadline; the search gets the time left less ``STEP_MARGIN_S`` and its forked child
 #: is killed at the deadline (``_step``)
 MIN_SEARCH_S = 1.0
 STEP_MARGIN_S = 0.5
-#: share of ``solve_exact``'s time limit the bisection may take before the MIP
-BISECT_SHARE = 0.7
+#: share of ``solve_exact``'s time limit the bisection may take before the peak LNS
+#: (``solvers.minmem_lns``) and the MIP (0.7 before the LNS)
+BISECT_SHARE = 0.45
 
 
 def min_peak_within(problem: Problem, max_time: float, seeds, deadline: float, budget: CappedBudget = BISECT_BUDGET,

@@ -92,10 +92,13 @@ def test_a_step_that_overruns_is_stopped_at_the_deadline(monkeypatch):
 
 
 def test_memory_objective_with_a_stuck_step_returns_within_its_limit(monkeypatch):
-    """solve_exact's whole call (seeds, bisection 70 % of the rest, MIP) ends within its limit."""
+    """solve_exact's whole call (seeds, bisection 70 % of the rest, peak LNS, MIP) ends within its limit
+    (the bisection's share set to 0.7, as before the peak LNS: at 0.45 a 5-s limit leaves no step to stick)."""
+    import solvers.dispatch as dispatch
     from solvers.dispatch import solve_exact
 
     _stuck_search(monkeypatch)
+    monkeypatch.setattr(dispatch, "BISECT_SHARE", 0.7)
     p, max_time, seeds = _case(5)     # a bracket to bisect (cases 1, 2, 4 have none)
     t0 = time.perf_counter()
     plan, info = solve_exact(p, objective="memory", max_step_time_s=max_time, time_limit_s=5,
