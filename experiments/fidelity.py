@@ -208,8 +208,13 @@ CAUSES = {
                            "expert dots (nodes 14, 21, 23), and XLA's combiner merges them into one all-reduce "
                            "(all-reduce.8) at its peak, holding both expert partials (ynn_fusion.4 / .5, 16 KiB each) "
                            "and both sums (2 x 16 KiB) at once; the model holds each dot's 16 KiB at its own step "
-                           "(costmodel.combined charges only all-reduces with no all-reducing descendant, the gradients). "
-                           "The earlier plan (s21a_fidelity_outside_remat) re-prices 0.913 with the session-22 rule",
+                           "(costmodel.combined charged only all-reduces with no all-reducing descendant, the gradients). "
+                           "The earlier plan (s21a_fidelity_outside_remat) re-prices 0.913 with the session-22 rule. "
+                           "Modelled since (session 22, costmodel.combined.independent_all_reduce_lists: XLA's combiner "
+                           "simulated per mesh axes in the graph's order; with_combined_all_reduces: the members' "
+                           "resharded results, 8 KiB each, made after the combination, where the model held them "
+                           "from each dot's step): this plan re-prices 0.872 -> 1.026 (charging the combination "
+                           "alone: 1.169), re-solved 0.927 (results/s22a2_moe.json, the ilp-memory-1.05 plan)",
     ("rnn", "ilp-memory-1.05"): "over (session 15, XLA's buffer assignment): the model keeps two outputs of each "
                                 "unrolled tanh cell (s and 1 - s^2, 2 x 4 KiB; memory.materialised_outputs' "
                                 "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
