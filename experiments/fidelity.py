@@ -214,7 +214,10 @@ CAUSES = {
                            "simulated per mesh axes in the graph's order; with_combined_all_reduces: the members' "
                            "resharded results, 8 KiB each, made after the combination, where the model held them "
                            "from each dot's step): this plan re-prices 0.872 -> 1.026 (charging the combination "
-                           "alone: 1.169), re-solved 0.927 (results/s22a2_moe.json, the ilp-memory-1.05 plan)",
+                           "alone: 1.169), re-solved 0.927 (results/s22a2_moe.json, the ilp-memory-1.05 plan); the whole "
+                           "table's re-solve (s22a2_fidelity_outside) found another plan, 0.910: XLA's peak there is "
+                           "in the backward (transposes' concatenates and fusions, 8 KiB each) with no combined "
+                           "all-reduce (s22a2_fidelity_outside_diag_moe_ilp-memory.json), not attributed further",
     ("rnn", "ilp-memory-1.05"): "over (session 15, XLA's buffer assignment): the model keeps two outputs of each "
                                 "unrolled tanh cell (s and 1 - s^2, 2 x 4 KiB; memory.materialised_outputs' "
                                 "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
