@@ -167,22 +167,28 @@ def with_combined_all_reduces(lists: list, graph: OpGraph, strats, mesh: Mesh, e
     once the combined all-reduce has run (moe ilp-memory: both expert dots' results resharded for
     their transposes, 8 KiB each, made after all-reduce.8 in XLA, held from each dot's own step in
     the model). The gradients' combination is left as it was (its members' copies from their step).
-    Approximate: a node in combinations over two sets of axes is shifted for the last one only."""
-    late = {}   # node -> (combination step + 1, bool mask of its strategies that join it)
+    A reader that comes before the combination in the graph's order (XLA schedules it after) starts
+    the copy at its own step instead, so that no copy is dropped."""
+    late = {}   # node -> per strategy: the step after the combination it joins (-1: none)
     for ax, run in _combinations(graph, strats, mesh, set(exclude) | set(combined_candidates(graph, strats, mesh,
                                                                                                exclude))):
         t = max(int(graph.nodes[i].order) for i in run)
         for i in run:
-            late[i] = (t + 1, np.array([any(lowered_kind(k, mesh) == "all-reduce" and B > 0 and tuple(a) == ax
-                                            for k, a, B in st.collectives) for st in strats[i]]))
+            joins = np.array([any(lowered_kind(k, mesh) == "all-reduce" and B > 0 and tuple(a) == ax
+                                  for k, a, B in st.collectives) for st in strats[i]])
+            late.setdefault(i, np.full(len(strats[i]), -1))[joins] = t + 1
     out = []
     for g in lists:
         u, b, members, *early = g
-        if u not in late or len(early) < 2 or not np.any(np.asarray(early[1], dtype=bool) & late[u][1]):
+        e = np.asarray(early[1], dtype=bool) if len(early) > 1 else None
+        if u not in late or e is None or not np.any(e & (late[u] >= 0)):
             out.append(g)
             continue
-        e, (t, joins) = np.asarray(early[1], dtype=bool), late[u]
-        for keep, time in ((~joins, early[0]), (joins, t)):
+        # a reader before the combination (the graph's order, not XLA's) starts the copy at its step
+        first = min((int(tc) for _, tc, _, _ in members), default=int(early[0]))
+        start = np.where(late[u] >= 0, np.minimum(late[u], max(first, int(early[0]))), int(early[0]))
+        for time in sorted(set(start.tolist())):
+            keep = start == time
             ms = [(c, tc, want, np.asarray(free, dtype=bool) | ~keep) for c, tc, want, free in members]
             out.append((u, b, ms, time, e & keep, *early[2:]))
     return out + combined_all_reduce_lists(graph, strats, mesh, exclude)

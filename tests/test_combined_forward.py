@@ -67,3 +67,24 @@ def test_the_model_charges_d1s_all_reduce_at_d3s_step():
     # on CPU a reduce-scatter is an all-reduce and a slice: d1's whole sum (8 KiB, of which the
     # model's output holds 4 KiB at d1's step only) is held too
     assert set(zip(a.tolist(), b.tolist())) == {(t3, t3 + 1)} and sorted(z.tolist()) == [8192.0, 12288.0]
+
+
+def test_a_copy_of_a_combined_sum_is_not_held_from_the_dots_step():
+    """d1 reduce-scattered and d2 replicated: d2 reads d1's sum all-gathered (8 KiB), which XLA can
+    make only after the combined all-reduce (``with_combined_all_reduces``); the graph's order puts
+    d2 before d3, so the copy starts at d2's step (before: d1's step, 0)."""
+    import shardgym as sg
+    from costmodel.problem import as_strategy_array
+
+    graph = sg.trace(_f, *(jnp.ones(s) for s in SHAPES), schedule="program")
+    problem = sg.build_problem(graph, sg.Cluster.preset("cpu-2x4"))
+    names = problem.meta.strategy_names
+    d1, d2, d3 = [i for i, nd in enumerate(graph.nodes) if nd.primitive == "dot_general"]
+    s = [0] * problem.num_nodes
+    s[d1] = names[d1].index("RS0 = RS0 x S0R (reduce-scatter x)")
+    s[d2] = names[d2].index("RR = RR x RR")
+    s[d3] = names[d3].index("RR = RS0 x S0R (all-reduce x)")
+    a, b, z = (np.asarray(x).tolist() for x in problem.edge_memory.intervals(as_strategy_array(problem, s)))
+    t1, t2 = int(problem.intervals[d1, 0]), int(problem.intervals[d2, 0])
+    held = [(p, q) for p, q, y in zip(a, b, z) if y == 8192.0 and p < q]
+    assert (t2, t2 + 1) in held and not any(p == t1 and q > t1 + 1 for p, q in held)
