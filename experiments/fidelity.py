@@ -215,10 +215,14 @@ CAUSES = {
                            "combination; with_combined_all_reduces: the members' resharded results, 8 KiB each, made "
                            "after the combination, where the model held them from each dot's step): this plan "
                            "re-prices 0.872 -> 1.029 (charging the combination alone: 1.169). Re-solved (20-s ILPs) "
-                           "it is a new plan, 0.913 in results/s22a2_fidelity_outside.json (0.915 in s22a2_moe.json): "
-                           "the model 97.4 KiB, XLA 106.7 KiB, whose peak for such a plan (0.910 under 02a9df7, "
-                           "s22a2_fidelity_outside_diag_moe_ilp-memory.json) is in the backward (transposes' "
-                           "concatenates and fusions, 8 KiB each) with no combined all-reduce, not attributed further",
+                           "it is a new plan each run (the ILP stops at its time limit): 0.912 in "
+                           "results/s22a2_fidelity_outside.json (the model 97.4 KiB, XLA 106.8 KiB; for such a plan, "
+                           "0.910 under 02a9df7, s22a2_fidelity_outside_diag_moe_ilp-memory.json, XLA's peak is in the "
+                           "backward, transposes' concatenates and fusions of 8 KiB, with no combined all-reduce), "
+                           "and 0.708 in s22a2_moe.json (the model 96.7 KiB, XLA 136.6 KiB; s22a2_moe_diag_moe_"
+                           "ilp-memory.json: XLA's peak holds the experts' gathered f32[4,32,64] twice, all-gather.8 / "
+                           ".9, 32 KiB each, and copy_bitcast_fusion, 32 KiB, a dot operand's layout copy the model "
+                           "does not charge: costmodel.edge_memory), neither attributed further",
     ("rnn", "ilp-memory-1.05"): "over (session 15, XLA's buffer assignment): the model keeps two outputs of each "
                                 "unrolled tanh cell (s and 1 - s^2, 2 x 4 KiB; memory.materialised_outputs' "
                                 "expensive-op output), XLA one (add_tanh_fusion.N; its backward fusions rebuild "
