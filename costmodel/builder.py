@@ -48,8 +48,8 @@ import warnings
 import numpy as np
 
 from costmodel.cluster import Cluster
+from costmodel.combined import with_combined_all_reduces
 from costmodel.copy_lists import (
-    combined_all_reduce_lists,
     copy_group_lists,
     donated_copy_lists,
     layout_copied_reads,
@@ -332,11 +332,11 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
         edge_comm_bytes=ecomm,
         node_imbalance_s=imbalance,
         meta=meta,
-        edge_memory=CopyGroups.from_lists(copy_group_lists(graph, strats, mesh, reads, intervals, held_read_steps(
+        edge_memory=CopyGroups.from_lists(with_combined_all_reduces(copy_group_lists(graph, strats, mesh, reads, intervals, held_read_steps(
             graph, intervals, kept, transparent, fused, from_state)) + sliced + (layout_copy_lists(graph, strats, mesh, intervals[:, 0], copied, together)
                 + shared_broadcast_lists(graph, strats, mesh, kept, intervals) if cluster.backend == "cpu" else [])
-            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied)
-            + combined_all_reduce_lists(graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
+            + donated_copy_lists(graph, strats, mesh, alias_edges, kept, transparent, copied),
+            graph, strats, mesh, late) + buffer_groups) if edge_memory else None,
     )
 
 

@@ -34,7 +34,7 @@ instances and for every problem built without it, which then price exactly as be
 ``evaluate``, the ILP, local search and the environment all price copies
 through this module (the ILP's columns: ``solvers.copy_rows``). The builder also records as
 copy groups the whole tensor a full rematerialisation gathers, XLA CPU's layout copies of conv operands and the copies of donated weights read
-after their update could run, and the operands of XLA's combined all-reduce of the gradients
+after their update could run, and the operands of XLA's combined all-reduces (the gradients, and independent forward ones)
 (``costmodel.copy_lists``). Approximate: XLA CPU's layout copies of
 dot operands (``copy_bitcast_fusion``: a transposed operand of a weight-gradient dot) are not
 copy groups; the schedule is the graph's node order: the trace order, or XLA's own with

@@ -14,7 +14,7 @@ import pytest
 import shardgym as sg
 import zoo
 from costmodel.builder import strategies_of
-from costmodel.copy_lists import combined_all_reduce_lists
+from costmodel.combined import gradient_all_reduce_lists
 from costmodel.cost import Mesh
 from costmodel.plan import Plan
 from costmodel.value_origin import same_value_source
@@ -47,7 +47,7 @@ def test_combined_all_reduce_charges_every_gradient_once_more_at_the_combine_ste
     may all-reduce) are not candidates."""
     _, _, graph, problem = mlp
     cluster = sg.Cluster.preset("cpu-2x4")
-    groups = combined_all_reduce_lists(graph, strategies_of(graph, cluster), Mesh(cluster))
+    groups = gradient_all_reduce_lists(graph, strategies_of(graph, cluster), Mesh(cluster))
     cand = sorted({u for u, *_ in groups})
     # per Dense layer its kernel's gradient dot and its bias's gradient reduce_sum
     assert sorted((graph.nodes[u].module_path, graph.nodes[u].primitive) for u in cand) == [
