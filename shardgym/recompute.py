@@ -3,8 +3,8 @@
 For each recompute policy (``costmodel.trace.recompute.POLICIES``: None, the program as written;
 ``"dots"``; ``"dots_no_batch"``) it traces the step with that policy, builds its Problem on
 ``cluster``, and solves the min-peak-memory objective within the step-time bound (the ILP,
-``objective="memory"``, seeded with Megatron's plan and the all-replicated one, ``time_limit_s``
-per policy). It returns the policy whose plan has the least predicted peak per device among those
+``objective="memory"``, ``time_limit_s`` per policy; on a traced problem it is seeded with the
+baselines, Megatron's plan and the all-replicated one among them: ``solvers.dispatch.solve_exact``). It returns the policy whose plan has the least predicted peak per device among those
 within the bound, with that policy's graph, Problem and plan, and every policy's figures
 (``Choice.candidates``). ``sg.execute(fn, args, choice.graph, choice.plan)`` then runs the chosen
 recomputing program (the graph carries its policy).
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from costmodel.graph import OpGraph
 from costmodel.problem import Cost, Plan, Problem
 from costmodel.trace.recompute import POLICIES, check_policy
-from shardgym.api import UnmetBoundError, build_problem, evaluate, solve, trace
+from shardgym.api import build_problem, evaluate, solve, trace
+from solvers.baselines import baseline_plan
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,10 @@ class Choice:
     max_step_time_s: float | None
 
 
-def megatron_step_time_s(fn, args, cluster, name: str = "") -> float:
-    """The modelled step time of Megatron's plan on the plain program (what ``bound_vs_megatron``
-    multiplies)."""
-    problem = build_problem(trace(fn, *args, name=name), cluster)
-    return evaluate(problem, _seed(problem, "megatron")).step_time_s
+def megatron_step_time_s(problem: Problem) -> float:
+    """The modelled step time of Megatron's plan (the rule, even where it breaks the problem's
+    memory cap) on ``problem``: on the plain program's, what ``bound_vs_megatron`` multiplies."""
+    return evaluate(problem, baseline_plan(problem, "megatron")).step_time_s
 
 
 def choose(fn, args, cluster, max_step_time_s: float | None = None, bound_vs_megatron: float | None = None,
@@ -58,17 +58,23 @@ def choose(fn, args, cluster, max_step_time_s: float | None = None, bound_vs_meg
         check_policy(p)
     if max_step_time_s is not None and bound_vs_megatron is not None:
         raise ValueError("choose: give max_step_time_s or bound_vs_megatron, not both")
+    built = {}   # policy -> (graph, Problem): the plain program's is traced once, for the bound too
+
+    def program(policy):
+        if policy not in built:
+            graph = trace(fn, *args, name=name, recompute=policy)
+            built[policy] = (graph, build_problem(graph, cluster))
+        return built[policy]
+
     if bound_vs_megatron is not None:
         if not bound_vs_megatron > 0:
             raise ValueError(f"choose: bound_vs_megatron must be > 0, got {bound_vs_megatron!r}")
-        max_step_time_s = bound_vs_megatron * megatron_step_time_s(fn, args, cluster, name)
+        max_step_time_s = bound_vs_megatron * megatron_step_time_s(program(None)[1])
     best, rows = None, []
     for policy in policies:
-        graph = trace(fn, *args, name=name, recompute=policy)
-        problem = build_problem(graph, cluster)
-        seeds = [list(_seed(problem, "megatron").strategies), [0] * problem.num_nodes]
+        graph, problem = program(policy)
         plan = solve(problem, method="ilp", objective="memory", max_step_time_s=max_step_time_s,
-                     time_limit_s=time_limit_s, initial_plans=seeds)
+                     time_limit_s=time_limit_s)
         cost = evaluate(problem, plan)
         within = cost.feasible and (max_step_time_s is None or cost.step_time_s <= max_step_time_s)
         rows.append({"policy": policy, "peak_memory_bytes": cost.peak_memory_bytes, "step_time_s": cost.step_time_s,
@@ -81,11 +87,3 @@ def choose(fn, args, cluster, max_step_time_s: float | None = None, bound_vs_meg
         raise ValueError(f"choose: no policy's min-memory plan is within max_step_time_s={max_step_time_s:.4g} "
                          f"({got}); raise the bound")
     return Choice(*best, candidates=tuple(rows), max_step_time_s=max_step_time_s)
-
-
-def _seed(problem: Problem, method: str) -> Plan:
-    """A baseline plan as a seed, even where it breaks the problem's memory cap."""
-    try:
-        return solve(problem, method=method)
-    except UnmetBoundError as exc:
-        return exc.plan
