@@ -39,8 +39,8 @@ import time
 import numpy as np
 
 from costmodel.problem import Problem, evaluate, fits
-from solvers.ilp.guard import solve_ilp_guarded
 from solvers.local.costs import LocalCosts
+from solvers.local.lns import resolve, start_of
 from solvers.local.subproblem import subproblem
 
 #: nodes per neighbourhood at the start, and its bounds (grown / shrunk as the module docstring says)
@@ -82,9 +82,8 @@ def peak_lns(problem: Problem, start, max_time: float | None, deadline: float, s
         sel = _neighbourhood(g, s, c.peak_memory_bytes, rng, size, free)
         if not len(sel):
             break
-        sub, _ = subproblem(g, s, sel)
-        cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
-        rest = c.total - evaluate(sub, cur).total    # the step time of everything outside
+        sub = subproblem(g, s, sel)[0]
+        rest = c.total - evaluate(sub, start_of(sub, s, sel)).total    # the step time of everything outside
         info["tried"] += 1
         status = "failed"
         for share in ((slack, 1.0) if slack < 1.0 and max_time is not None else (1.0,)):
@@ -95,14 +94,11 @@ def peak_lns(problem: Problem, start, max_time: float | None, deadline: float, s
                 break
             bound = None if max_time is None else max(max_time - rest - (1.0 - share) * (max_time - c.total), 1e-30)
             try:
-                plan, sinfo = solve_ilp_guarded(sub, weights={"memory": 1.0}, time_limit_s=budget, grace_s=GRACE_S,
-                                                max_step_time_s=bound, initial_plan=cur, relax_cap=False)
+                t, tc, sinfo = resolve(problem, s, sel, sub, weights={"memory": 1.0}, time_limit_s=budget,
+                                       grace_s=GRACE_S, max_step_time_s=bound)
             except Exception:  # noqa: BLE001 -- no plan in time, infeasible, or killed: keep the plan
                 status = "failed"
                 break
-            t = s.copy()
-            t[sel] = np.asarray(plan[:len(sel)])
-            tc = evaluate(problem, t)
             status = "kept" if _within(problem, tc, max_time) and tc.peak_memory_bytes < c.peak_memory_bytes \
                 else ("proved" if sinfo.status == "optimal" else "open")
             if status != "proved":
@@ -157,15 +153,10 @@ def _least_time(g: LocalCosts, problem: Problem, s: np.ndarray, c, sel: np.ndarr
     budget = min(TIME_SUB_S, deadline - time.perf_counter() - GRACE_S)
     if budget < MIN_SUB_S:
         return s, c
-    sub, _ = subproblem(g, s, sel)
-    cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
     try:
-        plan, _ = solve_ilp_guarded(sub, time_limit_s=budget, grace_s=GRACE_S, initial_plan=cur, relax_cap=False)
+        t, tc, _ = resolve(problem, s, sel, subproblem(g, s, sel)[0], time_limit_s=budget, grace_s=GRACE_S)
     except Exception:  # noqa: BLE001 -- no plan in time or killed: keep s
         return s, c
-    t = s.copy()
-    t[sel] = np.asarray(plan[:len(sel)])
-    tc = evaluate(problem, t)
     ok = _within(problem, tc, max_time) and (tc.peak_memory_bytes, tc.total) < (c.peak_memory_bytes, c.total)
     return (t, tc) if ok else (s, c)
 

@@ -126,25 +126,36 @@ def lns(g: LocalCosts, s: np.ndarray, best_cost: float, deadline: float, rng, pr
             if w.sum() > 0:
                 seed_node = int(rng.choice(g.n, p=w / w.sum()))
         sel = _bfs(g, seed_node, size)
-        sub, back = subproblem(g, s, sel)
+        sub = subproblem(g, s, sel)[0]
         budget = min(sub_time_limit_s, deadline - time.perf_counter() - margin_s)
         if budget < min_sub_time_limit_s:
             break
-        cur = [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
         try:
-            plan, _ = solve_ilp_guarded(sub, time_limit_s=budget, grace_s=min(1.0, max(0.5, margin_s)),
-                                        initial_plan=cur, reduce=True, relax_cap=False, config=config)
+            t, c, _ = resolve(p, s, sel, sub, time_limit_s=budget, grace_s=min(1.0, max(0.5, margin_s)),
+                              reduce=True, config=config)
         except Exception:  # infeasible, timed out without a plan, or overran (killed): keep the current one
             continue
-        t = s.copy()
-        t[sel] = np.asarray(plan[:len(sel)])
-        c = evaluate(p, t)
         if c.feasible and c.total < best_cost - 1e-9 * max(1.0, abs(best_cost)):
             s, best_cost = t, c.total
             if progress:
                 progress(f"lns: {best_cost:.10g}")
-        del back
     return s, best_cost
+
+
+def start_of(sub: Problem, s: np.ndarray, sel: np.ndarray) -> list[int]:
+    """The plan of ``sub = subproblem(g, s, sel)[0]`` that keeps ``s``'s choices (background nodes: 0)."""
+    return [int(x) for x in s[sel]] + [0] * (sub.num_nodes - len(sel))
+
+
+def resolve(problem: Problem, s: np.ndarray, sel: np.ndarray, sub: Problem, **solve_kw):
+    """``s`` with neighbourhood ``sel`` re-solved by the sub-MILP ``sub = subproblem(g, s, sel)[0]``
+    (``solve_ilp_guarded`` from ``start_of``, the cap not relaxed, ``solve_kw`` passed on), the rest
+    fixed: (plan, its Cost on ``problem``, the sub-MILP's info). Raises what ``solve_ilp_guarded``
+    raises (no plan in time, infeasible, killed)."""
+    plan, info = solve_ilp_guarded(sub, initial_plan=start_of(sub, s, sel), relax_cap=False, **solve_kw)
+    t = s.copy()
+    t[sel] = np.asarray(plan[:len(sel)])
+    return t, evaluate(problem, t), info
 
 
 def _bfs(g: LocalCosts, start: int, size: int) -> np.ndarray:
