@@ -17,12 +17,23 @@ from costmodel.graph import OpGraph
 def combined_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset()) -> list:
     """The operands of XLA CPU's combined all-reduces as copy groups: the combinations before the
     gradients' (``independent_all_reduce_lists``) and the gradients' (``gradient_all_reduce_lists``)."""
-    grads = set(combined_candidates(graph, strats, mesh, exclude))
-    return (independent_all_reduce_lists(graph, strats, mesh, set(exclude) | grads)
-            + gradient_all_reduce_lists(graph, strats, mesh, exclude))
+    return _lists_of(graph, strats, mesh, *_plan_combinations(graph, strats, mesh, exclude))
 
 
-def gradient_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset()) -> list:
+def _plan_combinations(graph: OpGraph, strats, mesh: Mesh, exclude) -> tuple[list, list]:
+    """(the gradients ``combined_candidates`` merges, the combinations before them: ``_combinations``
+    outside ``exclude`` and those gradients), computed once per build."""
+    grads = combined_candidates(graph, strats, mesh, exclude)
+    return grads, _combinations(graph, strats, mesh, set(exclude) | set(grads))
+
+
+def _lists_of(graph: OpGraph, strats, mesh: Mesh, grads, runs) -> list:
+    used = graph.consumer_nodes()
+    groups = [g for ax, run in runs for g in _combination_groups(graph, strats, mesh, ax, run, used)]
+    return groups + gradient_all_reduce_lists(graph, strats, mesh, cand=grads)
+
+
+def gradient_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozenset(), cand=None) -> list:
     """The operands of XLA's combined all-reduce of independent partial results, as copy groups
     (``CopyGroups.from_lists``): one short-lived group per (node, bytes) at the combine step.
 
@@ -48,8 +59,9 @@ def gradient_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=frozen
     CPU clusters only: XLA CPU's combiner has no byte threshold and takes up to 256 operands
     (cpu_compiler.cc: ``CpuAllReduceCombiner(kCombineBytes = int64 max, kCombineCount = 256)``;
     more than 256 candidates make several all-reduces, charged here as one); the GPU combiner
-    stops at a byte threshold (30 MiB by default), which is not modelled: no charge there."""
-    cand = combined_candidates(graph, strats, mesh, exclude)
+    stops at a byte threshold (30 MiB by default), which is not modelled: no charge there.
+    ``cand``: ``combined_candidates(graph, strats, mesh, exclude)`` when the caller has it."""
+    cand = combined_candidates(graph, strats, mesh, exclude) if cand is None else cand
     if len(cand) < 2:   # nothing to combine with
         return []
     nodes = graph.nodes
@@ -113,11 +125,7 @@ def independent_all_reduce_lists(graph: OpGraph, strats, mesh: Mesh, exclude=fro
     --reprice; with the copies' shift of ``with_combined_all_reduces``): moe ilp-memory 0.872 ->
     1.029 (its gate dot, node 14, joins the expert dots as in XLA's all-reduce.8); no zoo row moves
     (tiny 46 / 48, real 38 / 40). CPU clusters only, like ``combined_all_reduce_lists``."""
-    used = graph.consumer_nodes()
-    groups = []
-    for ax, run in _combinations(graph, strats, mesh, exclude):
-        groups += _combination_groups(graph, strats, mesh, ax, run, used)
-    return groups
+    return _lists_of(graph, strats, mesh, [], _combinations(graph, strats, mesh, exclude))
 
 
 def _combinations(graph: OpGraph, strats, mesh: Mesh, exclude) -> list:
@@ -169,9 +177,9 @@ def with_combined_all_reduces(lists: list, graph: OpGraph, strats, mesh: Mesh, e
     the model). The gradients' combination is left as it was (its members' copies from their step).
     A reader that comes before the combination in the graph's order (XLA schedules it after) starts
     the copy at its own step instead, so that no copy is dropped."""
+    grads, runs = _plan_combinations(graph, strats, mesh, exclude)
     late = {}   # node -> per strategy: the step after the combination it joins (-1: none)
-    for ax, run in _combinations(graph, strats, mesh, set(exclude) | set(combined_candidates(graph, strats, mesh,
-                                                                                               exclude))):
+    for ax, run in runs:
         t = max(int(graph.nodes[i].order) for i in run)
         for i in run:
             joins = np.array([any(lowered_kind(k, mesh) == "all-reduce" and B > 0 and tuple(a) == ax
@@ -191,7 +199,7 @@ def with_combined_all_reduces(lists: list, graph: OpGraph, strats, mesh: Mesh, e
             keep = start == time
             ms = [(c, tc, want, np.asarray(free, dtype=bool) | ~keep) for c, tc, want, free in members]
             out.append((u, b, ms, time, e & keep, *early[2:]))
-    return out + combined_all_reduce_lists(graph, strats, mesh, exclude)
+    return out + _lists_of(graph, strats, mesh, grads, runs)
 
 
 def _combination_groups(graph: OpGraph, strats, mesh: Mesh, ax, run, used) -> list:
