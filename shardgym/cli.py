@@ -79,6 +79,10 @@ def _add_model_args(p, size_default="tiny"):
                    help="per-device memory cap, e.g. 40GiB; every method plans under min(device memory, cap)")
     p.add_argument("--max-step-time", dest="max_step_time_s", type=_bound_arg, default=None, help="bound on modelled step time (s)")
     p.add_argument("--time-limit", dest="time_limit_s", type=_positive, default=60.0, help="solver time limit (s)")
+    p.add_argument("--recompute", default=None, metavar="POLICY",
+                   help="trace the step with a recompute policy: dots (every dot/conv result saved for the "
+                        "backward pass, the rest recomputed) or dots_no_batch (weight matmuls only); plan "
+                        "--method ilp --objective memory also takes 'auto': the planner picks the policy")
 
 
 def _problem_for(args, err):
@@ -86,7 +90,7 @@ def _problem_for(args, err):
     the cap reaches every method, the pricing and the plots as the Problem's usage_limit."""
     from shardgym import workflow  # lazy: jax
     cluster = _cluster(args)
-    source = workflow.ModelSource.from_args(args.model, args.size, args.fn)
+    source = workflow.ModelSource.from_args(args.model, args.size, args.fn, args.recompute)
     with err.status(f"tracing {source.label} and building the strategy graph on {cluster.name} ..."):
         t0 = time.perf_counter()
         fn, fargs, graph, problem = workflow.source_problem(source, cluster, Limits.of(args.memory_cap_bytes))
@@ -118,10 +122,14 @@ def cmd_plan(args) -> int:
                          f"use --method ilp for the {args.objective} objective")
     if args.out:
         _check_out_path(args.out)
-    source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
-    with err.status(f"solving with {args.method} ({args.objective}) ..."):
-        plan, cost = workflow.solve_and_price(problem, args.method, args.objective,
-                                              max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
+    if args.recompute == "auto":
+        source, cluster, fn, fargs, graph, problem, plan, cost, bound = _choose_recompute(args, err)
+        args.max_step_time_s = bound
+    else:
+        source, cluster, fn, fargs, graph, problem = _problem_for(args, err)
+        with err.status(f"solving with {args.method} ({args.objective}) ..."):
+            plan, cost = workflow.solve_and_price(problem, args.method, args.objective,
+                                                  max_step_time_s=args.max_step_time_s, time_limit_s=args.time_limit_s)
     if args.verify:  # compile with XLA (abstractly), charge what the model missed, re-solve
         with err.status(f"verifying against XLA (up to {args.verify} compiles) ..."):
             v = sg.verify(fn, fargs, graph, problem, plan, rounds=args.verify, method=args.method,
@@ -141,11 +149,40 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _choose_recompute(args, err):
+    """``plan --recompute auto``: ``shardgym.recompute.choose`` traces the step under each recompute
+    policy and keeps the least predicted peak within --max-step-time (default 1.05 x the plain
+    program's Megatron step time); returns _problem_for's tuple, the plan, its Cost and the bound."""
+    from shardgym import recompute, workflow  # lazy: jax
+    if args.method != "ilp" or args.objective != "memory":
+        raise ValueError("--recompute auto: the planner picks recomputation for the min-memory plan; use it with "
+                         "--method ilp --objective memory, or name a policy (dots, dots_no_batch)")
+    cluster = _cluster(args)
+    plain = workflow.ModelSource.from_args(args.model, args.size, args.fn)
+    fn, fargs = plain.build(abstract=True)
+    bound = ({"max_step_time_s": args.max_step_time_s} if args.max_step_time_s is not None
+             else {"bound_vs_megatron": 1.05})
+    with err.status(f"tracing {plain.label} under each recompute policy and solving min-memory on {cluster.name} ..."):
+        choice = recompute.choose(fn, fargs, cluster, time_limit_s=args.time_limit_s, name=plain.name, **bound)
+    for row in choice.candidates:
+        err.print(f"[dim]recompute {row['policy']}: {row['num_nodes']} operators, peak "
+                  f"{workflow.fmt_bytes(row['peak_memory_bytes'])}, step {workflow.fmt_time(row['step_time_s'])}"
+                  f"{'' if row['within_bound'] else ' (over the bound)'}[/dim]")
+    err.print(f"[dim]chosen: recompute {choice.policy} (step-time bound {workflow.fmt_time(choice.max_step_time_s)})[/dim]")
+    problem = Limits.of(args.memory_cap_bytes).apply(choice.problem)
+    source = plain.with_recompute(choice.policy)
+    return (source, cluster, fn, fargs, choice.graph, problem, choice.plan, workflow.evaluate(problem, choice.plan),
+            choice.max_step_time_s)
+
+
 def cmd_compare(args) -> int:
     """Exit 0 when at least one method gives a plan within the cap and bound; rows that break them
     are shown (``fits NO``), methods that fail are shown as failed with the reason on stderr."""
     from shardgym import workflow  # lazy: jax
     out, err = _console()
+    if args.recompute == "auto":
+        raise ValueError("--recompute auto: only `shardgym plan --method ilp --objective memory` chooses the policy; "
+                         "name one for compare (dots, dots_no_batch)")
     methods = workflow.parse_methods(args.methods)
     if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise ValueError(f"--out-dir {args.out_dir}: is a file, not a directory")

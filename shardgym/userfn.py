@@ -6,8 +6,9 @@
 otherwise planning uses the args' shapes only and ``shardgym run`` fills ShapeDtypeStruct leaves
 with seeded values (floats ~ N(0, 0.02²), integers 0, PRNG keys ``jax.random.key(0)``).
 
-A plan records its source in ``plan.meta`` (``model``/``size``, or ``fn`` as an absolute path) so
-``shardgym run`` rebuilds the same model.
+A plan records its source in ``plan.meta`` (``model``/``size``, or ``fn`` as an absolute path, and
+``recompute`` when the step was traced with a recompute policy, ``--recompute``) so ``shardgym run``
+rebuilds and replays the same program.
 """
 from __future__ import annotations
 
@@ -31,21 +32,25 @@ class ModelSource:
     model: str | None = None
     size: str | None = None
     fn: str | None = None   # "FILE.py:FUNC" (absolute path) or "module:FUNC"
+    recompute: str | None = None   # the recompute policy it is traced with (costmodel.trace.recompute)
 
     @classmethod
-    def from_args(cls, model: str, size: str, fn: str | None) -> ModelSource:
+    def from_args(cls, model: str, size: str, fn: str | None, recompute: str | None = None) -> ModelSource:
+        _check_recompute(recompute, "--recompute")
         if fn:
-            return cls(fn=_normalise(fn))
+            return cls(fn=_normalise(fn), recompute=recompute)
         zoo.sizes(model)           # ValueError naming the model
         if size not in zoo.sizes(model):
             raise ValueError(f"--size {size!r}: not a size of zoo model {model!r}; sizes: {', '.join(zoo.sizes(model))}")
-        return cls(model, size)
+        return cls(model, size, recompute=recompute)
 
     @classmethod
     def from_meta(cls, meta: dict, where: str = "plan") -> ModelSource:
         meta = meta or {}
+        recompute = meta.get("recompute")
+        _check_recompute(recompute, f"{where}: meta.recompute")
         if meta.get("fn"):
-            return cls(fn=str(meta["fn"]))
+            return cls(fn=str(meta["fn"]), recompute=recompute)
         model, size = meta.get("model"), meta.get("size")
         if not model or not size:
             raise ValueError(f"{where}: the plan does not say which model it was made for (meta.model/meta.size "
@@ -54,18 +59,24 @@ class ModelSource:
             raise ValueError(f"{where}: meta.model {model!r} is not a zoo model; valid names: {', '.join(zoo.names())}")
         if size not in zoo.sizes(model):
             raise ValueError(f"{where}: meta.size {size!r} is not a size of {model!r}; sizes: {', '.join(zoo.sizes(model))}")
-        return cls(str(model), str(size))
+        return cls(str(model), str(size), recompute=recompute)
 
     @property
     def label(self) -> str:
-        return f"--fn {self.fn}" if self.fn else f"{self.model} {self.size}"
+        base = f"--fn {self.fn}" if self.fn else f"{self.model} {self.size}"
+        return base if self.recompute is None else f"{base} (recompute {self.recompute})"
 
     @property
     def name(self) -> str:
         return self.fn.rpartition(":")[2] if self.fn else f"{self.model}-{self.size}"
 
     def meta(self) -> dict:
-        return {"fn": self.fn} if self.fn else {"model": self.model, "size": self.size}
+        m = {"fn": self.fn} if self.fn else {"model": self.model, "size": self.size}
+        return m if self.recompute is None else {**m, "recompute": self.recompute}
+
+    def with_recompute(self, recompute: str | None) -> ModelSource:
+        _check_recompute(recompute, "recompute")
+        return ModelSource(self.model, self.size, self.fn, recompute)
 
     def build(self, abstract: bool):
         """(train_step, args); ``abstract``: args as ShapeDtypeStructs, else concrete arrays."""
@@ -86,6 +97,13 @@ class ModelSource:
                              f"arguments, as zoo.build does; got {type(res).__name__}")
         fn, args = res[0], tuple(res[1])
         return fn, (_abstract(args) if abstract else _concrete(args))
+
+
+def _check_recompute(policy, where: str) -> None:
+    from costmodel.trace.recompute import POLICIES   # lazy: the tracer
+    if policy not in POLICIES:
+        named = ", ".join(p for p in POLICIES if p is not None)
+        raise ValueError(f"{where} {policy!r}: not a recompute policy; choose one of {named} (or leave it out)")
 
 
 def _normalise(spec: str) -> str:

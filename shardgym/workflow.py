@@ -38,7 +38,7 @@ __all__ = ["ModelSource", "model_problem", "source_problem", "solve_and_price", 
 def traced(source: ModelSource, abstract: bool):
     """(fn, args, OpGraph) of a model source (memoised); ``abstract``: args as ShapeDtypeStructs."""
     fn, args = source.build(abstract=abstract)
-    return fn, args, api.trace(fn, *args, name=source.name)
+    return fn, args, api.trace(fn, *args, name=source.name, recompute=source.recompute)
 
 
 def source_problem(source: ModelSource, cluster, limits: Limits | None = None):
