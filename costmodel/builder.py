@@ -24,8 +24,8 @@ donated buffer), so what it holds there is its transient buffers: the head's own
 chain reads (a weight-gradient conv whose folded update writes the new param), a conv's halo copy,
 a collective's extra buffer, gathered operand copies; 0 B for a fused element-wise op (Adam's last
 div). An op computed from the donated state alone (``value_origin.state_only``) starts at 0: XLA
-computes it before the forward pass. A group's outputs share one interval (their longest; in XLA's
-schedule, ``graph.schedule == "xla"``, a buffer that dies earlier is a copy group:
+computes it before the forward pass. A group's outputs share one interval (their longest, a partly kept
+chain's unkept outputs left out: ``slice_layout.buffer_reads``; in XLA's schedule a buffer dying early is a copy group:
 ``memory.early_buffers``); a transparent node (a bitcast reshape) extends its producer's interval to
 its own end, and so does a node that keeps no buffer (``materialised_outputs``: an element-wise node
 fused into its consumers): XLA runs a fusion once, at its root, and reads every buffer the fused ops
@@ -83,10 +83,12 @@ from costmodel.memory import (
 )
 from costmodel.problem import Problem, ProblemMeta
 from costmodel.slice_layout import (
+    buffer_reads,
     copied_together,
     copy_source_reads,
     fused_read_groups,
     held_read_steps,
+    partly_kept_reads,
     read_extents,
     reader_layout_slices,
     recomputed_reads,
@@ -205,10 +207,8 @@ def build_problem(graph: OpGraph, cluster, memory_cap_bytes: float | None = None
     via_copy = {r for (u, oi, _), rs in copied.items() for r in rs if graph.nodes[r[0]].primitive != "dot_general"
                 or graph.nodes[r[0]].order > together.get((u, oi), np.inf)}
     recomputed = recomputed_reads(graph, kept, transparent, plain_out)   # cheap buffers a fusion recomputes
-    for nd in nodes:
-        for k, (src, _) in enumerate(nd.operands):
-            if src >= 0 and (nd.id, k) not in via_copy and nd.id not in recomputed.get(src, ()):
-                last_use[src] = max(last_use[src], int(nd.order))
+    buffer_reads(graph, last_use, kept, via_copy, recomputed, partly_kept_reads(graph, kept, transparent)
+                 if edge_memory else {})   # the last reader of each kept buffer
     intervals = np.zeros((n, 2), dtype=np.int64)
     to_end = {src for src, _ in plain_out}
     for i, nd in enumerate(nodes):

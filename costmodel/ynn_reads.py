@@ -28,6 +28,12 @@ reductions (want: R's strategies reading L, at least ``YNN_MIN_ELEMENTS`` per de
 strategies whose output is not in L (XLA shares the broadcast only when the forward reader
 computes it in the reduction's layout: after partitioning the two have different local shapes).
 
+The product of the two broadcasts (``mul = rsqrt * scale``, an unkept output of the forward LayerNorm
+chain that the backward chain B reads whole) is a third such buffer where the per-row reduction has at
+least ``YNN_MIN_ELEMENTS`` rows per device (``shared_product``; from the chain's step to the last R,
+free where the chain's output is not in L). Before session 23 the model held the chain's kept output
+(the block's ``e + norm``) to the backward instead, which XLA does not (``slice_layout.buffer_reads``).
+
 Approximate: XLA's condition is on three strategies (F's, B's and R's layouts agree); a copy group
 states two, here F's and R's, so a plan that puts B in another layout than R (an all-gather between
 a chain and its reduction) is charged where XLA writes nothing: vit tiny ilp-time, XLA 4
@@ -90,18 +96,24 @@ def shared_broadcast_lists(graph: OpGraph, strats, mesh: Mesh, kept, intervals) 
         nh = int(nodes[b].params.get("num_head_operands", 0)) if materialising(nodes[b]) else 0
         for (w, j), t in list(zip(nodes[b].operands, nodes[b].operand_types))[nh:]:
             varies = {d for d in range(len(t.shape)) if int(t.shape[d]) > 1}
-            if w < 0 or len(t.shape) != len(ten.shape) or int(np.prod(t.shape)) >= size or not varies \
+            product = w >= 0 and tuple(t.shape) == tuple(ten.shape) and shared_product(nodes[w], j, kept[w], cmap)
+            if product:
+                f, fo = w, j   # the product itself, written out for R's fusion (shared_product)
+            elif w < 0 or len(t.shape) != len(ten.shape) or int(np.prod(t.shape)) >= size or not varies \
                     or not varies <= axes:
                 continue
-            fwd = sorted((nodes[c].order, c, next(k for k, x in enumerate(nodes[c].outputs) if x.shape == ten.shape))
-                         for c, _ in cmap.get((w, j), ()) if c != b and nodes[c].order < nodes[b].order
-                         and not non_fusible(nodes[c]) and any(x.shape == ten.shape for x in nodes[c].outputs))
-            if not fwd:
-                continue
-            _, f, fo = fwd[0]
+            else:
+                fwd = sorted((nodes[c].order, c, next(k for k, x in enumerate(nodes[c].outputs) if x.shape == ten.shape))
+                             for c, _ in cmap.get((w, j), ()) if c != b and nodes[c].order < nodes[b].order
+                             and not non_fusible(nodes[c]) and any(x.shape == ten.shape for x in nodes[c].outputs))
+                if not fwd:
+                    continue
+                _, f, fo = fwd[0]
             src = [s.out_specs[fo] for s in strats[f]]
             for L in dict.fromkeys(dst):
-                if int(np.prod(local_shape(ten.shape, L, mesh))) < YNN_MIN_ELEMENTS:
+                local = local_shape(ten.shape, L, mesh)
+                if int(np.prod(local)) < YNN_MIN_ELEMENTS or (product and int(np.prod(
+                        [n for d, n in enumerate(local) if d not in axes])) < YNN_MIN_ELEMENTS):
                     continue   # a loop fusion: the broadcast stays fused
                 free = np.array([s != L for s in src])
                 if free.all():
@@ -113,3 +125,26 @@ def shared_broadcast_lists(graph: OpGraph, strats, mesh: Mesh, kept, intervals) 
                                        np.ones(len(src), dtype=bool))
                 g[2][r.id, 0] = (r.id, r.order, np.array([d == L for d in dst]), free)
     return [(f, nb, list(ms.values()), t, e) for f, nb, ms, t, e in groups.values()]
+
+
+def shared_product(nd, j: int, kept_w, cmap) -> bool:
+    """Is output ``j`` of ``nd`` a product of broadcasts that XLA CPU writes out in the forward pass
+    for a YNNPACK reduction's fusion in the backward: an output ``nd`` keeps no buffer for, of a
+    chain with no buffer-writing head (``materialising``), that another output of ``nd``, read by
+    some consumer, is computed through (its operands, ``params["out_operands"]``, a strict superset
+    of j's)? LayerNorm's ``mul = rsqrt[:, None] * scale`` beside its normalised output. Probed
+    (tests/test_partly_kept_interval.py, flax's LayerNorm in a residual block, fwd + bwd,
+    replicated): with at least ``YNN_MIN_ELEMENTS`` rows (the per-row reduction's output: 4096 x 8
+    to x 64 and 4097 x 32 yes; 4095 x 64, 3072 x 128, 1024 x 256 no, whatever the element count)
+    XLA fuses the rsqrt gradient's reduction, the product ``g * mul`` and the input gradient's
+    epilogue into one ``ynn_fusion``, which takes no broadcast in: ``broadcast_multiply_fusion``
+    (``rsqrt * scale``) is computed from the forward's rsqrt and written out there (the forward's own
+    fusion recomputes it), held to that reduction. meshgraphnet large fsdp:
+    ``broadcast_multiply_fusion.58`` (``sg_node_854/mul``, f32[49152,128]) read only by
+    ``ynn_fusion.176``, one per edge and node LayerNorm at XLA's peak."""
+    if nd.is_input or materialising(nd) or j in kept_w:
+        return False
+    deps = nd.params.get("out_operands")
+    if deps is None or len(deps) != len(nd.outputs):
+        return False
+    return any(o != j and cmap.get((nd.id, o)) and set(deps[j]) < set(deps[o]) for o in range(len(nd.outputs)))

@@ -60,13 +60,15 @@ REAL_CAUSES: dict = {
        for p in ("replicated", "ilp-time", "ilp-memory", "policy")},
     **{("gpt", p): _GPT_OVER for p in ("ilp-time", "ilp-memory-1.05", "policy")},
     ("meshgraphnet", "ilp-memory-1.05"): "over: the dp plan (session 20's ILP, 30 s, returns dp's strategies), as "
-                                         "meshgraphnet dp",
+                                         "meshgraphnet dp (session 23: another plan, 0.999)",
     ("meshgraphnet", "dp"): "over (session 19, `diagnose --model meshgraphnet --plan dp`, the 25 largest buffers each "
                             "side): XLA 4211.3 MiB, the model 4687.2 MiB (+476 MiB), both peaks at block_14's edge "
                             "backward. The model holds four 192 MiB replicated copies (f32[393216,128], made at step "
                             "821 for block_14_edge's readers, ends 823-829), XLA three (all-gather.1 / .78 / .79): "
                             "+192 MiB; the rest (+284 MiB) not attributed (session 20: 1.124 with the LayerNorm "
-                            "broadcasts charged)",
+                            "broadcasts charged). Session 23: the rest was each block's LayerNorm chain output, held "
+                            "to the backward reader of the chain's unkept rsqrt * scale (slice_layout.buffer_reads): "
+                            "1.030, the fourth all-gather left (XLA issues it after the other three reductions ran)",
     ("gpt", "replicated"): "over (session 19, `diagnose --model gpt --plan replicated`, the 20 largest buffers "
                            "each side): XLA 23749.8 MiB, the model 26693.0 MiB (+2943 MiB). Per attention block the "
                            "model holds three f32[8,12,1024,1024] softmax buffers at its peak (the scores dot, sub, "
@@ -82,11 +84,13 @@ REAL_CAUSES: dict = {
 }
 
 
-def merge(models, prefix: str, out: str, prefix_of: dict | None = None, repriced: str = "") -> dict:
+def merge(models, prefix: str, out: str, prefix_of: dict | None = None, repriced: str = "", fresh=None) -> dict:
     """One table of the per-model files results/<prefix>_<model>.json (rows in file order);
     ``prefix_of``: model -> another prefix for that model's file (a model re-run in a later session).
     ``repriced``: results/<repriced>.json from ``fidelity --reprice --write``: the rows of the models
-    not in ``prefix_of`` take its ratios (their stored plans, the current model; ``repriced`` True)."""
+    not in ``fresh`` (default: those in ``prefix_of``) take its ratios (their stored plans, the current
+    model; ``repriced`` True). ``fresh``: the models re-run on the current model, whose ratios stand."""
+    fresh = set(prefix_of or {}) if fresh is None else set(fresh)
     rows, sources = [], {}
     rep = {} if not repriced else {(r["model"], r["plan"]): r for r in json.loads(
         (Path(RESULTS_DIR) / f"{repriced}.json").read_text())["program"]["rows"]}
@@ -103,7 +107,7 @@ def merge(models, prefix: str, out: str, prefix_of: dict | None = None, repriced
                 rows.append({"model": m, "size": r.get("size"), "plan": r["plan"], "error": r["error"],
                              "mem_ok": False, "comm_ok": False, "cause": "error: " + r["error"]})
                 continue
-            if rep and m not in (prefix_of or {}):
+            if rep and m not in fresh:
                 p = rep[m, r["plan"]]
                 r = r | {"mem_ratio": p["mem_ratio"], "comm_ratio": p["comm_ratio"], "repriced": True,
                          "pred_mem_MiB": p["mem_ratio"] * r["xla_mem_MiB"],
@@ -229,6 +233,8 @@ def main(argv=None):
                                                     "(e.g. meshgraphnet=s20c_fidelity_real)")
     ap.add_argument("--repriced", default="", help="results/<REPRICED>.json (fidelity --reprice --write): the "
                                                    "ratios of the models not in --prefix-of")
+    ap.add_argument("--fresh", default=None, help="merge: comma-separated models re-run on the current model, whose "
+                                                  "ratios stand (default: those in --prefix-of)")
     ap.add_argument("--source", default="", help="diagnose: results/<SOURCE>.json, a whole fidelity table (e.g. the "
                                                  "tiny one) instead of the per-model files of --prefix")
     ap.add_argument("--out", default="s19d_fidelity_real")
@@ -236,7 +242,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.what == "merge":
         return merge([m for m in a.models.split(",") if m], a.prefix, a.out,
-                     dict(kv.split("=", 1) for kv in a.prefix_of.split(",") if kv), a.repriced)
+                     dict(kv.split("=", 1) for kv in a.prefix_of.split(",") if kv), a.repriced,
+                     None if a.fresh is None else [m for m in a.fresh.split(",") if m])
     return diagnose(a.model, a.plan, a.prefix, a.top, a.source)
 
 
