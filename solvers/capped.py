@@ -29,8 +29,9 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    HiGHS on the problem without its cap: a relaxation, so its dual bound is a lower bound of the
    capped optimum (the time optimum of gpt tiny, 0.00342 s, proven in seconds, against BP's
    0.00236 under a cap), and its plan a candidate. Then, on graphs the MILP can hold (``milp_ok``), HiGHS
-   (``solvers.ilp.solve_ilp``) warm-started from the best plan, with up to ``milp_share`` of the time left; it
-   proves the optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
+   (``solvers.ilp.solve_ilp``) warm-started from the best plan, with up to ``milp_share`` of the time left (with
+   ``milp_early_share``, once, before the Lagrangian instead; its memory rows: ``milp_dense_nonzeros``); it
+   proves the optimum or gives its dual bound (its LP's when the MIP has no root bound yet). Then large-neighbourhood search with MILP neighbourhoods
    (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs to the deadline.
    Before the capped MILP, on MILP-sized graphs with copy groups, the **Lagrangian bound**
    (``solvers.lagrange``, ``lagrange_share`` of the budget, at most ``lagrange_left`` of the time left): the
@@ -65,7 +66,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.capped_phases import capped_milp, least_peak, uncapped_bound
+from solvers.capped_phases import capped_milp, least_peak, post_seed, uncapped_bound
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp.guard import start_child, stop_child
@@ -100,6 +101,9 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
+    milp_dense_nonzeros: int = 2_000_000  # the capped MILP's IlpConfig.dense_memory_nonzeros (-1: running sums)
+    milp_early_share: float = 0.0        # with copies, MILP-sized: of the time left, the capped MILP before the Lagrangian
+    milp_early_lp_share: float = 0.9     # ... and of that its LP relaxation's (the bound when its MIP ends before its root)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
@@ -233,6 +237,12 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
     if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, t_cfn, best, consider, say))
+    def milp(t, lp_share=None):   # the capped MILP from the best plan: its LP's or its own dual bound, its plan
+        out = capped_milp(problem, t, best, relax_cap, threads, consider, say, cf.milp_dense_nonzeros, lp_share)
+        tighten(None if out is None else float(out.bound))
+        return out
+    if take() and small and copies and cf.milp_early_share > 0 and left() > 4.0 and not _closed(best[1], bound):
+        info = milp(cf.milp_early_share * left(), cf.milp_early_lp_share)
     if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart, step=cf.lagrange_step,
@@ -244,9 +254,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if take() and small and left() > 2.0 and not _closed(best[1], bound):
-        info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
-        if info is not None and np.isfinite(info.bound):
-            tighten(float(info.bound))
+        info = (milp(max(cf.milp_share * left() - 0.5, 1.0)) if info is None else None) or info   # once
         if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
                 and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
@@ -336,7 +344,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                 say(f"late seed: {c.total:.10g} after {msg[2]:.1f}s ({time.perf_counter() - t0:.1f}s)" if c is not None
                     else f"late seed: none ({msg[1]})")
                 if c is not None and c.feasible:
-                    _post(mail, msg[1])
+                    post_seed(mail, msg[1])
                     if c.total < best_cost:
                         best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
             elif conn is not recv:          # the second search: (plan, cost)
@@ -374,14 +382,6 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     bound = bound if done is None else max(bound, done.bound)
     r = _result([best, best_cost, other or "streamed"], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
-
-
-def _post(mail, plan) -> None:
-    """Pass a late seed to the core (``solve_capped``'s ``inbox``); the core may be gone already."""
-    try:
-        mail.send([int(x) for x in plan])
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def _second_search(problem: Problem, time_limit_s: float):

@@ -1,13 +1,14 @@
 """Phases of the capped core (``solvers.capped.solve_capped``) that call HiGHS on the whole problem:
 the least-peak search when no plan fits yet, the uncapped MILP's bound and plan, and the capped MILP
 from the incumbent. Each offers its plans to the core's ``consider`` (kept only if it fits) and
-says what it found through ``say``. Moved here from solvers/capped.py (its 400-line limit)."""
+says what it found through ``say``; and ``post_seed``, ``solve_guarded``'s hand-over of a late seed. Moved
+here from solvers/capped.py (its 400-line limit)."""
 from __future__ import annotations
 
 import numpy as np
 
 from costmodel.problem import evaluate
-from solvers.ilp import solve_ilp
+from solvers.ilp import IlpConfig, solve_ilp
 from solvers.local import improve
 
 
@@ -50,14 +51,30 @@ def uncapped_bound(problem, time_limit_s, threads, consider, say, repair_s: floa
     return (float(info.bound) if np.isfinite(info.bound) else -float("inf")), info.status == "optimal", plan
 
 
-def capped_milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
-    """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan."""
+def capped_milp(problem, time_limit_s, best, relax_cap, threads, consider, say, dense_nonzeros: int | None = None,
+                lp_share: float | None = None):
+    """One HiGHS solve warm-started from the best plan; its SolveInfo, or None without a plan.
+    ``dense_nonzeros``: the model's ``IlpConfig.dense_memory_nonzeros`` (None: the ILP's default; -1:
+    the memory rows as running sums, ``solvers.ilp.blocks.MemAux``); ``lp_share``: ``IlpConfig.lp_share``,
+    the share of ``time_limit_s`` its LP relaxation may take first (its optimum is the bound when the MIP
+    that follows has none; None: the ILP's default)."""
+    base = IlpConfig()
+    config = IlpConfig(dense_memory_nonzeros=base.dense_memory_nonzeros if dense_nonzeros is None else int(dense_nonzeros),
+                       lp_share=base.lp_share if lp_share is None else float(lp_share))
     try:
         plan, info = solve_ilp(problem, time_limit_s=time_limit_s, initial_plan=best[0], relax_cap=relax_cap,
-                               threads=threads)
+                               threads=threads, config=config)
     except (RuntimeError, ValueError) as exc:       # no MILP plan in time: keep the others
         say(f"milp gave no plan: {exc}")
         return None
     consider(plan, "milp")
     say(f"milp: status={info.status} bound={info.bound:.10g}")
     return info
+
+
+def post_seed(mail, plan) -> None:
+    """Pass a late seed to the core (``solve_capped``'s ``inbox``); the core may be gone already."""
+    try:
+        mail.send([int(x) for x in plan])
+    except (BrokenPipeError, OSError):
+        pass
