@@ -39,7 +39,11 @@ def main(argv=None):
     ap.add_argument("--dense-nonzeros", type=int, default=None,
                     help="the MILP's IlpConfig.dense_memory_nonzeros (-1: memory as running sums; default: the ILP's)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--add-log", default=None, help="no solve: parse this saved --verbose log into results/<--out>.json "
+                                                    "(``highs_log``: the LP's and the MIP's bounds over time, in seconds)")
     a = ap.parse_args(argv)
+    if a.add_log:
+        return add_log(a.out, a.add_log)
     import shardgym as sg
     from costmodel.problem import evaluate
     from experiments.bench_capped import _pair, _step
@@ -84,6 +88,33 @@ def main(argv=None):
     out["milp"]["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(out["milp"], flush=True)
     write_results(a.out, out, config=vars(a))
+
+
+def add_log(name: str, log_path: str) -> None:
+    """HiGHS's own log of the reference MILP (``--verbose``) into ``results/<name>.json`` as ``highs_log``:
+    the LP relaxations' optima and run times, and each MIP progress line's (time, dual bound, best plan),
+    in step-time seconds: HiGHS's scaled objective times (the start plan's cost / HiGHS's value of that
+    start, its "MIP start solution is feasible" line). For a MILP killed by the watchdog (no answer), the
+    log is what remains of its bound."""
+    import re
+
+    from experiments.common import RESULTS_DIR, write_results
+    out = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+    text = open(log_path).read()
+    start = re.search(r"MIP start solution is feasible: objective value is ([0-9.eE+-]+)", text)
+    if start is None:
+        raise SystemExit(f"--add-log: no 'MIP start solution is feasible' line in {log_path}")
+    scale = out["at_60s"]["cost"] / float(start.group(1))
+    lps = [{"objective_s": float(v) * scale, "run_s": float(t)} for v, t in
+           re.findall(r"Objective value\s+:\s+([0-9.eE+-]+)\n(?:.*\n){0,2}?HiGHS run time\s+:\s+([0-9.]+)", text)]
+    rows = re.findall(r"^\s*[A-Z]?\s+\d+\s+\d+\s+\d+\s+[0-9.]+%\s+([0-9.eE+-]+|-inf)\s+([0-9.eE+-]+|inf)\s+.*?([0-9.]+)s$",
+                      text, re.M)
+    mip = [{"time_s": float(t), "bound_s": float(b) * scale, "best_s": float(p) * scale} for b, p, t in rows]
+    out["highs_log"] = {"file": log_path, "scale_s": scale, "lp": lps, "mip": mip,
+                        "last": mip[-1] if mip else None}
+    write_results(name, {k: v for k, v in out.items() if k not in ("config", "seed", "git_rev", "timestamp", "env")},
+                  config=out.get("config"))
+    print(out["highs_log"]["lp"], out["highs_log"]["last"])
 
 
 if __name__ == "__main__":

@@ -29,9 +29,8 @@ The budget split and the size limits are ``CappedConfig``'s fields. Phases, each
    HiGHS on the problem without its cap: a relaxation, so its dual bound is a lower bound of the
    capped optimum (the time optimum of gpt tiny, 0.00342 s, proven in seconds, against BP's
    0.00236 under a cap), and its plan a candidate. Then, on graphs the MILP can hold (``milp_ok``), HiGHS
-   (``solvers.ilp.solve_ilp``) warm-started from the best plan, with up to ``milp_share`` of the time left (with
-   ``milp_early_share``, once, before the Lagrangian instead; its memory rows: ``milp_dense_nonzeros``); it
-   proves the optimum or gives its dual bound (its LP's when the MIP has no root bound yet). Then large-neighbourhood search with MILP neighbourhoods
+   (``solvers.ilp.solve_ilp``) warm-started from the best plan, with up to ``milp_share`` of the time left; it
+   proves the optimum or gives its dual bound. Then large-neighbourhood search with MILP neighbourhoods
    (``solvers.local.refine``) from the incumbent for the rest. On larger graphs the search runs to the deadline.
    Before the capped MILP, on MILP-sized graphs with copy groups, the **Lagrangian bound**
    (``solvers.lagrange``, ``lagrange_share`` of the budget, at most ``lagrange_left`` of the time left): the
@@ -52,7 +51,11 @@ the copies any plan holds; HiGHS's rows hold the copies;
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
 streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
-is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search).
+is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search);
+with ``lp_beside`` on a graph the MILP holds with copies, on an idle core, the capped LP and its root for their bound
+(``solvers.capped_phases.lp_beside``: the copies in exact rows, above the Lagrangian's copy terms where it finishes;
+off by default: forced on at load 7-10 it raised the bound where the LP finished and cost the core CPU elsewhere,
+results/s23c_ab2.json).
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.capped_phases import capped_milp, least_peak, post_seed, uncapped_bound
+from solvers.capped_phases import capped_milp, least_peak, lp_beside, post_seed, second_search, uncapped_bound
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp.guard import start_child, stop_child
@@ -101,9 +104,7 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
-    milp_dense_nonzeros: int = 2_000_000  # the capped MILP's IlpConfig.dense_memory_nonzeros (-1: running sums)
-    milp_early_share: float = 0.0        # with copies, MILP-sized: of the time left, the capped MILP before the Lagrangian
-    milp_early_lp_share: float = 0.9     # ... and of that its LP relaxation's (the bound when its MIP ends before its root)
+    lp_beside: bool = False              # solve_guarded, copies, MILP-sized, an idle core: the capped LP's bound beside
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
@@ -237,12 +238,6 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
     if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
         tighten(_cfn(problem, t_cfn, best, consider, say))
-    def milp(t, lp_share=None):   # the capped MILP from the best plan: its LP's or its own dual bound, its plan
-        out = capped_milp(problem, t, best, relax_cap, threads, consider, say, cf.milp_dense_nonzeros, lp_share)
-        tighten(None if out is None else float(out.bound))
-        return out
-    if take() and small and copies and cf.milp_early_share > 0 and left() > 4.0 and not _closed(best[1], bound):
-        info = milp(cf.milp_early_share * left(), cf.milp_early_lp_share)
     if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart, step=cf.lagrange_step,
@@ -254,7 +249,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if take() and small and left() > 2.0 and not _closed(best[1], bound):
-        info = (milp(max(cf.milp_share * left() - 0.5, 1.0)) if info is None else None) or info   # once
+        info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say)
+        tighten(None if info is None else float(info.bound))
         if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
                 and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
@@ -322,10 +318,13 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
         spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
         if spare >= 1.0:
-            second = _second_search(problem, time_limit_s - config.guard_margin_s)
+            second = second_search(problem, time_limit_s - config.guard_margin_s)
         say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
+    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (   # on an idle core, as the second search
+        config.lp_beside and problem.edge_memory is not None and milp_ok(problem, config)
+        and time_limit_s >= 4 * config.guard_margin_s and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0) else None
     best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
-    conns = [recv] + ([second[1]] if second is not None else []) + ([late[1]] if late is not None else [])
+    conns = [recv] + [c[1] for c in (second, late, lp) if c is not None]
     while conns:
         wait = deadline - time.perf_counter()
         ready = mp_wait(conns, wait) if wait > 0 else []
@@ -347,6 +346,10 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                     post_seed(mail, msg[1])
                     if c.total < best_cost:
                         best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
+            elif lp is not None and conn is lp[1]:     # the LP beside: ("bound", seconds)
+                conns.remove(conn)
+                bound = max(bound, msg[1])
+                say(f"lp beside: bound {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
             elif conn is not recv:          # the second search: (plan, cost)
                 if msg[1] < best_cost:
                     best, best_cost, other = msg[0], msg[1], "second search"
@@ -354,8 +357,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[0] == "done":
                 done = msg[1]
                 conns.remove(conn)
-                if done.status in ("optimal", "infeasible") and second is not None and second[1] in conns:
-                    conns.remove(second[1])   # proven (or nothing fits): the second search cannot help
+                for c in (second, lp):   # proven (or nothing fits): the second search and the LP cannot help
+                    if done.status in ("optimal", "infeasible") and c is not None and c[1] in conns:
+                        conns.remove(c[1])
                 if late is not None and late[1] in conns and (done.status == "optimal" or (
                         done.status == "infeasible" and problem.edge_memory is None)):
                     conns.remove(late[1])     # proven (without copies "infeasible" is a proof): no seed helps
@@ -366,8 +370,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[1] < best_cost:
                 best, best_cost, other = msg[0], msg[1], None
     mail.close()
-    for pr_ in (proc,) + (() if second is None else (second[0],)) + (() if late is None else (late[0],)):
-        stop_child(pr_)
+    for c in ((proc,), second, late, lp):
+        if c is not None:
+            stop_child(c[0])
     if done is not None and done.plan is not None and done.cost <= best_cost:
         best, best_cost, other = done.plan, done.cost, None
     if best is not None and not evaluate(problem, best).feasible:
@@ -376,22 +381,12 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if best is None:
         status = "infeasible" if done is not None and done.status == "infeasible" else "time_limit"
         return CappedResult(None, float("inf"), -float("inf"), None, status, "none", time.perf_counter() - t0)
-    if done is not None and other is None:
+    if done is not None and other is None and not bound > done.bound:   # (the LP beside's can be higher)
         return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
                             time.perf_counter() - t0, done.milp_info)
     bound = bound if done is None else max(bound, done.bound)
-    r = _result([best, best_cost, other or "streamed"], bound, None, t0, False)
+    r = _result([best, best_cost, other or (done.source if done is not None else "streamed")], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
-
-
-def _second_search(problem: Problem, time_limit_s: float):
-    """(process, receiving end) of a second ``solve_large`` (another seed) in a forked child
-    (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost), for an idle core."""
-    def body(send):
-        solve_large(problem, time_limit_s, seed=1, use_lns=False,
-                    on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))
-
-    return start_child(body)
 
 
 def _closed(cost: float, bound: float) -> bool:

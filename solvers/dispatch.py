@@ -46,14 +46,8 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: so no Lagrangian phase). No early LNS and, with copy groups, no toulbar2 (its bound ignores the
 #: copies: 5e-8 - 8e-7 s against plans of 1e-4 - 1e-3 s on gpt / vit tiny h100-2x8): their ~11 s go
 #: to the Lagrangian (bench_capped s20a_ab1, load 3-7: bound up in 4 of 6 cells, gpt 50 % 1.95e-4 -> 2.36e-4)
-#: With copy groups the capped MILP runs before the Lagrangian (``milp_early_share``: half the time left, 90 % of
-#: it for its LP relaxation first) with its memory rows as running sums (``milp_dense_nonzeros=-1``): that LP,
-#: the copies in exact rows, bounds above the Lagrangian's pairwise copy terms (vit tiny h100-2x8 at the 75 % cap,
-#: session 15's caps: LP 5.22e-5 s against the Lagrangian's converged 4.475e-5; gpt tiny 25 %: 4.98e-4 against
-#: 4.82e-4), and as running sums it solves 2.3x faster there (8.5 s at load 7.7 against 19.5 s at load 9.4:
-#: 367k nonzeros against 2.3M; results/s23c_ref_*.json, experiments/capped_reference.py)
 TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
-                 cfn_copies_max_s=0.0, milp_early_share=0.5, milp_dense_nonzeros=-1)
+                 cfn_copies_max_s=0.0)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the seeded memory objective's MIP is killed this long past the time left (default guard: 2 s + 5 %);

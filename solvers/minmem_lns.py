@@ -165,17 +165,9 @@ def _neighbourhood(g: LocalCosts, s: np.ndarray, peak: float, rng, size: int, fr
     """Up to ``size`` nodes with a choice (``free``): centres drawn among the nodes live at a time point
     within ``NEAR`` of ``peak``, in proportion to their bytes above their least usage plus the bytes of
     the live copies they produce or read there, each followed by its graph neighbours."""
-    return pick(g, hot_weights(g, s, peak)[0], rng, size, free)
-
-
-def hot_weights(g: LocalCosts, s: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(w, at_hot) per node under plan ``s``: the time points whose live usage (copies included) is
-    within ``NEAR`` of ``level`` are *hot*; ``at_hot``: the node is live at one; ``w``: its bytes above
-    its least usage there plus the bytes of the copies it produces or reads that are live at one (the
-    memory a move of it can free where memory binds). Also the capped LNS's (``solvers.capped_lns``)."""
     p = g.p
     live = g.profile(s)
-    hot = np.nonzero(live >= (1.0 - NEAR) * level)[0]
+    hot = np.nonzero(live >= (1.0 - NEAR) * peak)[0]
     hot_mask = np.zeros(len(g.times) + 1, dtype=bool)
     hot_mask[hot] = True
     cum = np.concatenate([[0], np.cumsum(hot_mask[:-1])])
@@ -195,12 +187,6 @@ def hot_weights(g: LocalCosts, s: np.ndarray, level: float) -> tuple[np.ndarray,
         gm = np.zeros(em.num_groups, dtype=bool)
         gm[g_of[m]] = True
         np.add.at(w, em.group_node[gm], em.group_bytes[gm])
-    return w, at_hot
-
-
-def pick(g: LocalCosts, w: np.ndarray, rng, size: int, free: np.ndarray) -> np.ndarray:
-    """Up to ``size`` nodes with a choice (``free``), sorted: centres drawn without replacement in
-    proportion to ``w`` (>= 0), each followed by its graph neighbours; empty when no free node weighs."""
     w = np.where(free, w, 0.0)
     if w.sum() <= 0:
         return np.zeros(0, dtype=np.int64)
