@@ -52,7 +52,7 @@ called on every new best plan. Time in ``solve_capped`` is approximate by one Hi
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
 streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
 is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search);
-with ``lp_beside`` on a graph the MILP holds with copies, on an idle core, the capped LP and its root for their bound
+with ``lp_beside_idle`` idle cores, on a graph the MILP holds with copies, the capped LP and its root for their bound
 (``solvers.capped_phases.lp_beside``: the copies in exact rows, above the Lagrangian's copy terms where it finishes;
 off by default: forced on at load 7-10 it raised the bound where the LP finished and cost the core CPU elsewhere,
 results/s23c_ab2.json).
@@ -104,7 +104,8 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
-    lp_beside: bool = False              # solve_guarded, copies, MILP-sized, an idle core: the capped LP's bound beside
+    lp_beside_idle: float = float("inf")  # solve_guarded, copies, MILP-sized: the capped LP's bound beside the core
+                                         # when cores - 1-min load >= this (inf: never; 1: on an idle core)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
@@ -320,9 +321,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
         if spare >= 1.0:
             second = second_search(problem, time_limit_s - config.guard_margin_s)
         say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
-    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (   # on an idle core, as the second search
-        config.lp_beside and problem.edge_memory is not None and milp_ok(problem, config)
-        and time_limit_s >= 4 * config.guard_margin_s and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0) else None
+    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
+        problem.edge_memory is not None and milp_ok(problem, config) and time_limit_s >= 4 * config.guard_margin_s
+        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
     best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
     conns = [recv] + [c[1] for c in (second, late, lp) if c is not None]
     while conns:

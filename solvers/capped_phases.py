@@ -93,7 +93,7 @@ def lp_beside(problem, seeds, time_limit_s: float):
     5 s; none: it sends nothing), and sends ("bound", seconds) when that bound is finite. The resharded copies are exact rows
     there, so it can be above the Lagrangian's pairwise copy terms: vit tiny h100-2x8 at session 15's 75 %
     cap, LP 5.22e-5 s against the Lagrangian's converged 4.475e-5 (results/s23c_ref_vit75.json).
-    ``solvers.capped.solve_guarded`` runs it beside the core (``CappedConfig.lp_beside``)."""
+    ``solvers.capped.solve_guarded`` runs it beside the core (``CappedConfig.lp_beside_idle``)."""
     def body(send):
         start = next((list(s) for s in seeds if s is not None and evaluate(problem, s).feasible), None)
         start = start if start is not None else fitting_least_usage_plan(problem, time_limit_s=min(5.0, 0.1 * time_limit_s))

@@ -1,5 +1,5 @@
 """The capped MILP with its memory rows as running sums, resharded copies included, and the capped LP's bound
-computed beside the core (``solvers.capped_phases.lp_beside``, ``CappedConfig.lp_beside``), against brute force."""
+computed beside the core (``solvers.capped_phases.lp_beside``, ``CappedConfig.lp_beside_idle``), against brute force."""
 from __future__ import annotations
 
 import itertools
@@ -64,7 +64,7 @@ def test_lp_beside_sends_a_bound_at_or_below_the_optimum(seed):
 @pytest.mark.parametrize("on", [True, False])
 def test_solve_guarded_reports_the_lp_beside_bound(monkeypatch, on):
     """A core that streams one plan and no bound, then hangs past the limit, on an idle machine: with
-    ``lp_beside`` the answer's bound is the LP child's (finite, at or below the optimum, said in the log),
+    ``lp_beside_idle=1`` the answer's bound is the LP child's (finite, at or below the optimum, said in the log),
     without it -inf."""
     p = _capped(2)
     best, bc = brute_force(p, "time")
@@ -80,7 +80,7 @@ def test_solve_guarded_reports_the_lp_beside_bound(monkeypatch, on):
     log = []
     t0 = time.perf_counter()
     r = capped.solve_guarded(p, 2.5, seeds=[list(worst)], progress=log.append,
-                             config=CappedConfig(lp_beside=on, guard_margin_s=0.5))
+                             config=CappedConfig(lp_beside_idle=1.0 if on else float("inf"), guard_margin_s=0.5))
     assert time.perf_counter() - t0 < 3.0
     assert r.plan == [int(x) for x in worst]
     if on:
@@ -96,5 +96,5 @@ def test_lp_beside_waits_for_an_idle_core(monkeypatch):
     seen = []
     monkeypatch.setattr(capped, "lp_beside", lambda *a, **k: seen.append(a))
     monkeypatch.setattr(capped.os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
-    r = capped.solve_guarded(p, 2.5, config=CappedConfig(lp_beside=True, guard_margin_s=0.5))
+    r = capped.solve_guarded(p, 2.5, config=CappedConfig(lp_beside_idle=1.0, guard_margin_s=0.5))
     assert not seen and r.plan is not None
