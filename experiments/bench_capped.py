@@ -28,7 +28,7 @@ reruns) holds an earlier revision's cells of the same grid; ``--table`` shows th
 solving for them: the same caps in bytes as X's cells, and no setup solves; problems X lacks are skipped.
 ``--compare FIELD=VALUE,...`` runs every cell twice in one run, interleaved (which goes first
 alternates): "before" with the capped core's configuration (``solvers.dispatch.TRACED``) overridden
-by those fields, "after" as it is, so that a change is measured under the same load; rows carry
+by those fields, "after" as it is (or with ``--after``'s overrides), so that a change is measured under the same load; rows carry
 ``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X`` and ``policy_search=1``
 (``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` / ``POLICY_SEED_SHARE`` /
 ``POLICY_SEED_SEARCH``.
@@ -167,6 +167,8 @@ def main(argv=None):
     ap.add_argument("--compare", default=None, help="FIELD=VALUE,...: each cell also run with the capped core's "
                                                     "configuration so overridden (variant 'before')")
     ap.add_argument("--fractions", default="0.25,0.5,0.75")
+    ap.add_argument("--after", default=None, help="FIELD=VALUE,...: with --compare, the 'after' variant's overrides "
+                                                  "(default: none, the configuration as it is)")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--uncapped-seconds", type=float, default=30.0)
     ap.add_argument("--least-seconds", type=float, default=30.0,
@@ -188,7 +190,7 @@ def main(argv=None):
     from solvers.ilp import min_peak_memory
     problems = (a.problems or (_full_problems() if a.full else SUBSET[0])).split(",")
     a.clusters = a.clusters or (FULL_CLUSTERS if a.full else SUBSET[1])
-    variants = [("before", _overrides(a.compare)), ("after", {})] if a.compare else [(None, {})]
+    variants = [("before", _overrides(a.compare)), ("after", _overrides(a.after))] if a.compare else [(None, {})]
     path = RESULTS_DIR / f"{a.out}.json"
     old = {} if a.fresh or not path.exists() else json.loads(path.read_text())
     rows, setups = list(old.get("rows", [])), dict(old.get("setups", {}))

@@ -51,7 +51,11 @@ the copies any plan holds; HiGHS's rows hold the copies;
 called on every new best plan. Time in ``solve_capped`` is approximate by one HiGHS call's set-up
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
 streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
-is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search).
+is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search);
+with ``lp_beside_idle`` idle cores, on a graph the MILP holds with copies, the capped LP and its root for their bound
+(``solvers.capped_phases.lp_beside``: the copies in exact rows, above the Lagrangian's copy terms where it finishes;
+off by default: forced on at load 7-10 it raised the bound where the LP finished and cost the core CPU elsewhere,
+results/s23c_ab2.json).
 """
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.capped_phases import capped_milp, least_peak, uncapped_bound
+from solvers.capped_phases import capped_milp, least_peak, lp_beside, post_seed, second_search, uncapped_bound
 from solvers.cfn import available as cfn_available
 from solvers.cfn import cfn_solve
 from solvers.ilp.guard import start_child, stop_child
@@ -100,6 +104,8 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
+    lp_beside_idle: float = float("inf")  # solve_guarded, copies, MILP-sized: the capped LP's bound beside the core
+                                         # when cores - 1-min load >= this (inf: never; 1: on an idle core)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
@@ -244,9 +250,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
     if take() and small and left() > 2.0 and not _closed(best[1], bound):
-        info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say) or info
-        if info is not None and np.isfinite(info.bound):
-            tighten(float(info.bound))
+        info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say)
+        tighten(None if info is None else float(info.bound))
         if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
                 and not _closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
@@ -314,10 +319,13 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
         spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
         if spare >= 1.0:
-            second = _second_search(problem, time_limit_s - config.guard_margin_s)
+            second = second_search(problem, time_limit_s - config.guard_margin_s)
         say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
+    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
+        problem.edge_memory is not None and milp_ok(problem, config) and time_limit_s >= 4 * config.guard_margin_s
+        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
     best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
-    conns = [recv] + ([second[1]] if second is not None else []) + ([late[1]] if late is not None else [])
+    conns = [recv] + [c[1] for c in (second, late, lp) if c is not None]
     while conns:
         wait = deadline - time.perf_counter()
         ready = mp_wait(conns, wait) if wait > 0 else []
@@ -336,9 +344,13 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                 say(f"late seed: {c.total:.10g} after {msg[2]:.1f}s ({time.perf_counter() - t0:.1f}s)" if c is not None
                     else f"late seed: none ({msg[1]})")
                 if c is not None and c.feasible:
-                    _post(mail, msg[1])
+                    post_seed(mail, msg[1])
                     if c.total < best_cost:
                         best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
+            elif lp is not None and conn is lp[1]:     # the LP beside: ("bound", seconds)
+                conns.remove(conn)
+                bound = max(bound, msg[1])
+                say(f"lp beside: bound {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
             elif conn is not recv:          # the second search: (plan, cost)
                 if msg[1] < best_cost:
                     best, best_cost, other = msg[0], msg[1], "second search"
@@ -346,8 +358,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[0] == "done":
                 done = msg[1]
                 conns.remove(conn)
-                if done.status in ("optimal", "infeasible") and second is not None and second[1] in conns:
-                    conns.remove(second[1])   # proven (or nothing fits): the second search cannot help
+                for c in (second, lp):   # proven (or nothing fits): the second search and the LP cannot help
+                    if done.status in ("optimal", "infeasible") and c is not None and c[1] in conns:
+                        conns.remove(c[1])
                 if late is not None and late[1] in conns and (done.status == "optimal" or (
                         done.status == "infeasible" and problem.edge_memory is None)):
                     conns.remove(late[1])     # proven (without copies "infeasible" is a proof): no seed helps
@@ -358,8 +371,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[1] < best_cost:
                 best, best_cost, other = msg[0], msg[1], None
     mail.close()
-    for pr_ in (proc,) + (() if second is None else (second[0],)) + (() if late is None else (late[0],)):
-        stop_child(pr_)
+    for c in ((proc,), second, late, lp):
+        if c is not None:
+            stop_child(c[0])
     if done is not None and done.plan is not None and done.cost <= best_cost:
         best, best_cost, other = done.plan, done.cost, None
     if best is not None and not evaluate(problem, best).feasible:
@@ -368,30 +382,12 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     if best is None:
         status = "infeasible" if done is not None and done.status == "infeasible" else "time_limit"
         return CappedResult(None, float("inf"), -float("inf"), None, status, "none", time.perf_counter() - t0)
-    if done is not None and other is None:
+    if done is not None and other is None and not bound > done.bound:   # (the LP beside's can be higher)
         return CappedResult(best, best_cost, done.bound, done.gap, done.status, done.source,
                             time.perf_counter() - t0, done.milp_info)
     bound = bound if done is None else max(bound, done.bound)
-    r = _result([best, best_cost, other or "streamed"], bound, None, t0, False)
+    r = _result([best, best_cost, other or (done.source if done is not None else "streamed")], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
-
-
-def _post(mail, plan) -> None:
-    """Pass a late seed to the core (``solve_capped``'s ``inbox``); the core may be gone already."""
-    try:
-        mail.send([int(x) for x in plan])
-    except (BrokenPipeError, OSError):
-        pass
-
-
-def _second_search(problem: Problem, time_limit_s: float):
-    """(process, receiving end) of a second ``solve_large`` (another seed) in a forked child
-    (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost), for an idle core."""
-    def body(send):
-        solve_large(problem, time_limit_s, seed=1, use_lns=False,
-                    on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))
-
-    return start_child(body)
 
 
 def _closed(cost: float, bound: float) -> bool:

@@ -1,14 +1,18 @@
 """Phases of the capped core (``solvers.capped.solve_capped``) that call HiGHS on the whole problem:
 the least-peak search when no plan fits yet, the uncapped MILP's bound and plan, and the capped MILP
 from the incumbent. Each offers its plans to the core's ``consider`` (kept only if it fits) and
-says what it found through ``say``. Moved here from solvers/capped.py (its 400-line limit)."""
+says what it found through ``say``. And the processes ``solve_guarded`` runs beside the core: ``lp_beside``
+(the capped LP's bound), ``second_search``, and ``post_seed`` (its hand-over of a late seed). Moved here from
+solvers/capped.py (its 400-line limit)."""
 from __future__ import annotations
 
 import numpy as np
 
 from costmodel.problem import evaluate
-from solvers.ilp import solve_ilp
-from solvers.local import improve
+from solvers.ilp import IlpConfig, solve_ilp
+from solvers.ilp.guard import start_child
+from solvers.local import fitting_least_usage_plan, improve
+from solvers.search import solve_large
 
 
 def least_peak(problem, time_limit_s, threads, consider, say, seeds=()) -> None:
@@ -61,3 +65,56 @@ def capped_milp(problem, time_limit_s, best, relax_cap, threads, consider, say):
     consider(plan, "milp")
     say(f"milp: status={info.status} bound={info.bound:.10g}")
     return info
+
+
+def post_seed(mail, plan) -> None:
+    """Pass a late seed to the core (``solve_capped``'s ``inbox``); the core may be gone already."""
+    try:
+        mail.send([int(x) for x in plan])
+    except (BrokenPipeError, OSError):
+        pass
+
+
+#: ``lp_beside``'s HiGHS settings: the memory rows as running sums (vit tiny h100-2x8 at the 75 % cap, one process
+#: after the other at load 7-9: the LP in 10.7 s against 26.1 s as dense rows, 367k against 2.3M nonzeros;
+#: results/s23c_lp_probe_vit75.json), all of the limit for the LP first, then the MIP's root (its cuts) and no
+#: branching: the bound is what it is for
+LP_BESIDE_CONFIG = IlpConfig(dense_memory_nonzeros=-1, lp_share=1.0, highs_options=(("mip_max_nodes", 1),))
+#: ... its HiGHS limit is this share of ``lp_beside``'s: HiGHS's root can run past its limit (vit tiny at the 75 %
+#: cap, the MIP after a 10.7-s LP: 72.4 s wall for a 40-s limit, results/s23c_lp_probe_vit75.json), and the bound
+#: arrives only when ``solve_ilp`` returns, so the rest of the time is slack for that before the child is killed
+LP_BESIDE_SHARE = 0.8
+
+
+def lp_beside(problem, seeds, time_limit_s: float):
+    """(process, receiving end) of a forked child (``solvers.ilp.guard.start_child``) that solves the capped
+    MILP's LP relaxation, then its root, on one HiGHS thread within ``LP_BESIDE_SHARE`` of ``time_limit_s``
+    (``LP_BESIDE_CONFIG``), from the first of ``seeds`` that fits (else the least-usage plan repaired, at most
+    5 s; none: it sends nothing), and sends ("bound", seconds) when that bound is finite. The resharded copies are exact rows
+    there, so it can be above the Lagrangian's pairwise copy terms: vit tiny h100-2x8 at session 15's 75 %
+    cap, LP 5.22e-5 s against the Lagrangian's converged 4.475e-5 (results/s23c_ref_vit75.json).
+    ``solvers.capped.solve_guarded`` runs it beside the core (``CappedConfig.lp_beside_idle``)."""
+    def body(send):
+        start = next((list(s) for s in seeds if s is not None and evaluate(problem, s).feasible), None)
+        start = start if start is not None else fitting_least_usage_plan(problem, time_limit_s=min(5.0, 0.1 * time_limit_s))
+        if start is None:
+            return
+        try:
+            _, info = solve_ilp(problem, time_limit_s=LP_BESIDE_SHARE * time_limit_s, threads=1, relax_cap=False,
+                                initial_plan=[int(x) for x in start], config=LP_BESIDE_CONFIG)
+        except (RuntimeError, ValueError):
+            return
+        if np.isfinite(info.bound):
+            send.send(("bound", float(info.bound)))
+
+    return start_child(body)
+
+
+def second_search(problem, time_limit_s: float):
+    """(process, receiving end) of a second ``solve_large`` (another seed) in a forked child
+    (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost), for an idle core."""
+    def body(send):
+        solve_large(problem, time_limit_s, seed=1, use_lns=False,
+                    on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))
+
+    return start_child(body)
