@@ -165,6 +165,10 @@ def _choose_recompute(args, err):
     with err.status(f"tracing {plain.label} under each recompute policy and solving min-memory on {cluster.name} ..."):
         choice = recompute.choose(fn, fargs, cluster, time_limit_s=args.time_limit_s, name=plain.name, **bound)
     for row in choice.candidates:
+        if row["peak_memory_bytes"] is None:   # not solved (its step-time floor is over the bound) or no plan
+            err.print(f"recompute {row['policy']}: {row['num_nodes']} operators, {row['status']}",
+                      style="dim", markup=False, highlight=False)
+            continue
         err.print(f"[dim]recompute {row['policy']}: {row['num_nodes']} operators, peak "
                   f"{workflow.fmt_bytes(row['peak_memory_bytes'])}, step {workflow.fmt_time(row['step_time_s'])}"
                   f"{'' if row['within_bound'] else ' (over the bound)'}[/dim]")
