@@ -1,7 +1,7 @@
 """The planner's choice of activation recomputation: ``choose(fn, args, cluster, ...)``.
 
 For each recompute policy (``costmodel.trace.recompute.POLICIES``: None, the program as written;
-``"dots"``; ``"dots_no_batch"``) it traces the step with that policy, builds its Problem on
+``"dots"``; ``"dots_no_batch"``; ``"blocks"``) it traces the step with that policy, builds its Problem on
 ``cluster``, and solves the min-peak-memory objective within the step-time bound (the ILP,
 ``objective="memory"``, ``time_limit_s`` per policy; on a traced problem it is seeded with the
 baselines, Megatron's plan and the all-replicated one among them: ``solvers.dispatch.solve_exact``). It returns the policy whose plan has the least predicted peak per device among those
