@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import shardgym as sg
 from costmodel.trace.recompute import block_depth
@@ -60,3 +61,22 @@ def test_blocks_step_runs_sharded_with_the_unsharded_numbers():
     problem = sg.build_problem(graph, "cpu-2x4")
     r = execute(step, args, graph, sg.solve(problem, method="dp"), problem=problem, iters=1, warmup=0)
     assert r.max_rel_err < 1e-5 and r.loss_rel_err < 1e-6, (r.max_rel_err, r.loss_rel_err)
+
+
+def test_step_time_floor_by_hand_and_choose_skips_a_program_below_it():
+    """Two nodes (1 or 3 s; 2 or 0.5 s) and an edge costing 0.25 s unless both take strategy 0 or both 1:
+    each node's cheapest (1 + 0.5) plus the edge's cheapest entry (0) is 1.5 s, below every plan
+    (brute force: 1.75 s). ``choose`` under a bound below a program's floor does not solve it (its row
+    gives the floor as its step time)."""
+    from costmodel.problem import Problem, evaluate
+    from shardgym.recompute import choose
+    from solvers.ilp.bounds import step_time_floor
+
+    p = Problem.from_lists("floor", [[1.0, 3.0], [2.0, 0.5]], [[1.0, 1.0]] * 2, [[0, 2]] * 2, [[0, 1]],
+                           [[0.0, 0.25, 0.25, 0.0]])
+    assert step_time_floor(p) == 1.5
+    assert min(evaluate(p, [a, b]).step_time_s for a in (0, 1) for b in (0, 1)) == 1.75
+    step, args = _two_block_step()
+    floor = step_time_floor(sg.build_problem(sg.trace(step, *args, recompute="blocks"), "cpu-2x4"))
+    with pytest.raises(ValueError, match=f"blocks: {floor:.4g} s"):   # not solved: its floor is the row's time
+        choose(step, args, "cpu-2x4", max_step_time_s=floor / 2, time_limit_s=60, policies=("blocks",))
