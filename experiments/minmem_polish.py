@@ -58,7 +58,8 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     cfg = Config(model=a.model, source=a.source, plan=a.plan, policy=a.policy or None, bound=a.bound, lns_s=a.lns_s,
                  lns_seed=a.lns_seed)
-    rows = json.loads((Path(RESULTS_DIR) / f"{cfg.source}.json").read_text())["plans"]
+    record = json.loads((Path(RESULTS_DIR) / f"{cfg.source}.json").read_text())
+    rows = record["plans"]
     got = [r for r in rows if r["plan"] == cfg.plan]
     if not got:
         raise ValueError(f"no plan {cfg.plan!r} in results/{cfg.source}.json; it has {[r['plan'] for r in rows]}")
@@ -71,7 +72,11 @@ def main(argv=None) -> dict:
     mega_s = sg.evaluate(pp, mega).step_time_s
     graph = sg.trace(fn, *args, name=f"{cfg.model}-{size}", recompute=cfg.policy)
     problem = sg.build_problem(graph, cluster)
-    start = got[0]["strategies"]
+    # a minmem_polish record before rows carried their strategies: the polished plan's at the top level
+    start = got[0]["strategies"] if "strategies" in got[0] else record["strategies"] \
+        if cfg.plan.startswith("polished") else None
+    if start is None:
+        raise ValueError(f"plan {cfg.plan!r} of results/{cfg.source}.json has no strategies")
     t0 = time.perf_counter()
     better, info = peak_lns(problem, start, cfg.bound * mega_s, time.perf_counter() + cfg.lns_s,
                            seed=cfg.lns_seed)
