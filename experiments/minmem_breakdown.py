@@ -124,6 +124,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--ilp-time-limit-s", type=float, default=60.0)
     ap.add_argument("--bound", type=float, default=1.05)
     ap.add_argument("--no-plain", action="store_true", help="skip FSDP and the plain program's min-memory plan")
+    ap.add_argument("--stored", default="", help="SOURCE:PLAN:POLICY: also break down plan PLAN of results/SOURCE.json "
+                    "(a row with strategies), traced under POLICY ('' none)")
     ap.add_argument("--out", default="minmem_breakdown")
     a = ap.parse_args(argv)
     cfg = Config(model=a.model, policies=tuple(p for p in a.policies.split(",") if p), bound=a.bound,
@@ -153,6 +155,16 @@ def main(argv=None) -> dict:
                         time_limit_s=cfg.ilp_time_limit_s)
         print(f"  {policy}: min-memory solved in {time.perf_counter() - t0:.0f} s", flush=True)
         runs.append((f"{policy or 'plain'} min-memory {cfg.bound}x", graph, prob, plan))
+    if a.stored:
+        import json
+
+        from experiments.common import RESULTS_DIR
+        src, label, policy = a.stored.split(":")
+        row = next(r for r in json.loads((Path(RESULTS_DIR) / f"{src}.json").read_text())["plans"] if r["plan"] == label)
+        graph = sg.trace(fn, *args, name=f"{name}-{size}", recompute=policy or None)
+        prob = sg.build_problem(graph, cluster)
+        runs.append((f"{src}: {label}", graph, prob, sg.Plan.for_problem(prob, row["strategies"], method="stored",
+                                                                         objective="memory")))
     rows = []
     mib = 2.0 ** -20
     for label, graph, prob, plan in runs:
