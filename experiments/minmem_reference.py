@@ -2,7 +2,9 @@
 
 Per model, on cpu-2x4: the min-peak model (``solve_ilp(weights={"memory": 1})``: min M, the peak
 variable, with the copies priced) under a step-time bound of ``--bound`` x Megatron's predicted step
-(``--bound 0``: no bound), seeded with the baselines and the time-optimal plan
+(``--bound 0``: no bound; with ``--recompute POLICY`` the program is traced under that
+recompute policy and the bound is still ``--bound`` x the *plain* program's Megatron step, as
+``shardgym.recompute.choose`` sets it), seeded with the baselines and the time-optimal plan
 (``solvers.minmem_seeds.memory_seeds``) and, with ``--seed-solve-s``, the memory objective's own plan
 (``sg.solve``) in that many seconds. HiGHS's log is written to results/<name>.log; the incumbent and the
 dual bound over time are parsed from it. Records the answer's peak and step time, HiGHS's bound, the
@@ -41,6 +43,7 @@ class Config:
     time_limit_s: float = 1800.0
     seed_solve_s: float = 0.0
     threads: int = 1
+    recompute: str | None = None
     seed: int = 0
 
 
@@ -81,13 +84,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--time-limit-s", type=float, default=1800.0)
     ap.add_argument("--seed-solve-s", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--recompute", default="", help="recompute policy of the traced program ('': none)")
     ap.add_argument("--name", default="minmem_reference")
     a = ap.parse_args(argv)
     cfg = Config(model=a.model, bound=a.bound, time_limit_s=a.time_limit_s, seed_solve_s=a.seed_solve_s,
-                 threads=a.threads)
+                 threads=a.threads, recompute=a.recompute or None)
     name, _, size = cfg.model.partition(":")
-    _, _, _, problem, mega = minmem_setup(name, size or "tiny", cfg)
+    fn, args, _, problem, mega = minmem_setup(name, size or "tiny", cfg)
     T = cfg.bound * sg.evaluate(problem, mega).step_time_s if cfg.bound > 0 else None
+    if cfg.recompute is not None:   # the recomputing program, bounded by the plain program's Megatron step
+        graph = sg.trace(fn, *args, name=f"{name}-{size}", recompute=cfg.recompute)
+        cluster = sg.Cluster.preset(cfg.cluster)
+        if (size or "tiny") != "tiny":
+            from experiments.fidelity import unbounded
+            cluster = unbounded(cluster)
+        problem = sg.build_problem(graph, cluster)
+        mega = sg.solve(problem, method="megatron")
     seeds = baseline_seeds(problem)
     more, _ = memory_seeds(problem, 20.0, seeds)
     seeds += more
@@ -116,7 +128,7 @@ def main(argv=None) -> dict:
     # the answer's peak to the last incumbent in the log, when the answer is HiGHS's incumbent
     last = next((r[2] for r in reversed(trace) if r[2] is not None), None)
     scale = float(c.peak_memory_bytes) / last if last else None
-    rec = {"model": cfg.model, "step_bound_s": T, "megatron_peak_bytes": float(mc.peak_memory_bytes),
+    rec = {"model": cfg.model, "recompute": cfg.recompute, "step_bound_s": T, "megatron_peak_bytes": float(mc.peak_memory_bytes),
            "megatron_step_s": float(mc.total), "peak_bytes": float(c.peak_memory_bytes), "step_s": float(c.total),
            "status": info.status, "highs_bound_bytes": float(info.bound) if np.isfinite(info.bound) else None,
            "gap": float(info.gap) if np.isfinite(info.gap) else None, "node_min_peak_bytes": node_min_peak(problem),

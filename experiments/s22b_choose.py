@@ -1,7 +1,7 @@
 """The planner's choice of recomputation (``shardgym.recompute.choose``) against the 40 % target.
 
 Per model size: ``choose`` traces the plain gpt step under each recompute policy (None, "dots",
-"dots_no_batch"), solves the min-memory ILP within ``--bound`` x the plain program's Megatron step
+"dots_no_batch", "blocks"; ``--policies`` a subset), solves the min-memory ILP within ``--bound`` x the plain program's Megatron step
 time (``--ilp-time-limit-s`` per policy) and keeps the least predicted peak. The chosen plan and
 plain Megatron's are compiled (the first size of the zoo is executed, with numerics; larger sizes
 are compiled abstractly on a cluster with unbounded memory, as experiments/s21c_remat.py does, whose
@@ -32,6 +32,7 @@ class Config:
     cluster: str = "cpu-2x4"
     bound: float = 1.05
     ilp_time_limit_s: float = 60.0
+    policies: tuple = ()   # the recompute policies choose tries (empty: all of POLICIES)
     top: int = 8
     seed: int = 0
 
@@ -48,8 +49,9 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         cluster = unbounded(cluster)
     fn, args = zoo.build(name, size, abstract=not executed, seed=cfg.seed)
     t0 = time.perf_counter()
+    kw = {"policies": tuple(None if p == "none" else p for p in cfg.policies)} if cfg.policies else {}
     choice = sg.recompute.choose(fn, args, cluster, bound_vs_megatron=cfg.bound, time_limit_s=cfg.ilp_time_limit_s,
-                                 name=f"{name}-{size}")
+                                 name=f"{name}-{size}", **kw)
     choose_s = time.perf_counter() - t0
     plain = sg.trace(fn, *args, name=f"{name}-{size}")
     problem = sg.build_problem(plain, cluster)
@@ -61,10 +63,11 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     for r in rows:
         r["saving_vs_plain_megatron_xla"] = 1 - r["xla_MiB"] / rows[0]["xla_MiB"]
     mib = 2.0 ** -20
-    cands = [dict(c, peak_MiB=c["peak_memory_bytes"] * mib, step_time_vs_plain_megatron=c["step_time_s"] / mega_s)
-             for c in choice.candidates]
+    cands = [dict(c, peak_MiB=None if c["peak_memory_bytes"] is None else c["peak_memory_bytes"] * mib,
+                  step_time_vs_plain_megatron=c["step_time_s"] / mega_s) for c in choice.candidates]
     for c in cands:
-        print(f"  candidate {c['policy']!s:14s} pred {c['peak_MiB']:10.3f} MiB  step {c['step_time_vs_plain_megatron']:.3f}x"
+        print(f"  candidate {c['policy']!s:14s} pred {c['peak_MiB'] or float('nan'):10.3f} MiB  step "
+              f"{c['step_time_vs_plain_megatron']:.3f}x"
               f"  within {c['within_bound']}  ({c['status']})", flush=True)
     return {"model": name, "size": size, "executed": executed, "chosen_policy": choice.policy,
             "bound_s": choice.max_step_time_s, "plain_megatron_step_time_s": mega_s, "choose_s": choose_s,
@@ -78,10 +81,12 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--models", default="gpt:tiny,gpt:125m", help="comma-separated model:size")
     ap.add_argument("--ilp-time-limit-s", type=float, default=60.0, help="per policy")
     ap.add_argument("--bound", type=float, default=1.05, help="x plain Megatron's modelled step time")
+    ap.add_argument("--policies", default="", help="comma-separated recompute policies ('none': the plain "
+                    "program; default: every policy of costmodel.trace.recompute.POLICIES)")
     ap.add_argument("--out", default="s22b_choose")
     a = ap.parse_args(argv)
     cfg = Config(models=tuple(m for m in a.models.split(",") if m), ilp_time_limit_s=a.ilp_time_limit_s,
-                 bound=a.bound)
+                 bound=a.bound, policies=tuple(p for p in a.policies.split(",") if p))
     out = []
     for spec in cfg.models:
         name, _, size = spec.partition(":")

@@ -56,7 +56,7 @@ def trace(fn, *args, fold: bool = True, name: str = "", schedule: str = "program
     both orders are within 10% of XLA's memory on 59 of 72 executed rows (README "Step order"; on
     the same plans XLA's order prices closer), while the schedule compile costs 2-6x the trace
     (gpt tiny 2.1 s + 12.3 s at load 7-10) and doubled the test suite (773 s vs ~390 s, idle).
-    ``recompute``: None (the program as written), ``"dots"`` or ``"dots_no_batch"``: the forward values
+    ``recompute``: None (the program as written), ``"dots"``, ``"dots_no_batch"`` or ``"blocks"``: the forward values
     the policy does not save are recomputed in the backward pass (costmodel/trace/recompute.py); the
     graph records the policy (``graph.recompute``) and ``execute`` runs that same recomputing program.
     """

@@ -1,12 +1,15 @@
 """The planner's choice of activation recomputation: ``choose(fn, args, cluster, ...)``.
 
 For each recompute policy (``costmodel.trace.recompute.POLICIES``: None, the program as written;
-``"dots"``; ``"dots_no_batch"``) it traces the step with that policy, builds its Problem on
+``"dots"``; ``"dots_no_batch"``; ``"blocks"``) it traces the step with that policy, builds its Problem on
 ``cluster``, and solves the min-peak-memory objective within the step-time bound (the ILP,
 ``objective="memory"``, ``time_limit_s`` per policy; on a traced problem it is seeded with the
 baselines, Megatron's plan and the all-replicated one among them: ``solvers.dispatch.solve_exact``). It returns the policy whose plan has the least predicted peak per device among those
 within the bound, with that policy's graph, Problem and plan, and every policy's figures
-(``Choice.candidates``). ``sg.execute(fn, args, choice.graph, choice.plan)`` then runs the chosen
+(``Choice.candidates``; a policy whose step-time floor, ``solvers.ilp.bounds.step_time_floor``, is
+above the bound is not solved: its row has ``peak_memory_bytes`` None and the floor as its step
+time; so has a policy whose solve found no plan within the bound, its status "no plan: " and the
+solver's error). ``sg.execute(fn, args, choice.graph, choice.plan)`` then runs the chosen
 recomputing program (the graph carries its policy).
 
 The bound is ``max_step_time_s`` (seconds, the model's step time) or ``bound_vs_megatron`` times the
@@ -23,6 +26,7 @@ from costmodel.problem import Cost, Plan, Problem
 from costmodel.trace.recompute import POLICIES, check_policy
 from shardgym.api import build_problem, evaluate, solve, trace
 from solvers.baselines import baseline_plan
+from solvers.ilp.bounds import step_time_floor
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,19 @@ def choose(fn, args, cluster, max_step_time_s: float | None = None, bound_vs_meg
     best, rows = None, []
     for policy in policies:
         graph, problem = program(policy)
-        plan = solve(problem, method="ilp", objective="memory", max_step_time_s=max_step_time_s,
-                     time_limit_s=time_limit_s)
+        floor = step_time_floor(problem)
+        if max_step_time_s is not None and floor > max_step_time_s:   # no plan of this program is within
+            rows.append({"policy": policy, "peak_memory_bytes": None, "step_time_s": floor, "within_bound": False,
+                         "status": "step-time floor above the bound", "solve_time_s": 0.0,
+                         "num_nodes": len(graph.nodes)})
+            continue
+        try:
+            plan = solve(problem, method="ilp", objective="memory", max_step_time_s=max_step_time_s,
+                         time_limit_s=time_limit_s)
+        except RuntimeError as exc:   # the solver found no plan within the bound (nor did a seed): none
+            rows.append({"policy": policy, "peak_memory_bytes": None, "step_time_s": floor, "within_bound": False,
+                         "status": f"no plan: {exc}", "solve_time_s": None, "num_nodes": len(graph.nodes)})
+            continue
         cost = evaluate(problem, plan)
         within = cost.feasible and (max_step_time_s is None or cost.step_time_s <= max_step_time_s)
         rows.append({"policy": policy, "peak_memory_bytes": cost.peak_memory_bytes, "step_time_s": cost.step_time_s,

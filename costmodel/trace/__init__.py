@@ -78,7 +78,8 @@ program position after inlining and dead-code elimination), 0 for inpu
 
 Recomputation (``trace(..., recompute=policy)``, ``flatten_program(..., recompute=policy)``): after
 the walk and before dead-code elimination, ``recompute.apply`` rewrites the records so that the
-forward values the policy does not save (``"dots"``, ``"dots_no_batch"``, as jax.checkpoint_policies)
+forward values the policy does not save (``"dots"``, ``"dots_no_batch"``, as jax.checkpoint_policies;
+``"blocks"``, a checkpoint around each module block)
 are recomputed before their first backward reader, behind a synthetic ``optimization_barrier``
 record; None (default) leaves the program as written. The OpGraph records the policy
 (``graph.recompute``) and the runtime replays the same rewritten records.

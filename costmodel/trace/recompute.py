@@ -22,6 +22,16 @@ forward value only the backward read becomes dead and the trace's dead-code elim
 - ``"dots_no_batch"`` (``dots_with_no_batch_dims_saveable``): only ``dot_general`` results without
   batch dimensions are saved (the weight matmuls); convolutions, attention's batched q.k^T and
   p.v and everything element-wise are recomputed (Megatron-LM's selective recomputation, and more).
+- ``"blocks"`` (a ``jax.checkpoint`` / ``flax.linen.remat`` around each block): a forward value is
+  saved only where a forward record of another *block* reads it, a block being a module scope at
+  the program's block depth (``block_depth``: the shallowest module-path depth at which the forward
+  records fall in two or more named scopes; gpt: ``GPT/block_0``, ``GPT/block_1``, ``GPT/ln_f``,
+  ``GPT/lm_head``, ...; a record with a shallower path, e.g. the step's own top-level ops, module
+  path ``""``, is a block of its own path). So each
+  block's output (the residual stream between transformer blocks, the logits) is saved, and
+  everything inside a block, its matmuls included, is recomputed in the backward pass, the block's
+  collectives with it. Of a program with a single named scope at every depth, nothing is saved
+  (every forward value the backward reads is recomputed: peak memory as the plain program's).
 - ``None``: the plain program, record for record.
 
 Values computed from program inputs alone (a layer norm scale's broadcast, the causal mask) are
@@ -48,10 +58,10 @@ plus ``"recomputed": True``.
 from __future__ import annotations
 
 from costmodel import primitives as P
-from costmodel.trace.roles import is_grad
+from costmodel.trace.roles import is_grad, module_path_of
 
 #: the policies ``trace(..., recompute=)`` and ``flatten_program(..., recompute=)`` take
-POLICIES = (None, "dots", "dots_no_batch")
+POLICIES = (None, "dots", "dots_no_batch", "blocks")
 
 
 def check_policy(policy) -> None:
@@ -70,6 +80,33 @@ def saveable(rec, policy: str) -> bool:
         (_, _), (lb, rb) = rec.params["dimension_numbers"]
         return not lb and not rb
     raise ValueError(f"unknown recompute policy {policy!r}")
+
+
+def block_depth(paths) -> int:
+    """The shallowest depth d at which the module paths ``paths`` (``"a/b/c"``) at least d deep
+    have two or more distinct d-component prefixes; 0 where none does (one block). A record whose
+    path is shallower than d is a block of its own path (gpt's top-level ops)."""
+    parts = [p.split("/") for p in paths if p]
+    for d in range(1, max((len(q) for q in parts), default=0) + 1):
+        if len({tuple(q[:d]) for q in parts if len(q) >= d}) > 1:
+            return d
+    return 0
+
+
+def block_outputs(recs, val_src, back, n_in: int) -> set[int]:
+    """The forward records (indices) whose results a forward record of another block reads
+    (``"blocks"``: the module docstring)."""
+    fwd = [ri for ri in range(n_in, len(recs)) if not back[ri]]
+    path = {ri: module_path_of(recs[ri].stack) for ri in fwd}
+    d = block_depth(path.values())
+    block = {ri: tuple(p.split("/")[:d]) if p and d else () for ri, p in path.items()}
+    out = set()
+    for ri in fwd:
+        for x in recs[ri].ins:
+            src = None if x is None else val_src[x][0]
+            if src is not None and src in block and block[src] != block[ri]:
+                out.add(src)
+    return out
 
 
 def backward_records(recs, val_src, n_in: int) -> list[bool]:
@@ -93,7 +130,11 @@ def apply(tr, n_in: int, policy) -> None:
     recs, val_src = tr.recs, tr.val_src
     n = len(recs)
     back = backward_records(recs, val_src, n_in)
-    save = [ri < n_in or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
+    if policy == "blocks":
+        kept = block_outputs(recs, val_src, back, n_in)
+        save = [ri < n_in or back[ri] or ri in kept for ri in range(n)]
+    else:
+        save = [ri < n_in or back[ri] or saveable(recs[ri], policy) for ri in range(n)]
 
     def redo(v) -> bool:   # a forward value the policy does not save
         return v is not None and not save[val_src[v][0]]

@@ -130,6 +130,18 @@ def best_seed(problem, seeds, cap, max_time, key):
     return best
 
 
+def step_time_floor(problem: Problem) -> float:
+    """Each node's cheapest strategy plus each edge's cheapest resharding entry (seconds): a lower
+    bound on every plan's step time (``evaluate``'s total, node + edge costs), exact where the
+    cheapest choices agree."""
+    k = problem.num_strategies
+    nodes = float(np.minimum.reduceat(problem.node_costs, problem.strategy_offsets[:-1]).sum()) if len(k) else 0.0
+    eo = problem.edge_offsets
+    keep = eo[1:] > eo[:-1]
+    edges = float(np.minimum.reduceat(problem.edge_costs, eo[:-1][keep]).sum()) if keep.any() else 0.0
+    return nodes + edges
+
+
 def node_min_peak(problem: Problem) -> float:
     """The peak of the least node usages without the copies: a lower bound on every plan's peak
     (copies only add memory); the optimum when the problem has no edge memory."""
