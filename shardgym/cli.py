@@ -81,8 +81,9 @@ def _add_model_args(p, size_default="tiny"):
     p.add_argument("--time-limit", dest="time_limit_s", type=_positive, default=60.0, help="solver time limit (s)")
     p.add_argument("--recompute", default=None, metavar="POLICY",
                    help="trace the step with a recompute policy: dots (every dot/conv result saved for the "
-                        "backward pass, the rest recomputed) or dots_no_batch (weight matmuls only); plan "
-                        "--method ilp --objective memory also takes 'auto': the planner picks the policy")
+                        "backward pass, the rest recomputed), dots_no_batch (weight matmuls only) or blocks (only "
+                        "what crosses a module block); plan --method ilp --objective memory also takes 'auto': "
+                        "the planner picks the policy")
 
 
 def _problem_for(args, err):
@@ -156,7 +157,7 @@ def _choose_recompute(args, err):
     from shardgym import recompute, workflow  # lazy: jax
     if args.method != "ilp" or args.objective != "memory":
         raise ValueError("--recompute auto: the planner picks recomputation for the min-memory plan; use it with "
-                         "--method ilp --objective memory, or name a policy (dots, dots_no_batch)")
+                         "--method ilp --objective memory, or name a policy (dots, dots_no_batch, blocks)")
     cluster = _cluster(args)
     plain = workflow.ModelSource.from_args(args.model, args.size, args.fn)
     fn, fargs = plain.build(abstract=True)
@@ -186,7 +187,7 @@ def cmd_compare(args) -> int:
     out, err = _console()
     if args.recompute == "auto":
         raise ValueError("--recompute auto: only `shardgym plan --method ilp --objective memory` chooses the policy; "
-                         "name one for compare (dots, dots_no_batch)")
+                         "name one for compare (dots, dots_no_batch, blocks)")
     methods = workflow.parse_methods(args.methods)
     if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise ValueError(f"--out-dir {args.out_dir}: is a file, not a directory")
