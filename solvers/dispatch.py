@@ -34,8 +34,8 @@ from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed, node_min_peak
 from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
-from solvers.minmem_bisect import BISECT_SHARE, min_peak_within
-from solvers.minmem_lns import LNS_MIN_NODES, LNS_SHARE, lns_after
+from solvers.minmem_bisect import BISECT_SHARE, core_descent, min_peak_within
+from solvers.minmem_lns import LNS_MIN_NODES, LNS_SHARE, lns_after, peak_lns
 from solvers.minmem_seeds import keep_best, memory_seeds
 
 #: keyword options ``solve_exact`` passes to the capped core (anything else selects ``solve_ilp``)
@@ -58,6 +58,13 @@ SEEDED_GRACE_S = 0.5
 #: time limit on. The planner has no time limit of its own (17 s on gpt tiny h100-2x8 at load 1-2,
 #: 20-55 s at load 7-11; session 14: the core got 5-40 s of 60 after it)
 POLICY_SEED_MIN_S = 30.0
+#: the memory objective under a step-time bound (copy groups, MILP-sized graphs) with a limit of at least
+#: this many seconds descends with the capped core (``solvers.minmem_bisect.core_descent``) after a
+#: bisection of at most ``CORE_BISECT_MAX_S``, until ``CORE_TAIL_SHARE`` of the limit is left for the MIP
+#: and the peak LNS. gpt tiny "blocks" (cpu-2x4, 1.05x Megatron): see ``core_descent``
+CORE_DESCENT_MIN_S = 300.0
+CORE_BISECT_MAX_S = 45.0
+CORE_TAIL_SHARE = 0.2
 #: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core
 #: is idle (cores - 1-min load >= 1); on a busy machine it runs first, inline. Beside the core on 2
 #: cores at load 2.6-7.3 (results/bench_capped_s15b_ab_h100.json, gpt / unet tiny h100-2x8 at 25/50/75 %)
@@ -132,8 +139,18 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         # T: its plan seeds the MIP. Only with copy groups, where the MIP does not close and where it
         # was measured; without them the MIP runs alone, as before (no 70 % of the limit spent ahead
         # of a MIP that may prove at once). Its share is of the time left after the seeds
-        bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw),
-                                        time.perf_counter() + BISECT_SHARE * float(time_limit_s))
+        descend = limit_s >= CORE_DESCENT_MIN_S and milp_ok(problem)
+        share = min(BISECT_SHARE * float(time_limit_s), CORE_BISECT_MAX_S) if descend else \
+            BISECT_SHARE * float(time_limit_s)
+        bisect, binfo = min_peak_within(problem, float(max_step_time_s), seeds_of(kw), time.perf_counter() + share)
+        if bisect is not None and descend:   # long limits: the capped core's steps (solvers.minmem_bisect)
+            bisect, dinfo = core_descent(problem, float(max_step_time_s), bisect,
+                                         t0 + (1.0 - CORE_TAIL_SHARE) * limit_s,
+                                         lambda cp, secs, seeds: _core_step(cp, secs, seeds, policy_seed),
+                                         polish=lambda s, until: peak_lns(problem, s, float(max_step_time_s), until)[0],
+                                         progress=kw.get("progress"))
+            binfo["steps"] = binfo["steps"] + [("core",) + tuple(x) for x in dinfo["steps"]]
+            binfo["core_descent"] = dinfo
         if bisect is not None:   # the MIP gets 1 - LNS_SHARE of the time left, the peak LNS the rest
             kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
             time_limit_s = max(1.0, (1.0 - lns) * (limit_s - (time.perf_counter() - t0)))
@@ -159,6 +176,8 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
     if bisect is not None:
         info["bisection"] = binfo["steps"]
+        if "core_descent" in binfo:
+            info["core_descent"] = binfo["core_descent"]
         bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
         if (bc.peak_memory_bytes, bc.total) < (sc.peak_memory_bytes, sc.total):   # the MIP's plan is worse
             strategies, sc = bisect, bc
@@ -176,6 +195,16 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         progress(f"ilp ({info.get('status')}): {c.total:.10g} ({time.perf_counter() - t0:.1f}s, "
                  f"peak {c.peak_memory_bytes:.0f} B)")
     return strategies, info
+
+
+def _core_step(problem: Problem, seconds: float, seeds, policy_seed):
+    """``core_descent``'s step: the capped core's least-time plan under ``problem.usage_limit``, or None."""
+    try:
+        plan, _ = solve_capped_time(problem, seconds, time.perf_counter(), initial_plans=seeds,
+                                    policy_seed=policy_seed)
+    except (RuntimeError, ValueError):   # nothing fits the cap in time
+        return None
+    return plan if evaluate(problem, plan).feasible else None
 
 
 def seeds_of(kw: dict) -> list[list[int]]:

@@ -121,3 +121,79 @@ def _step(problem: Problem, cp: Problem, best, c: float, max_time: float, shaver
     finally:
         stop_child(proc)
     return (None, True) if got is None else (got[1], False)
+
+
+#: ``core_descent``: each step asks the capped core (``solvers.dispatch.solve_capped_time``) for the
+#: least time under a cap at least this far below the best peak (as ``STEP_DOWN`` for the bisection)
+CORE_STEP_DOWN = 0.96
+#: a core step runs at most this long, and starts only with at least ``CORE_STEP_MIN_S`` left. gpt tiny
+#: ("blocks" program, cpu-2x4, cap 0.86 MiB, 1.05x Megatron's step, load 3-5, session 24): the core's plan
+#: is 1.057x Megatron at 60 s, 1.033x at 120 s, 1.040x at 200 s; the plan within T came from its union
+#: MILP at 144 s of a 150-s run (the phases before it: the policy seed ~40 s, BP, the Lagrangian)
+CORE_STEP_S = 150.0
+CORE_STEP_MIN_S = 100.0
+#: before each core step, ``polish(plan, until)`` (the peak LNS, ``solvers.minmem_lns.peak_lns``) runs this long:
+#: a step from a plan the LNS has brought to the bound asks for a cap just below the frontier. From the
+#: bisection's plan alone (gpt tiny "blocks", 1.209 MB at 0.82 T) the first 150-s step went to 1.159 MB only
+CORE_POLISH_S = 60.0
+
+
+def core_descent(problem: Problem, max_time: float, best, deadline: float, solve_step, lo: float | None = None,
+                 step_s: float = CORE_STEP_S, min_step_s: float = CORE_STEP_MIN_S, polish=None,
+                 polish_s: float = CORE_POLISH_S, progress=None):
+    """(plan, info): ``best`` (a plan within ``max_time`` and ``problem.usage_limit``; ValueError if not)
+    improved by the capped core. Each step caps the problem at ``c = max(lo + (ub - lo) / 2,
+    CORE_STEP_DOWN x ub)`` (ub: the best plan's peak; lo: the highest cap a step failed at, first
+    ``lo`` or the copy-free least peak) and calls ``solve_step(capped problem, seconds, seeds)`` (the
+    least time under the cap, ``solvers.dispatch.solve_capped_time``; None when it found no plan): a
+    plan within ``max_time`` lowers ub to its own peak, anything else raises lo to c. Steps get
+    ``step_s`` each and start only with ``min_step_s`` left before ``deadline``; before each,
+    ``polish(plan, until)`` (when given) may lower the best plan's peak within T (``CORE_POLISH_S``).
+
+    Why beside the bisection (``min_peak_within``): the bisection's step is a small capped search
+    (``BISECT_BUDGET``) that fits many steps into a short limit; the core's step is the whole capped
+    solve (BP, the Lagrangian, the MILP on the union of its plans' strategies) and finds plans within
+    T at caps where the small search finds none. gpt tiny "blocks" under 1.05x Megatron (load 3-5):
+    the 60-s memory objective plus 600 s of peak LNS stopped at 0.892 MiB predicted (a local optimum:
+    two more 120-s LNS rounds moved 0.4 %); one core step at 0.86 MiB found a plan within T at 0.859
+    (0.824 MiB by XLA). No proof: a failed step is the core's heuristic answer, not infeasibility."""
+    best = [int(v) for v in best]
+    bc = evaluate(problem, best)
+    cap = problem.usage_limit
+    if not fits(bc.peak_memory_bytes, cap) or bc.total > max_time:
+        raise ValueError("core_descent: the start plan must fit the memory cap and the step-time bound")
+    ub = bc.peak_memory_bytes
+    lo = node_min_peak(problem) if lo is None else float(lo)
+    info = {"peak_before": float(ub), "steps": []}
+    say = progress or (lambda msg: None)
+    while ub - lo > 0.005 * ub:
+        if polish is not None and deadline - time.perf_counter() >= min_step_s + 1.0:
+            x = polish(best, min(time.perf_counter() + polish_s, deadline - min_step_s))
+            xc = evaluate(problem, x)
+            if xc.total <= max_time and fits(xc.peak_memory_bytes, cap) and \
+                    (xc.peak_memory_bytes, xc.total) < (bc.peak_memory_bytes, bc.total):
+                best, bc, ub = [int(v) for v in x], xc, xc.peak_memory_bytes
+                info["steps"].append(("polish", f"{ub:.0f} B, {xc.total / max_time:.4f} T", None))
+                say(f"core descent: polished to {ub:.0f} B")
+        t0 = time.perf_counter()
+        left = deadline - t0
+        if left < min_step_s:
+            break
+        c = max(lo + 0.5 * (ub - lo), CORE_STEP_DOWN * ub)
+        cp = problem.with_usage_limit(c if cap is None else min(c, cap))
+        x = solve_step(cp, min(step_s, left), [best])
+        res = "none"
+        if x is not None:
+            xc = evaluate(problem, x)
+            res = f"{xc.peak_memory_bytes:.0f} B, {xc.total / max_time:.4f} T"
+            if xc.total <= max_time and fits(xc.peak_memory_bytes, cap) and xc.peak_memory_bytes < ub:
+                best, bc, ub = [int(v) for v in x], xc, xc.peak_memory_bytes
+                res = "within T: " + res
+            else:
+                lo = c
+        else:
+            lo = c
+        info["steps"].append((float(c), res, round(time.perf_counter() - t0, 2)))
+        say(f"core descent: cap {c:.0f} B -> {res} ({time.perf_counter() - t0:.1f}s)")
+    info.update(lo=float(lo), ub=float(ub), peak_after=float(bc.peak_memory_bytes))
+    return best, info

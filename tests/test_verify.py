@@ -91,3 +91,24 @@ def test_peak_buffers_sum_to_xlas_figure(tmp_path):
     assert max(b for _, b in listing) == 2 ** 20
     with pytest.raises(ValueError, match="buffer assignment"):
         peak_buffers(tmp_path / "nothing")
+
+
+def test_memory_objective_under_a_bound_charges_every_round_and_keeps_xlas_least(setup):
+    """With the memory objective and a step-time bound, the loop charges what XLA holds beyond the model
+    every round and polishes (peak LNS on the charged Problem) the plan XLA measured least; the answer is
+    that plan, within the bound."""
+    fn, args, graph, broken, h = setup
+    mega = sg.solve(broken, method="megatron")
+    bound = 1.2 * sg.evaluate(broken, mega).step_time_s
+    v = sg.verify(fn, args, graph, broken, plan=mega, rounds=3, method="ilp", objective="memory",
+               max_step_time_s=bound, time_limit_s=3)
+    assert v.plan.info["verify"]["mode"].startswith("memory")
+    assert len(v.rounds) == 3 and v.rounds[0].charged_bytes > 0 and dict(v.rounds[0].missed).get(h, 0) > 0
+    xla = [r.xla_memory_bytes for r in v.rounds]
+    assert v.plan.info["verify"]["xla_memory_bytes"] == min(xla)
+    assert list(v.plan.strategies) == list(v.rounds[int(np.argmin(xla))].strategies)
+    for r in v.rounds:   # every round's plan is within the bound (the model's step time)
+        assert sg.evaluate(broken, list(r.strategies)).step_time_s <= bound * (1 + 1e-9)
+    # the charges stay: h's chosen strategy in round 0 is charged what XLA held for it
+    s0 = v.rounds[0].strategies[h]
+    assert v.problem.node_usages[broken.strategy_offsets[h] + s0] >= dict(v.rounds[0].missed)[h]
