@@ -10,6 +10,9 @@ are compiled abstractly on a cluster with unbounded memory, as experiments/s21c_
     XLA_FLAGS=--xla_force_host_platform_device_count=8 .venv/bin/python experiments/s22b_choose.py \
         --models gpt:tiny,gpt:125m --out s22b_choose
 
+``--verify-rounds N`` also runs the chosen plan through ``sg.verify`` (the memory objective's mode: XLA's missed
+buffers charged every round, the peak LNS between rounds, the plan XLA measures least kept) and adds its row.
+
 Writes results/<out>.json (config, seed, git revision, one record per model size).
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Config:
     bound: float = 1.05
     ilp_time_limit_s: float = 60.0
     policies: tuple = ()   # the recompute policies choose tries (empty: all of POLICIES)
+    verify_rounds: int = 0   # > 0: the chosen plan through sg.verify (memory mode: charged, polished, XLA's least)
     top: int = 8
     seed: int = 0
 
@@ -60,8 +64,20 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     rows = [plan_row("plain megatron", fn, args, plain, problem, mega, mega_s, executed, cfg.top),
             plan_row(f"chosen ({choice.policy}) min-memory {cfg.bound}x", fn, args, choice.graph, choice.problem,
                      choice.plan, mega_s, executed, cfg.top)]
+    verified = None
+    if cfg.verify_rounds > 0:
+        t1 = time.perf_counter()
+        v = sg.verify(fn, args, choice.graph, choice.problem, plan=choice.plan, rounds=cfg.verify_rounds, method="ilp",
+                      objective="memory", max_step_time_s=choice.max_step_time_s, time_limit_s=cfg.ilp_time_limit_s)
+        print(v.summary(), flush=True)
+        verified = {"rounds": [dict(r.to_dict(), strategies=None) for r in v.rounds],
+                    "chosen_round": v.plan.info["verify"]["chosen_round"], "verify_s": time.perf_counter() - t1}
+        rows.append(plan_row(f"chosen ({choice.policy}), verified ({cfg.verify_rounds} rounds)", fn, args,
+                             choice.graph, choice.problem, v.plan, mega_s, executed, cfg.top))
     for r in rows:
         r["saving_vs_plain_megatron_xla"] = 1 - r["xla_MiB"] / rows[0]["xla_MiB"]
+        r["strategies"] = None if r["plan"] == "plain megatron" else \
+            list(map(int, (choice.plan if r is rows[1] else v.plan).strategies))
     mib = 2.0 ** -20
     cands = [dict(c, peak_MiB=None if c["peak_memory_bytes"] is None else c["peak_memory_bytes"] * mib,
                   step_time_vs_plain_megatron=c["step_time_s"] / mega_s) for c in choice.candidates]
@@ -71,7 +87,7 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
               f"  within {c['within_bound']}  ({c['status']})", flush=True)
     return {"model": name, "size": size, "executed": executed, "chosen_policy": choice.policy,
             "bound_s": choice.max_step_time_s, "plain_megatron_step_time_s": mega_s, "choose_s": choose_s,
-            "candidates": cands, "plans": rows}
+            "candidates": cands, "plans": rows, "verify": verified}
 
 
 def main(argv=None) -> list[dict]:
@@ -83,10 +99,12 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--bound", type=float, default=1.05, help="x plain Megatron's modelled step time")
     ap.add_argument("--policies", default="", help="comma-separated recompute policies ('none': the plain "
                     "program; default: every policy of costmodel.trace.recompute.POLICIES)")
+    ap.add_argument("--verify-rounds", type=int, default=0, help="> 0: verify the chosen plan with XLA this many "
+                    "rounds (sg.verify, memory objective: charged every round, peak LNS between, XLA's least kept)")
     ap.add_argument("--out", default="s22b_choose")
     a = ap.parse_args(argv)
     cfg = Config(models=tuple(m for m in a.models.split(",") if m), ilp_time_limit_s=a.ilp_time_limit_s,
-                 bound=a.bound, policies=tuple(p for p in a.policies.split(",") if p))
+                 bound=a.bound, policies=tuple(p for p in a.policies.split(",") if p), verify_rounds=a.verify_rounds)
     out = []
     for spec in cfg.models:
         name, _, size = spec.partition(":")

@@ -100,7 +100,7 @@ class ModelSource:
 
 
 def _check_recompute(policy, where: str) -> None:
-    from costmodel.trace.recompute import POLICIES   # lazy: the tracer
+    from costmodel.trace.recompute import POLICIES  # lazy: the tracer
     if policy not in POLICIES:
         named = ", ".join(p for p in POLICIES if p is not None)
         raise ValueError(f"{where} {policy!r}: not a recompute policy; choose one of {named} (or leave it out)")

@@ -252,8 +252,10 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
     """``verify`` for the memory objective under a step-time bound ``max_time``: there every byte the model
     misses is one the search walks into (gpt tiny "blocks", 600-s memory objective, session 24: predicted
     0.837 MiB, XLA 0.951, 0.88x; the weight-gradient dot of the last block's fc2 alone held 90 KB more than
-    charged). Each round compiles the plan, charges what XLA holds at its peak beyond the model (``charge``,
-    kept over the rounds, whatever the ratio), and the next plan is the peak LNS
+    charged). Each round compiles a plan and charges what XLA holds at its peak beyond the model (``charge``,
+    kept over the rounds, whatever the ratio). The first rounds compile the plan and then the solver's
+    other candidates (``plan.info["candidates"]``, newest first, those within ``max_time``); after them
+    the next plan is the peak LNS
     (``solvers.minmem_lns.peak_lns``) on the charged Problem for ``polish_s`` from the plan XLA measured
     least so far. The answer is that plan (each round's plan is within ``max_time``, the model's step time;
     XLA's figure decides among them); ``fits`` is XLA's verdict on it against the cap."""
@@ -264,6 +266,12 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
     plans: list[Plan] = []
     best: tuple[float, int] | None = None
     note = ""
+    seen = {tuple(int(x) for x in plan.strategies)}
+    todo = []   # the solver's other candidates (``solvers.minmem_bisect.core_descent``), newest first
+    for c in reversed(plan.info.get("candidates") or []):
+        if tuple(c) not in seen and evaluate(cur, c).total <= max_time:
+            seen.add(tuple(c))
+            todo.append(Plan.for_problem(cur, c, method=plan.method, objective=plan.objective, info=dict(plan.info)))
     for r in range(rounds):
         with tempfile.TemporaryDirectory(prefix="shardgym-verify-") as d:
             rep = runtime.execute(fn, abstract, graph, plan, problem=cur, compiler_options={"xla_dump_to": d})
@@ -280,6 +288,9 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
         cur = nxt
         if r == rounds - 1:
             break
+        if todo:
+            plan = todo.pop(0)
+            continue
         start = plans[best[1] if best is not None else r]
         try:
             s, _ = peak_lns(cur, start.strategies, max_time, time.perf_counter() + polish_s)

@@ -65,6 +65,8 @@ POLICY_SEED_MIN_S = 30.0
 CORE_DESCENT_MIN_S = 300.0
 CORE_BISECT_MAX_S = 45.0
 CORE_TAIL_SHARE = 0.2
+#: the last this many plans of the descent are kept as the answer's ``info["candidates"]``
+CANDIDATES = 4
 #: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core
 #: is idle (cores - 1-min load >= 1); on a busy machine it runs first, inline. Beside the core on 2
 #: cores at load 2.6-7.3 (results/bench_capped_s15b_ab_h100.json, gpt / unet tiny h100-2x8 at 25/50/75 %)
@@ -176,8 +178,10 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
     if bisect is not None:
         info["bisection"] = binfo["steps"]
-        if "core_descent" in binfo:
-            info["core_descent"] = binfo["core_descent"]
+        if "core_descent" in binfo:   # its plans are the answer's candidates (``verify`` compiles them)
+            dinfo = binfo["core_descent"]
+            info["core_descent"] = {k: v for k, v in dinfo.items() if k != "plans"}
+            info["candidates"] = dinfo["plans"][-CANDIDATES:]
         bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
         if (bc.peak_memory_bytes, bc.total) < (sc.peak_memory_bytes, sc.total):   # the MIP's plan is worse
             strategies, sc = bisect, bc

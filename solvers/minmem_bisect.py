@@ -149,6 +149,8 @@ def core_descent(problem: Problem, max_time: float, best, deadline: float, solve
     plan within ``max_time`` lowers ub to its own peak, anything else raises lo to c. Steps get
     ``step_s`` each and start only with ``min_step_s`` left before ``deadline``; before each,
     ``polish(plan, until)`` (when given) may lower the best plan's peak within T (``CORE_POLISH_S``).
+    ``info["plans"]``: every new best plan in order (the memory objective hands them to ``verify`` as
+    candidates: XLA, not the model, decides among plans this close; ``shardgym.verifier``).
 
     Why beside the bisection (``min_peak_within``): the bisection's step is a small capped search
     (``BISECT_BUDGET``) that fits many steps into a short limit; the core's step is the whole capped
@@ -164,7 +166,7 @@ def core_descent(problem: Problem, max_time: float, best, deadline: float, solve
         raise ValueError("core_descent: the start plan must fit the memory cap and the step-time bound")
     ub = bc.peak_memory_bytes
     lo = node_min_peak(problem) if lo is None else float(lo)
-    info = {"peak_before": float(ub), "steps": []}
+    info = {"peak_before": float(ub), "steps": [], "plans": []}   # plans: each new best, in order
     say = progress or (lambda msg: None)
     while ub - lo > 0.005 * ub:
         if polish is not None and deadline - time.perf_counter() >= min_step_s + 1.0:
@@ -174,6 +176,7 @@ def core_descent(problem: Problem, max_time: float, best, deadline: float, solve
                     (xc.peak_memory_bytes, xc.total) < (bc.peak_memory_bytes, bc.total):
                 best, bc, ub = [int(v) for v in x], xc, xc.peak_memory_bytes
                 info["steps"].append(("polish", f"{ub:.0f} B, {xc.total / max_time:.4f} T", None))
+                info["plans"].append(best)
                 say(f"core descent: polished to {ub:.0f} B")
         t0 = time.perf_counter()
         left = deadline - t0
@@ -189,6 +192,7 @@ def core_descent(problem: Problem, max_time: float, best, deadline: float, solve
             if xc.total <= max_time and fits(xc.peak_memory_bytes, cap) and xc.peak_memory_bytes < ub:
                 best, bc, ub = [int(v) for v in x], xc, xc.peak_memory_bytes
                 res = "within T: " + res
+                info["plans"].append(best)
             else:
                 lo = c
         else:

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from costmodel.problem import evaluate
 import solvers.capped as capped
+from costmodel.problem import evaluate
 from solvers.capped import CappedConfig
 from solvers.capped_phases import lp_beside
 from solvers.ilp import IlpConfig, solve_ilp

@@ -4,7 +4,6 @@ from __future__ import annotations
 import itertools
 import time
 
-import numpy as np
 import pytest
 
 from costmodel.problem import Problem, evaluate
