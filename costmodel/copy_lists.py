@@ -30,7 +30,8 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
     copy). The member's step is the consumer's ``order``, except for a consumer v (or read (v, k)) in
-    ``held_reads`` (``slice_layout.held_read_steps``: bitcasts, fused and partly kept chains): the
+    ``held_reads`` (``slice_layout.held_read_steps``: bitcasts, fused and partly kept chains, the chain behind a
+    non-fusible head that keeps only the head's result): the
     step it maps to, as XLA keeps the copy as the reshape's buffer (vit tiny min-memory
     plan: q and k gathered into a reshape, written out transposed for the score dot and kept to the
     backward dots) or for every reader that recomputes the fused node (gpt tiny, min-memory plan

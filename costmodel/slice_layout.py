@@ -186,7 +186,11 @@ def held_read_steps(graph: OpGraph, intervals, kept, transparent, fused, from_st
     out; ``copy_gather_fusion`` (the gather's result) and ``all-gather.2`` (wpe, hidden-sharded, gathered:
     f32[1,32,64], 8 KiB) both live from the forward pass to block_0's recomputation in the backward pass
     (positions 158-876 of ~1100), where the model held the gathered wpe for the gather's own step only
-    (tests/test_chain_operand_copy.py). The head's operands are read by the head alone (its step)."""
+    (tests/test_chain_operand_copy.py). The head's operands are read by the head alone (its step).
+    Re-priced (``fidelity --reprice``, results/s24a_reprice_*): zoo tiny 46 / 48 either way (gpt ilp-memory
+    0.925 -> 0.960, mlp ilp-memory 1.029 -> 1.039, eight more rows by at most +0.009), real size 40 / 40 (gpt fsdp
+    +0.001), outside 22 / 24 (no row moves); gpt tiny's blocks frontier plans +8 KiB (results/s24a_frontier*).
+    Not extended (not probed): such an operand's own buffer when it is read as it is (``read_extents``)."""
     nodes = graph.nodes
     ok = [not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE for i in range(len(nodes))]
     out = {i: int(intervals[i, 1]) - 1 for i in transparent | fused if ok[i]}
