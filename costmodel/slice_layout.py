@@ -10,8 +10,15 @@ import numpy as np
 from costmodel.combined import combined_candidates
 from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
-from costmodel.memory import (MATERIALISING, NON_FUSIBLE, SLICES, buffer_bytes, materialising, non_fusible,
-                              recomputed_reads)
+from costmodel.memory import (
+    MATERIALISING,
+    NON_FUSIBLE,
+    SLICES,
+    buffer_bytes,
+    materialising,
+    non_fusible,
+    recomputed_reads,
+)
 
 __all__ = ["buffer_reads", "copied_together", "copy_source_reads", "fused_read_groups", "held_read_steps", "partly_kept_reads",
            "read_extents",

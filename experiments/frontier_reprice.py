@@ -106,8 +106,9 @@ def main(argv=None) -> dict:
             r.update(xla_split(fn, args, graph, problem, plan))
             r["pred_over_held"] = pred / r["xla_held_bytes"]
         out.append(r)
-        extra = (f"; XLA now {r['xla_bytes_now'] * mib:.4f}, held at its peak {r['xla_held_bytes'] * mib:.4f} "
-                 f"(pred / held {r['pred_over_held']:.3f}), holes {r['holes_bytes'] / 1024:.1f} KiB") if cfg.compile else ""
+        extra = "" if not cfg.compile else (
+            f"; XLA now {r['xla_bytes_now'] * mib:.4f}, held at its peak {r['xla_held_bytes'] * mib:.4f} "
+            f"(pred / held {r['pred_over_held']:.3f}), holes {r['holes_bytes'] / 1024:.1f} KiB")
         print(f"{source:28s} {label:40s} XLA {xla * mib:.4f} MiB pred {pred * mib:.4f} pred/XLA "
               f"{r['pred_over_xla']:.3f}{extra}", flush=True)
     res = {"model": cfg.model, "rows": out}

@@ -38,8 +38,9 @@ def _plan():
     nd = graph.nodes[int(m.graph_node[gather])]
     pos_b = nd.operands[2][0]                               # the chain's operand: broadcast(pos)
     pos = graph.nodes[pos_b].operands[0][0]
-    back = next(i for i, p in enumerate(m.primitives) if p == "dot_general" and graph.nodes[int(m.graph_node[i])].operands[2:]
-                and graph.nodes[int(m.graph_node[i])].operands[2][0] == nd.id)   # d(x * x) = 2 x * (g @ w^T)
+    ops = [graph.nodes[int(g)].operands for g in m.graph_node]
+    back = next(i for i, p in enumerate(m.primitives) if p == "dot_general" and ops[i][2:]
+                and ops[i][2][0] == nd.id)   # d(x * x) = 2 x * (g @ w^T), reading x in its chain
     s = list(sg.solve(problem, method="dp").strategies)     # batch-sharded over the 2-way axis, x read so
     s[pos] = m.strategy_names[pos].index("RS1")
     s[pos_b] = m.strategy_names[pos_b].index("RRS1 = RS1")
