@@ -30,11 +30,11 @@ def copy_group_lists(graph: OpGraph, strats, mesh: Mesh, reads, intervals, held_
     into its own loop — when the transition sends no bytes; a non-fusible consumer (dot, conv,
     fft, gather, ...) reads a buffer, so any change of layout writes one (a sliced or permuted
     copy). The member's step is the consumer's ``order``, except for a consumer v (or read (v, k)) in
-    ``held_reads`` (``slice_layout.held_read_steps``: bitcasts, fused and partly kept chains): the
-    step it maps to, as XLA keeps the copy as the reshape's buffer (vit tiny min-memory
-    plan: q and k gathered into a reshape, written out transposed for the score dot and kept to the
-    backward dots) or for every reader that recomputes the fused node (gpt tiny, min-memory plan
-    under 1.05 x Megatron: LayerNorm's ``x - mean`` read from the hidden-sharded residual, its
+    ``held_reads`` (``slice_layout.held_read_steps``: bitcasts, fused and partly kept chains, a chain behind a
+    non-fusible head that keeps only the head's result): the step it maps to, as XLA keeps the copy as the
+    reshape's buffer (vit tiny min-memory plan: q and k gathered into a reshape, written out transposed for the
+    score dot and kept to the backward dots) or for every reader that recomputes the fused node (gpt tiny,
+    min-memory plan under 1.05 x Megatron: LayerNorm's ``x - mean`` read from the hidden-sharded residual, its
     gathered input kept to the LayerNorm gradient, 3 x 32 KiB at XLA's peak; re-priced on
     results/fidelity_s10.json, fno left out: 33 -> 38 of 40 within 10%, gpt / vit / unet /
     meshgraphnet ilp-memory-1.05 0.87 / 0.88 / 0.88 / 0.85 -> 0.95 / 0.93 / 0.96 / 0.93, unet

@@ -10,7 +10,15 @@ import numpy as np
 from costmodel.combined import combined_candidates
 from costmodel.cost import Mesh, lowered_kind
 from costmodel.graph import OpGraph
-from costmodel.memory import MATERIALISING, NON_FUSIBLE, SLICES, buffer_bytes, materialising, recomputed_reads
+from costmodel.memory import (
+    MATERIALISING,
+    NON_FUSIBLE,
+    SLICES,
+    buffer_bytes,
+    materialising,
+    non_fusible,
+    recomputed_reads,
+)
 
 __all__ = ["buffer_reads", "copied_together", "copy_source_reads", "fused_read_groups", "held_read_steps", "partly_kept_reads",
            "read_extents",
@@ -175,17 +183,34 @@ def held_read_steps(graph: OpGraph, intervals, kept, transparent, fused, from_st
     (``bitcast_slice_fusion.13``-``.16``); held at the chain's own step only, the model lacked it at
     XLA's peak (0.846 of XLA's memory). Held for every operand of such a chain to its interval's end
     instead (tried): gpt tiny ilp-memory-1.05 1.087 -> 1.185, vit tiny ilp-time 1.190 -> 1.239 and
-    meshgraphnet large ilp-memory 1.095 -> 1.115 of XLA's (their chains' kept outputs' readers)."""
+    meshgraphnet large ilp-memory 1.095 -> 1.115 of XLA's (their chains' kept outputs' readers).
+
+    The same for a chain behind a non-fusible head that keeps the head's own result for its readers
+    (``materialised_outputs``' -1: a gather or dot whose folded chain, e.g. ``+ bias + residual``, every
+    reader recomputes): the chain's own operands (after the head's) are read where the readers of its
+    unkept outputs run. XLA's buffer assignment, gpt tiny's min-memory plans under the blocks recompute
+    policy (results/s23b_polish_blocks*.json): the input embedding ``wte[tokens] + wpe`` is never written
+    out; ``copy_gather_fusion`` (the gather's result) and ``all-gather.2`` (wpe, hidden-sharded, gathered:
+    f32[1,32,64], 8 KiB) both live from the forward pass to block_0's recomputation in the backward pass
+    (positions 158-876 of ~1100), where the model held the gathered wpe for the gather's own step only
+    (tests/test_chain_operand_copy.py). The head's operands are read by the head alone (its step).
+    Re-priced (``fidelity --reprice``, results/s24a_reprice_*): zoo tiny 46 / 48 either way (gpt ilp-memory
+    0.925 -> 0.960, mlp ilp-memory 1.029 -> 1.039, eight more rows by at most +0.009), real size 40 / 40 (gpt fsdp
+    +0.001), outside 22 / 24 (no row moves); gpt tiny's blocks frontier plans +8 KiB (results/s24a_frontier*).
+    Not extended (not probed): such an operand's own buffer when it is read as it is (``read_extents``)."""
     nodes = graph.nodes
     ok = [not from_state[i] and nodes[i].primitive not in MATERIALISING - NON_FUSIBLE for i in range(len(nodes))]
     out = {i: int(intervals[i, 1]) - 1 for i in transparent | fused if ok[i]}
     cons = graph.consumers()
-    for i in partly_kept_reads(graph, kept, transparent):
+    behind_head = [i for i, nd in enumerate(nodes) if not nd.is_input and nd.folded and -1 in kept[i]
+                   and materialising(nd) and non_fusible(nd)]
+    for i in list(partly_kept_reads(graph, kept, transparent)) + behind_head:
         deps = nodes[i].params.get("out_operands")
+        nh = int(nodes[i].params.get("num_head_operands", len(nodes[i].operands))) if i in behind_head else 0
         for o in range(len(nodes[i].outputs)) if ok[i] and deps and len(deps) == len(nodes[i].outputs) else ():
             if o in kept[i]:
                 continue
-            for k in deps[o]:
+            for k in (k for k in deps[o] if k >= nh):
                 t = max((int(intervals[c, 1]) if c in fused else int(nodes[c].order) + 1 for c, _ in cons.get((i, o), ())),
                         default=0) - 1
                 out[i, k] = max(out.get((i, k), int(nodes[i].order)), t)
