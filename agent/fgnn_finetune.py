@@ -25,6 +25,7 @@ own padded shape: one compile of the step in all.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -32,16 +33,23 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agent.fgnn import FGNN, FGInputs
-from agent.fgnn_data import ilp_label, restrict
-from agent.fgnn_pack import pack
-from agent.fgnn_train import Sample, Trainer
+from agent.fgnn import FGNN, TABLE, FGConfig, FGInputs
+from agent.fgnn_data import ilp_label, restrict, same_class
+from agent.fgnn_pack import bucket_sizes, pack
+from agent.fgnn_train import Sample, Trainer, imitation_nll
 from costmodel.problem import Problem, evaluate
+from solvers.bp_decode import forced_offsets
+from solvers.local import LocalCosts, Pruning
 
 LABEL_SHARE = 0.4        # most of the budget for the problem's own ILP label
 COMPLETION_S = 3.0       # each DAgger completion's ILP limit
 STEPS_PER_BLOCK = 10
 OVER_CAP_RATIO = 3.0     # REINFORCE's cost ratio of a sampled plan over the cap
+
+
+READOUT = ("read", "gout", "logit_scale")   # the readout's parameters: what ``tune="readout"`` moves
+READOUT_STEPS = 25      # Adam steps on the readout between two raw decodes (one jitted scan)
+READOUT_LR = 3e-2
 
 
 def _cost(problem: Problem, x) -> float:
@@ -101,9 +109,44 @@ class _Pomo:
         return float(ratios.mean())
 
 
-def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr: float = 1e-2,
+def readout_targets(inputs: FGInputs, problem: Problem, plan) -> tuple:
+    """(``inputs``' padded arrays with the imitation targets of ``plan`` (``cls``, ``w``: as
+    ``fgnn_train.Sample``'s), ``plan`` on ``inputs``' problem: ``problem`` pruned as ``FGInputs.of``
+    prunes it), or (None, None) if ``plan`` uses a pruned strategy."""
+    x2 = Pruning(LocalCosts(problem)).from_orig(plan)
+    if x2 is None:
+        return None, None
+    g = inputs.mp.g
+    cls = same_class(inputs.problem, x2)
+    choice = np.bincount(g.node_of, weights=cls, minlength=g.n) < g.k   # some strategy is another class
+    raw = {**inputs.raw, "cls": cls.astype(np.float64), "w": choice.astype(np.float64)}
+    return pack([raw], bucket_sizes(inputs.raw["_sizes"])), x2
+
+
+@functools.lru_cache(maxsize=None)
+def _readout_steps(hidden: int, base: str, lr: float, steps: int):
+    """(optimizer, jitted ``steps`` Adam steps of the imitation loss on the readout's parameters alone,
+    the rounds' final state ``carry`` given: (tuned, opt_state, frozen, A, carry) -> (tuned, opt_state, losses))."""
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    net = FGNN(FGConfig(rounds=1, hidden=hidden, base=base))
+
+    def loss(tuned, frozen, A, carry):
+        return imitation_nll(net.logits({**frozen, **tuned}, A, carry, A["forced"]), A)
+
+    def run(tuned, opt_state, frozen, A, carry):
+        def one(state, _):
+            tuned, opt_state = state
+            val, grads = jax.value_and_grad(loss)(tuned, frozen, A, carry)
+            upd, opt_state = opt.update(grads, opt_state, tuned)
+            return (optax.apply_updates(tuned, upd), opt_state), val
+        (tuned, opt_state), vals = jax.lax.scan(one, (tuned, opt_state), None, length=steps)
+        return tuned, opt_state, vals
+    return opt, jax.jit(run)
+
+
+def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr: float | None = None,
              cuts=(0.25, 0.5, 0.75), reinforce: bool = False, rollouts: int = 8,
-             max_blocks: int | None = None) -> tuple[dict, list[dict]]:
+             max_blocks: int | None = None, tune: str = "readout", raw_cost=None) -> tuple[dict, list[dict]]:
     """(the best parameters by raw-decode cost, per-block stats) after ``time_limit_s`` (or
     ``max_blocks`` blocks of steps) of fine-tuning ``net`` on ``problem`` (see the module docstring);
     ``net`` itself is not changed."""
@@ -111,7 +154,10 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
     deadline = t0 + float(time_limit_s)
     rng = np.random.default_rng(seed)
     inputs = FGInputs.of(problem, warm=net.config.warm)      # the decode's inputs: built once
-    zero = _cost(problem, net.plan(problem, inputs=inputs))
+    if raw_cost is None:
+        def raw_cost(params):
+            return _cost(problem, net.plan(problem, params=params, inputs=inputs))
+    zero = raw_cost(net.params)
     best_params, best = net.params, zero
     stats = [{"block": 0, "raw_cost": zero, "elapsed_s": time.perf_counter() - t0}]
     lab = ilp_label(problem, max(1.0, min(LABEL_SHARE * time_limit_s, deadline - time.perf_counter())))
@@ -124,7 +170,10 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
     stats[0].update(label_cost=lab["cost"], label_s=time.perf_counter() - t0)
     if best <= lab["cost"] * 1.0005:
         return best_params, stats           # zero-shot is already the label's cost
-    tr = Trainer(net.config, lr=lr, params=net.params)
+    if tune == "readout":
+        return _tune_readout(net, problem, inputs, lab, deadline, max_blocks, READOUT_LR if lr is None else lr,
+                             stats, best, best_params, t0, raw_cost)
+    tr = Trainer(net.config, lr=1e-2 if lr is None else lr, params=net.params)
     batches = [main.arrays()]
     pomo = _Pomo(tr) if reinforce else None
     A_main = batches[0]
@@ -137,8 +186,8 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
                "samples": len(batches)}
         if pomo is not None and block > 1 and time.perf_counter() < deadline:
             rec["pomo_ratio"] = pomo.step(main, A_main, rollouts, rng)
-        x = tr.net.plan(problem, inputs=inputs)
-        cost = _cost(problem, x)
+        x = tr.net.plan(problem, inputs=inputs)    # DAgger's rollout: the network's own decode
+        cost = raw_cost(tr.net.params)
         rec.update(raw_cost=cost, elapsed_s=time.perf_counter() - t0)
         stats.append(rec)
         if cost < best:
@@ -157,5 +206,38 @@ def finetune(net: FGNN, problem: Problem, time_limit_s: float, seed: int = 0, lr
                 batches.append(pack([s2.raw], main.bucket))
             except ValueError:              # a label through a pruned strategy, or larger than the shape
                 continue
+    stats[-1]["best_raw_cost"] = best
+    return best_params, stats
+
+
+def _tune_readout(net: FGNN, problem: Problem, inputs: FGInputs, lab: dict, deadline: float, max_blocks,
+                  lr: float, stats: list, best: float, best_params, t0: float, raw_cost) -> tuple[dict, list[dict]]:
+    """``finetune``'s imitation on the readout's parameters alone: the rounds' final state is computed
+    once, then blocks of ``READOUT_STEPS`` Adam steps (one jitted scan), each followed by the real raw
+    decode (``FGNN.plan``: the whole forward and the masked decodes) with the parameters so far."""
+    A, x2 = readout_targets(inputs, problem, lab["plan"])
+    if A is None:
+        return best_params, stats
+    tu, tv, carry = net.messages(inputs)     # the rounds: fixed while the readout learns
+    forced = np.zeros(A["c"].shape[0], np.float32)          # the decode's scores along the label (teacher forcing)
+    forced[:len(inputs.mp.cost)] = forced_offsets(inputs.mp, tu, tv, x2) / inputs.scale
+    A = {**{k: jnp.asarray(v) for k, v in A.items()}, "forced": jnp.asarray(forced)}
+    carry = tuple(jnp.asarray(np.asarray(c), jnp.float32) for c in carry)
+    opt, run = _readout_steps(net.config.hidden, net.config.base, float(lr), READOUT_STEPS)
+    tuned = {**{k: net.params[k] for k in READOUT}, TABLE: jnp.zeros(A["c"].shape[0], jnp.float32)}
+    frozen = {k: v for k, v in net.params.items() if k not in tuned}
+    opt_state = opt.init(tuned)
+    block = 0
+    while time.perf_counter() < deadline and (max_blocks is None or block < max_blocks):
+        block += 1
+        tuned, opt_state, losses = run(tuned, opt_state, frozen, A, carry)
+        params = {**net.params, **tuned}
+        cost = raw_cost(params)
+        stats.append({"block": block, "loss": float(losses[-1]), "raw_cost": cost, "gout": float(tuned["gout"]),
+                      "elapsed_s": time.perf_counter() - t0})
+        if cost < best:
+            best, best_params = cost, params
+        if cost <= lab["cost"] * 1.0005:
+            break
     stats[-1]["best_raw_cost"] = best
     return best_params, stats
