@@ -22,7 +22,10 @@ units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming mess
   (r < rounds), exactly ``bp_solve``'s rule (``bp.price_step``) from the beliefs' argmin plan's
   profile over the cap; the plan (``plan``) decodes the beliefs at each of those rounds, as
   ``bp_solve`` does, and keeps the cheapest that fits after ``fit_with_copies``.
-* **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i).
+* **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i),
+  plus, in the parameters of a network fine-tuned on one problem (agent/fgnn_finetune.py), that
+  problem's table: + table(i, s) · (spread_i + 1), spread_i the node's belief spread (``TABLE``;
+  ``FGPlanner`` keeps it per problem fingerprint, never in the shared parameters).
 
 **Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping
 parameter at zero; an untrained network is there too, as every MLP's output layer starts at zero)

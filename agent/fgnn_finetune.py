@@ -4,24 +4,42 @@ problem alone.
 
 1. **Label**: the ILP plan of the problem (``fgnn_data.ilp_label``, cached; at most
    ``LABEL_SHARE`` of the budget; ``solve_guarded`` under a cap).
-2. **Imitation**: Adam steps of the class-merged cross-entropy on the label.
-3. **DAgger**: after each block of steps the network's raw plan is cut at ``cuts`` fractions of the
-   nodes; the prefix is fixed (``fgnn_data.restrict``) and the rest labelled by an ILP completion
-   (``COMPLETION_S`` each); those conditioned problems join the steps.
-4. **POMO-style REINFORCE** (``reinforce=True``, after the label has been imitated): ``rollouts``
-   plans sampled per step from the network's per-node softmax over the (unforbidden) strategies;
-   reward = −cost / the label's cost (a plan over the cap scores ``OVER_CAP_RATIO``); advantage =
-   reward − the mean of the problem's rollouts (the shared per-problem baseline); loss =
+2. **Imitation** (``tune="readout"``, the default): the rounds' messages are computed once (they do
+   not depend on the readout's parameters), then blocks of ``READOUT_STEPS`` Adam steps (one jitted
+   scan, float64 as the planning forward) of the class-merged cross-entropy on the readout alone: the
+   shared readout parameters (``READOUT``) and a per-(node, strategy) table of this problem (the
+   parameters' ``agent.fgnn.TABLE`` term, in units of the node's belief spread; an instance-specific
+   layer as in efficient active search, Hottung et al. 2022). The logits are teacher-forced on the
+   decode's own scores: the belief plus, for every earlier node decided as the label, its true edge
+   costs in place of its message (``solvers.bp_decode.forced_offsets``), which is what the masked
+   decode ranks along the label. So a loss near 0 means the decode of the final beliefs follows the
+   label, and the raw plan (the cheapest decode that fits) costs at most the label's.
+   ``tune="all"``: Adam steps on every parameter through the rounds (the step of agent/fgnn_train.py),
+   then steps 3 and 4.
+3. **DAgger** (``tune="all"``): after each block of steps the network's raw plan is cut at ``cuts``
+   fractions of the nodes; the prefix is fixed (``fgnn_data.restrict``) and the rest labelled by an
+   ILP completion (``COMPLETION_S`` each); those conditioned problems join the steps.
+4. **POMO-style REINFORCE** (``tune="all"``, ``reinforce=True``, after the label has been imitated):
+   ``rollouts`` plans sampled per step from the network's per-node softmax over the (unforbidden)
+   strategies; reward = −cost / the label's cost (a plan over the cap scores ``OVER_CAP_RATIO``);
+   advantage = reward − the mean of the problem's rollouts (the shared per-problem baseline); loss =
    −Σ advantage · Σ_nodes log p(strategy).
 
-Costs outside the steps count against the budget and can overrun it: the first raw decode of a
-new shape compiles the forward pass (on held-out fno large, 40 s of a 60 s budget at a load average
-of 10 on 2 cores), and the first step compiles the training step.
+Why the readout (session 24, experiments/finetune_bench.py, held-out problems where zero-shot is
+over 1.02x, 60 s each, load 3-6, results/s24b_finetune_before.json): ``tune="all"`` ran one block in
+60 s on all 8 (the label 11-34 s, the compiles of the training step and the live forward most of
+the rest) and changed no raw plan. Readout-only steps without the table plateaued (fno tiny @ h100
+cap 0.5: loss 1.08 after 2 blocks, then flat for 47 blocks, raw plan unchanged: the readout's
+features cannot tell the nodes apart); with the table but scored on the final beliefs the loss
+reached 0 and the raw plan still did not move (the decode replaces decided neighbours' messages
+by their true edge costs); teacher-forced, it reached the label in 2 blocks.
 
-Every block ends with the raw decode (one forward pass + the masked decode) of the problem; the
-parameters kept are those of the cheapest feasible raw plan seen, the zero-shot ones included, so
-fine-tuning never makes the raw plan worse. Every conditioned problem is packed into the problem's
-own padded shape: one compile of the step in all.
+Every block ends with the raw decode of the problem (``raw_cost``: the planner's, ``FGPlanner.plan(...,
+polish=False)``, one forward pass + the masked decodes; default ``FGNN.plan``); the parameters kept
+are those of the cheapest feasible raw plan seen, the zero-shot ones included, so fine-tuning never
+makes the raw plan worse. Costs outside the steps count against the budget and can overrun it: the
+label, and the first block's compiles (the step, the readout; the block of rounds is compiled once
+per shape, shared with the zero-shot forward).
 """
 from __future__ import annotations
 
@@ -219,21 +237,29 @@ def _tune_readout(net: FGNN, problem: Problem, inputs: FGInputs, lab: dict, dead
     if A is None:
         return best_params, stats
     tu, tv, carry = net.messages(inputs)     # the rounds: fixed while the readout learns
-    forced = np.zeros(A["c"].shape[0], np.float32)          # the decode's scores along the label (teacher forcing)
+    forced = np.zeros(A["c"].shape[0])                # the decode's scores along the label (teacher forcing)
     forced[:len(inputs.mp.cost)] = forced_offsets(inputs.mp, tu, tv, x2) / inputs.scale
-    A = {**{k: jnp.asarray(v) for k, v in A.items()}, "forced": jnp.asarray(forced)}
-    carry = tuple(jnp.asarray(np.asarray(c), jnp.float32) for c in carry)
     opt, run = _readout_steps(net.config.hidden, net.config.base, float(lr), READOUT_STEPS)
-    tuned = {**{k: net.params[k] for k in READOUT}, TABLE: jnp.zeros(A["c"].shape[0], jnp.float32)}
-    frozen = {k: v for k, v in net.params.items() if k not in tuned}
-    opt_state = opt.init(tuned)
+
+    def f64(a):
+        a = np.asarray(a)
+        return jnp.asarray(a, jnp.float64) if np.issubdtype(a.dtype, np.floating) else jnp.asarray(a)
+    with jax.enable_x64(True):   # float64, as the planning forward: on fno the beliefs span 1e6 cost scales
+        A = {**{k: f64(v) for k, v in A.items()}, "forced": f64(forced)}
+        carry = tuple(f64(c) for c in carry)
+        tuned = jax.tree.map(f64, {**{k: net.params[k] for k in READOUT}, TABLE: np.zeros(len(forced))})
+        frozen = jax.tree.map(f64, {k: v for k, v in net.params.items() if k not in tuned})
+        opt_state = opt.init(tuned)
     block = 0
     while time.perf_counter() < deadline and (max_blocks is None or block < max_blocks):
         block += 1
-        tuned, opt_state, losses = run(tuned, opt_state, frozen, A, carry)
-        params = {**net.params, **tuned}
+        with jax.enable_x64(True):
+            tuned, opt_state, losses = run(tuned, opt_state, frozen, A, carry)
+            shared = jax.tree.map(lambda a: np.asarray(a, np.float32), {k: tuned[k] for k in READOUT})
+            params = {**net.params, **shared, TABLE: np.asarray(tuned[TABLE], np.float64)}   # the table in float64
+            loss, gout = float(losses[-1]), float(tuned["gout"])
         cost = raw_cost(params)
-        stats.append({"block": block, "loss": float(losses[-1]), "raw_cost": cost, "gout": float(tuned["gout"]),
+        stats.append({"block": block, "loss": loss, "raw_cost": cost, "gout": gout,
                       "elapsed_s": time.perf_counter() - t0})
         if cost < best:
             best, best_params = cost, params

@@ -2,7 +2,9 @@
 into plans with the same call as the GNN policy's ``Planner`` (``Planner.load`` hands such a
 checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
 
-``FGPlanner.finetune(problem, time_limit_s)`` fine-tunes it on that problem (agent/fgnn_finetune.py).
+``FGPlanner.finetune(problem, time_limit_s)`` fine-tunes it on that problem (agent/fgnn_finetune.py):
+the shared parameters it keeps replace the planner's, and the problem's readout table is kept under
+the problem's fingerprint (``tables``), used only when that same problem (same limit) is planned.
 ``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and solvers/bp.py's
 masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap;
 when no decode fits (their copies break the cap and the repair fails), the least-usage plan
@@ -146,9 +148,11 @@ class FGPlanner:
 
     def finetune(self, problem: Problem, time_limit_s: float, memory_cap_bytes=None, seed: int = 0,
                  reinforce: bool = False, max_blocks: int | None = None, tune: str = "readout", **_ignored) -> list[dict]:
-        """Imitation + DAgger with ILP completions (+ POMO-style REINFORCE) on ``problem`` alone for
-        ``time_limit_s`` (agent/fgnn_finetune.py); this planner keeps the parameters of the cheapest
-        raw plan seen (never worse than zero-shot). Returns the per-block stats."""
+        """Imitation on the readout with a per-problem table (``tune="readout"``), or imitation + DAgger
+        with ILP completions (+ POMO-style REINFORCE) on every parameter (``tune="all"``), on ``problem``
+        alone for ``time_limit_s`` (agent/fgnn_finetune.py); every block is judged by this planner's own
+        raw decode (``plan(polish=False)``), and the parameters of the cheapest raw plan seen are kept
+        (never worse than zero-shot). Returns the per-block stats."""
         if time_limit_s <= 0:
             return []
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
