@@ -225,6 +225,17 @@ def test_finetune_under_a_cap_reaches_the_optimum_for_its_problem_alone(tmp_path
     assert TABLE not in pl.params and len(pl.tables) == 1    # the shared parameters carry no table
 
 
+def test_same_class_tells_edges_apart_under_large_usages():
+    """Two strategies of equal cost and usage (1 GB) whose edge rows differ (1 ms apart) are not one
+    class: before session 24 one summed signature let the usage swamp the edge costs."""
+    from agent.fgnn_data import same_class
+    from costmodel.problem import Problem
+    p = Problem.from_lists("t", [np.array([1.0, 1.0]), np.array([0.0, 0.0, 0.0])],
+                           [np.array([1e9, 1e9]), np.array([0.0, 0.0, 0.0])], np.array([[0, 1], [1, 2]]),
+                           [(0, 1)], [np.array([0.0, 1e-3, 0.0, 1e-3, 0.0, 1e-3])])
+    assert same_class(p, [0, 0]).tolist() == [True, False, True, False, True]
+
+
 def _with_last_layer(params, key: str, rng) -> dict:
     """``params`` with MLP ``key``'s output layer (zero at initialisation) set to small random values."""
     import jax
