@@ -23,9 +23,7 @@ units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming mess
   profile over the cap; the plan (``plan``) decodes the beliefs at each of those rounds, as
   ``bp_solve`` does, and keeps the cheapest that fits after ``fit_with_copies``.
 * **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i),
-  plus, in the parameters of a network fine-tuned on one problem (agent/fgnn_finetune.py), that
-  problem's table: + table(i, s) · (spread_i + 1), spread_i the node's belief spread (``TABLE``;
-  ``FGPlanner`` keeps it per problem fingerprint, never in the shared parameters).
+  + table(i, s) · (spread_i + 1) when the parameters hold one problem's fine-tuned ``TABLE``.
 
 **Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping
 parameter at zero; an untrained network is there too, as every MLP's output layer starts at zero)
@@ -117,7 +115,7 @@ TABLE = "table"     # the parameters' optional per-(node, strategy) readout term
 
 @functools.lru_cache(maxsize=None)
 def _jitted(hidden: int, base: str, parts: frozenset, name: str):
-    """FGNN method ``name`` of a width and base computing only ``parts``' corrections, jitted (compiled once a shape)."""
+    """FGNN method ``name`` computing only ``parts``' corrections, jitted (compiled once a shape)."""
     import jax
     shell = FGNN.__new__(FGNN)
     shell.mlp, shell.base, shell.parts = _mlp_def(hidden), base, parts
@@ -125,8 +123,7 @@ def _jitted(hidden: int, base: str, parts: frozenset, name: str):
 
 
 def _jit_fns(hidden: int, base: str, parts: frozenset = PARTS) -> dict:
-    """The jitted block of rounds, readout and training forward computing only ``parts``' corrections;
-    each keyed by the parts it uses, so a readout-only change (fine-tuning's) compiles no new block."""
+    """The jitted block of rounds, readout and training forward, each keyed by the ``parts`` it uses."""
     return {"block": _jitted(hidden, base, frozenset(parts & ROUND_PARTS), "_block_out"),
             "readout": _jitted(hidden, base, frozenset(parts & {"read"}), "_readout"),
             "forward": _jitted(hidden, base, frozenset(parts), "_forward")}
@@ -141,8 +138,7 @@ def live_parts(params) -> frozenset:
         return bool(np.any(np.asarray(gate))) and any(np.any(np.asarray(v)) for v in last.values())
     live = {"soft": bool(np.any(np.asarray(params["soft"]))), "msg": on(params["gate"], params["msg"]),
             "price": on(params["pgate"], params["price"]),
-            "read": on(params["gout"], params["read"]) or bool(np.any(np.asarray(params["wgate"])))
-            or bool(np.any(np.asarray(params.get(TABLE, 0.0))))}
+            "read": on(params["gout"], params["read"]) or any(np.any(np.asarray(params.get(k, 0))) for k in ("wgate", TABLE))}
     return frozenset(k for k, v in live.items() if v)
 
 
@@ -305,9 +301,8 @@ class FGNN:
         return self._readout(params, A, carry), carry[0], carry[1]
 
     def _run(self, inputs: FGInputs, params, on_snap=None):
-        """(final, snapshots, carry): (c', to_u, to_v) as float64 numpy in the problem's cost units, after
-        the last round and at each Lagrangian price update (bp_solve's decode points), and the last
-        round's padded state (to_u, to_v, λ) in the network's units, which the readout reads; computed in
+        """(final, snapshots, carry): (c', to_u, to_v) as float64 numpy in the problem's cost units, after the last
+        round and at each price update (bp_solve's decode points), and the last padded (to_u, to_v, λ); computed in
         float64 (the training forward is float32), only the ``live_parts``. ``on_snap(snapshot)`` is
         called on each snapshot while the next block of rounds runs (jax dispatches it asynchronously)."""
         import jax
@@ -359,17 +354,13 @@ class FGNN:
         return self._run(inputs, params)[0]
 
     def messages(self, inputs: FGInputs, params=None) -> tuple:
-        """(to_u, to_v, carry) of the planning forward after its last round: the messages as ``forward``'s
-        (unpadded, the problem's cost units) and the state (to_u, to_v, λ) padded in the network's
-        units, which the readout reads (``logits(..., carry=)``). Neither depends on the readout's
-        parameters, only on the rounds' (``ROUND_PARTS``)."""
+        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads): none depends on the readout."""
         (_, tu, tv), _, carry = self._run(inputs, params)
         return tu, tv, carry
 
     def logits(self, params, arrays, carry=None, offset=None):
-        """Per flat strategy, the imitation logits −scale·log1p(belief − node min) (padded, jnp);
-        with ``carry`` (``messages``') the readout alone runs on it, no rounds; ``offset`` is added
-        to the belief (fine-tuning's teacher-forced decode scores, ``bp_decode.forced_offsets``)."""
+        """Per flat strategy, the imitation logits −scale·log1p(belief + ``offset`` − node min) (padded,
+        jnp); with ``carry`` (``messages``') the readout alone runs on it, no rounds."""
         import jax.numpy as jnp
         c_out, tu, tv = self._forward(params, arrays) if carry is None else \
             (self._readout(params, arrays, carry), carry[0], carry[1])
