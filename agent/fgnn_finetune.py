@@ -32,7 +32,12 @@ the rest) and changed no raw plan. Readout-only steps without the table plateaue
 cap 0.5: loss 1.08 after 2 blocks, then flat for 47 blocks, raw plan unchanged: the readout's
 features cannot tell the nodes apart); with the table but scored on the final beliefs the loss
 reached 0 and the raw plan still did not move (the decode replaces decided neighbours' messages
-by their true edge costs); teacher-forced, it reached the label in 2 blocks.
+by their true edge costs); teacher-forced, it reached the label in 2 blocks on fno tiny, but not
+on fno large (1.09x) until ``fgnn_data.same_class`` stopped merging strategies of equal usage and
+different edges. Then all 8 reach their label within 17-35 s (results/s24b_finetune_after.json,
+README "Fine-tuning, session 24"). So the raw decode after fine-tuning is the in-budget ILP label's
+cost: no better than the label, and nothing gained where the label is no better than zero-shot.
+The table is not part of a checkpoint: ``FGPlanner`` holds it per problem fingerprint.
 
 Every block ends with the raw decode of the problem (``raw_cost``: the planner's, ``FGPlanner.plan(...,
 polish=False)``, one forward pass + the masked decodes; default ``FGNN.plan``); the parameters kept

@@ -19,6 +19,11 @@ Each problem starts cold, as a new user's process would: the label cache is an e
 folder (``SHARDGYM_CACHE_DIR``; ``--label-cache DIR`` to keep one) and JAX's compiled functions are
 cleared between problems, so the label and every compile count against the budget.
 Writes results/NAME.json (``--out-name``).
+
+Session 24 (load 3-6): results/s24b_finetune_before.json (the code before, ``tune="all"``: 8 rows over
+1.02x, none improved, one block each; meshgraphnet tiny @ tpu-4x4 cap 0.5 1.19 -> 5.01) and
+s24b_finetune_after.json (the readout with its per-problem table: all 8 improved, median 1.177 -> 1.000,
+each equal to its in-budget label, 17-35 s). Table in README "Fine-tuning, session 24".
 """
 from __future__ import annotations
 
