@@ -183,11 +183,12 @@ def test_warm_hint_starts_at_lagrangian_bp_and_zero_corrections_stay_plain_bp():
         assert wn.plan(p, params=z) == bp.bp_solve(p, rounds=ROUNDS, memory_prices=False, bound=False).plan
 
 
-def test_finetune_improves_the_raw_decode(tmp_path, monkeypatch):
-    """Fine-tuning (imitation + DAgger with ILP completions) on one problem whose
-    zero-shot raw plan is 2.5% over the optimum lowers the raw plan's cost, never below the
-    brute-force optimum; an old checkpoint's parameters (no warm entries) load. Uncapped: the label
-    is the in-process ILP (a capped one starts solve_guarded's child, seconds of start-up)."""
+@pytest.mark.parametrize("tune", ["readout", "all"])
+def test_finetune_improves_the_raw_decode(tmp_path, monkeypatch, tune):
+    """Fine-tuning (the readout with its table, or every parameter with DAgger's ILP completions) on
+    one problem whose zero-shot raw plan is 2.5% over the optimum lowers the raw plan's cost, never
+    below the brute-force optimum; an old checkpoint's parameters (no warm entries) load. Uncapped: the
+    label is the in-process ILP (a capped one starts solve_guarded's child, seconds of start-up)."""
     from agent.fgnn_planner import FGPlanner
     monkeypatch.setenv("SHARDGYM_CACHE_DIR", str(tmp_path / "cache"))
     p = random_problem(np.random.default_rng(504), 12, kmax=4, edge_p=0.8, limit_q=None)
@@ -197,7 +198,7 @@ def test_finetune_improves_the_raw_decode(tmp_path, monkeypatch):
     pl = FGPlanner.from_state({"config": net.config.to_dict(), "params": old, "update": 0}, "test")
     before = evaluate(p, pl.plan(p, polish=False))
     assert before.total > 1.02 * bc.total
-    stats = pl.finetune(p, 600.0, seed=0, max_blocks=4)   # blocks, not seconds: the same under load
+    stats = pl.finetune(p, 600.0, seed=0, max_blocks=4, tune=tune)   # blocks, not seconds: the same under load
     after = evaluate(p, pl.plan(p, polish=False))
     assert after.feasible and bc.total * (1 - 1e-9) <= after.total < before.total
     assert stats[-1]["best_raw_cost"] == pytest.approx(after.total)
