@@ -22,7 +22,8 @@ units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming mess
   (r < rounds), exactly ``bp_solve``'s rule (``bp.price_step``) from the beliefs' argmin plan's
   profile over the cap; the plan (``plan``) decodes the beliefs at each of those rounds, as
   ``bp_solve`` does, and keeps the cheapest that fits after ``fit_with_copies``.
-* **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i).
+* **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i),
+  + table(i, s) · (spread_i + 1) when the parameters hold one problem's fine-tuned ``TABLE``.
 
 **Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping
 parameter at zero; an untrained network is there too, as every MLP's output layer starts at zero)
@@ -108,16 +109,24 @@ def _mlp_def(hidden: int):
 
 
 PARTS = frozenset({"price", "soft", "msg", "read"})   # the learned corrections (``live_parts``)
+ROUND_PARTS = frozenset({"price", "soft", "msg"})     # those inside the rounds ("read" is the readout's)
+TABLE = "table"     # the parameters' optional per-(node, strategy) readout term of ONE problem (fine-tuning's)
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_fns(hidden: int, base: str, parts: frozenset = PARTS) -> dict:
-    """The jitted block of rounds, readout and training forward of a width and base, computing only
-    ``parts``' corrections (compiled once a shape)."""
+def _jitted(hidden: int, base: str, parts: frozenset, name: str):
+    """FGNN method ``name`` computing only ``parts``' corrections, jitted (compiled once a shape)."""
     import jax
     shell = FGNN.__new__(FGNN)
     shell.mlp, shell.base, shell.parts = _mlp_def(hidden), base, parts
-    return {"block": jax.jit(shell._block_out), "readout": jax.jit(shell._readout), "forward": jax.jit(shell._forward)}
+    return jax.jit(getattr(shell, name))
+
+
+def _jit_fns(hidden: int, base: str, parts: frozenset = PARTS) -> dict:
+    """The jitted block of rounds, readout and training forward, each keyed by the ``parts`` it uses."""
+    return {"block": _jitted(hidden, base, frozenset(parts & ROUND_PARTS), "_block_out"),
+            "readout": _jitted(hidden, base, frozenset(parts & {"read"}), "_readout"),
+            "forward": _jitted(hidden, base, frozenset(parts), "_forward")}
 
 
 def live_parts(params) -> frozenset:
@@ -129,7 +138,7 @@ def live_parts(params) -> frozenset:
         return bool(np.any(np.asarray(gate))) and any(np.any(np.asarray(v)) for v in last.values())
     live = {"soft": bool(np.any(np.asarray(params["soft"]))), "msg": on(params["gate"], params["msg"]),
             "price": on(params["pgate"], params["price"]),
-            "read": on(params["gout"], params["read"]) or bool(np.any(np.asarray(params["wgate"])))}
+            "read": on(params["gout"], params["read"]) or any(np.any(np.asarray(params.get(k, 0))) for k in ("wgate", TABLE))}
     return frozenset(k for k, v in live.items() if v)
 
 
@@ -261,11 +270,15 @@ class FGNN:
         fr = jnp.stack([symlog(d), symlog(A["c"]), A["un"], symlog(spread), A["sbinds"]], 1)
         out = mlp.apply({"params": params["read"]}, fr)
         if self.base != "plain":
-            return cp + params["gout"] * jnp.tanh(out)
-        c_out = cp + params["gout"] * spread * out
-        fw = jnp.concatenate([fr, A["hint"][:, None]], 1)   # the warm hint: a learned bonus at Lagrangian BP's choice
-        bonus = params["wgate"] * (spread + 1.0) * (1.0 + mlp.apply({"params": params["warm"]}, fw))
-        return c_out - A["hint"] * smask * bonus
+            c_out = cp + params["gout"] * jnp.tanh(out)
+        else:
+            c_out = cp + params["gout"] * spread * out
+            fw = jnp.concatenate([fr, A["hint"][:, None]], 1)   # the warm hint: a learned bonus at Lagrangian BP's choice
+            bonus = params["wgate"] * (spread + 1.0) * (1.0 + mlp.apply({"params": params["warm"]}, fw))
+            c_out = c_out - A["hint"] * smask * bonus
+        if TABLE in params:       # one problem's fine-tuned table (agent/fgnn_finetune.py), in node-spread units
+            c_out = c_out + params[TABLE] * (spread + 1.0) * smask
+        return c_out
 
     def _forward(self, params, A):
         """The differentiable forward, one jit: (c', to_u, to_v), padded, in cost-scale units; the
@@ -288,8 +301,8 @@ class FGNN:
         return self._readout(params, A, carry), carry[0], carry[1]
 
     def _run(self, inputs: FGInputs, params, on_snap=None):
-        """(final, snapshots): (c', to_u, to_v) as float64 numpy in the problem's cost units, after
-        the last round and at each Lagrangian price update (bp_solve's decode points); computed in
+        """(final, snapshots, carry): (c', to_u, to_v) as float64 numpy in the problem's cost units, after the last
+        round and at each price update (bp_solve's decode points), and the last padded (to_u, to_v, λ); computed in
         float64 (the training forward is float32), only the ``live_parts``. ``on_snap(snapshot)`` is
         called on each snapshot while the next block of rounds runs (jax dispatches it asynchronously)."""
         import jax
@@ -333,18 +346,25 @@ class FGNN:
         out = fns["readout"](params, A, carry)
         while pending:
             on_snap(pending.pop())
-        return unpad(out, carry[0], carry[1]), snaps
+        return unpad(out, carry[0], carry[1]), snaps, carry
 
     def forward(self, inputs: FGInputs, params=None):
         """(unary score c', to_u, to_v) after the last round, float64 numpy, unpadded, in the
         problem's cost units: the decode's belief is c' + the incoming messages."""
         return self._run(inputs, params)[0]
 
-    def logits(self, params, arrays):
-        """Per flat strategy, the imitation logits −scale·log1p(belief − node min) (padded, jnp)."""
+    def messages(self, inputs: FGInputs, params=None) -> tuple:
+        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads): none depends on the readout."""
+        (_, tu, tv), _, carry = self._run(inputs, params)
+        return tu, tv, carry
+
+    def logits(self, params, arrays, carry=None, offset=None):
+        """Per flat strategy, the imitation logits −scale·log1p(belief + ``offset`` − node min) (padded,
+        jnp); with ``carry`` (``messages``') the readout alone runs on it, no rounds."""
         import jax.numpy as jnp
-        c_out, tu, tv = self._forward(params, arrays)
-        b = belief(arrays, c_out, tu, tv)
+        c_out, tu, tv = self._forward(params, arrays) if carry is None else \
+            (self._readout(params, arrays, carry), carry[0], carry[1])
+        b = belief(arrays, c_out, tu, tv) + (0.0 if offset is None else offset)
         d = jnp.maximum(b - node_min(arrays, b)[arrays["node_of"]], 0.0)
         return -jnp.exp(params["logit_scale"]) * jnp.log1p(d / 0.01)
 
@@ -373,6 +393,7 @@ class FGNN:
         queue.flush()
         best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
+            params = None if params is None else {k: v for k, v in params.items() if k != TABLE}  # the pruned one's
             return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
         if best is None and last is None:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")

@@ -21,7 +21,8 @@ the imitation targets (strategies with identical costs, usages and edge rows/col
   its edge memory and ``LABEL_VERSION`` (older labels: unseeded, and under a cap from ``solve_ilp``
   at 10-20 s, blind to copies; never read): computed once.
 * ``same_class(problem, plan)``: per flat strategy, True where it is interchangeable with the
-  plan's strategy of its node (same cost, usage and every incident edge row/column).
+  plan's strategy of its node (same cost, same usage and every incident edge row/column the same,
+  each compared apart).
 * ``restrict(problem, prefix_nodes, plan)``: the problem with those nodes fixed to the plan's
   strategies (others forbidden, then ``solvers.local.prune``): DAgger's conditioned problem.
 """
@@ -167,7 +168,7 @@ def same_class(problem: Problem, plan) -> np.ndarray:
     rng = np.random.default_rng(12345)
     kmax = int(g.k.max()) if g.n else 1
     wcol, wrow = rng.normal(size=kmax), rng.normal(size=kmax)
-    sig = g.cost * 1.0 + g.usage * np.pi
+    sig = np.zeros(len(g.cost))       # the edge rows/columns, by random projections
     m = len(g.eu)
     if m:
         ku, kv = g.k[g.eu], g.k[g.ev]
@@ -180,8 +181,13 @@ def same_class(problem: Problem, plan) -> np.ndarray:
         sig = sig + np.bincount(rflat, g.ec * wcol[col] * ew[ent], minlength=len(sig))
         sig = sig + np.bincount(cflat, g.ec * wrow[row] * ew[ent] * 1.7, minlength=len(sig))
     x = np.asarray(plan, np.int64)
-    ref = sig[g.offs[:-1] + x]
-    return np.isclose(sig, ref[g.node_of], rtol=1e-9, atol=0.0)
+    ref = g.offs[:-1] + x
+    # each part compared apart: summed into one number (as before session 24), usages in bytes (1e9)
+    # swamped edge costs in seconds (1e-3), and strategies of equal usage but different edges were one class
+    same = np.ones(len(sig), dtype=bool)
+    for a in (g.cost, g.usage, sig):
+        same &= np.isclose(a, a[ref][g.node_of], rtol=1e-9, atol=0.0)
+    return same
 
 
 def restrict(problem: Problem, nodes: np.ndarray, plan) -> tuple[Problem, object]:

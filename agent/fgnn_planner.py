@@ -2,7 +2,9 @@
 into plans with the same call as the GNN policy's ``Planner`` (``Planner.load`` hands such a
 checkpoint here, so ``solve(method="policy", checkpoint=PATH)`` plans with it).
 
-``FGPlanner.finetune(problem, time_limit_s)`` fine-tunes it on that problem (agent/fgnn_finetune.py).
+``FGPlanner.finetune(problem, time_limit_s)`` fine-tunes it on that problem (agent/fgnn_finetune.py):
+the shared parameters it keeps replace the planner's, and the problem's readout table is kept under
+the problem's fingerprint (``tables``), used only when that same problem (same limit) is planned.
 ``FGPlanner.plan(problem, polish=False)`` is the raw decode: one forward pass and solvers/bp.py's
 masked one-node-at-a-time decode with the learned scores and messages, honouring the memory cap;
 when no decode fits (their copies break the cap and the repair fails), the least-usage plan
@@ -33,10 +35,10 @@ import time
 import numpy as np
 from flax import serialization
 
-from agent.fgnn import FGNN, FGConfig, live_parts
+from agent.fgnn import FGNN, TABLE, FGConfig, live_parts
 from agent.fgnn_finetune import finetune
 from costmodel.limits import Limits
-from costmodel.problem import Problem, evaluate
+from costmodel.problem import Problem, evaluate, problem_fingerprint
 from solvers.bp import bp_solve
 from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
 from solvers.local.budgeted import capped_search
@@ -57,6 +59,7 @@ class FGPlanner:
         self.config = FGConfig.from_dict(dict(config))
         self.net = FGNN(self.config, params)
         self.source, self.update, self.extra = source, int(update), dict(extra or {})
+        self.tables = {}    # problem fingerprint -> its fine-tuned readout table (``finetune``)
 
     @classmethod
     def from_state(cls, state: dict, source: str) -> FGPlanner:
@@ -128,7 +131,11 @@ class FGPlanner:
         (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
         (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
         tree DPs: 0.04 s of 0.14 s at 1,000 nodes), else through the jitted forward."""
-        params = self.net.params if params is None else params
+        if params is None:
+            params = self.net.params
+            if self.tables:     # a problem fine-tuned on: its own readout table
+                table = self.tables.get(problem_fingerprint(problem))
+                params = params if table is None else {**params, TABLE: table}
         damped = bool(np.any(np.asarray(params["damp"])))     # a learned damping is no PART, but not BP's 0.5
         if not live_parts(params) and not damped and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
             r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
@@ -140,14 +147,24 @@ class FGPlanner:
             return None, -float("inf")
 
     def finetune(self, problem: Problem, time_limit_s: float, memory_cap_bytes=None, seed: int = 0,
-                 reinforce: bool = False, max_blocks: int | None = None, **_ignored) -> list[dict]:
-        """Imitation + DAgger with ILP completions (+ POMO-style REINFORCE) on ``problem`` alone for
-        ``time_limit_s`` (agent/fgnn_finetune.py); this planner keeps the parameters of the cheapest
-        raw plan seen (never worse than zero-shot). Returns the per-block stats."""
+                 reinforce: bool = False, max_blocks: int | None = None, tune: str = "readout", **_ignored) -> list[dict]:
+        """Imitation on the readout with a per-problem table (``tune="readout"``), or imitation + DAgger
+        with ILP completions (+ POMO-style REINFORCE) on every parameter (``tune="all"``), on ``problem``
+        alone for ``time_limit_s`` (agent/fgnn_finetune.py); every block is judged by this planner's own
+        raw decode (``plan(polish=False)``), and the parameters of the cheapest raw plan seen are kept
+        (never worse than zero-shot). Returns the per-block stats."""
         if time_limit_s <= 0:
             return []
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
+
+        def raw_cost(params) -> float:     # this planner's raw decode with ``params``, as ``plan(polish=False)``
+            c = evaluate(problem, self.plan(problem, polish=False, params=params))
+            return c.total if c.feasible else float("inf")
         params, stats = finetune(self.net, problem, time_limit_s, seed=seed, reinforce=reinforce,
-                                 max_blocks=max_blocks)
+                                 max_blocks=max_blocks, tune=tune, raw_cost=raw_cost)
+        params = dict(params)
+        table = params.pop(TABLE, None)
         self.net.params = params
+        if table is not None:
+            self.tables[problem_fingerprint(problem)] = table
         return stats

@@ -122,19 +122,24 @@ class Sample:
 
 def make_loss(net: FGNN):
     def loss_fn(params, A):
-        lg = net.logits(params, A)
-        npad = A["lo"].shape[0]
-        valid = A["smask"] > 0
-        neg = jnp.float32(-1e30)
-        l_all = jnp.where(valid, lg, neg)
-        l_cls = jnp.where(valid & (A["cls"] > 0), lg, neg)
-        m = jax.ops.segment_max(l_all, A["node_of"], npad)
-        m = jnp.where(m > -1e29, m, 0.0)
-        lse = jnp.log(jax.ops.segment_sum(jnp.exp(l_all - m[A["node_of"]]), A["node_of"], npad) + 1e-30) + m
-        lsc = jnp.log(jax.ops.segment_sum(jnp.exp(l_cls - m[A["node_of"]]), A["node_of"], npad) + 1e-30) + m
-        nll = (lse - lsc) * A["w"]
-        return nll.sum() / jnp.maximum(A["w"].sum(), 1.0)
+        return imitation_nll(net.logits(params, A), A)
     return loss_fn
+
+
+def imitation_nll(lg, A):
+    """The class-merged cross-entropy of per-strategy logits ``lg`` against ``A``'s targets (``cls``:
+    1 on the label's class, ``w``: the nodes counted), averaged over those nodes."""
+    npad = A["lo"].shape[0]
+    valid = A["smask"] > 0
+    neg = jnp.float32(-1e30)
+    l_all = jnp.where(valid, lg, neg)
+    l_cls = jnp.where(valid & (A["cls"] > 0), lg, neg)
+    m = jax.ops.segment_max(l_all, A["node_of"], npad)
+    m = jnp.where(m > -1e29, m, 0.0)
+    lse = jnp.log(jax.ops.segment_sum(jnp.exp(l_all - m[A["node_of"]]), A["node_of"], npad) + 1e-30) + m
+    lsc = jnp.log(jax.ops.segment_sum(jnp.exp(l_cls - m[A["node_of"]]), A["node_of"], npad) + 1e-30) + m
+    nll = (lse - lsc) * A["w"]
+    return nll.sum() / jnp.maximum(A["w"].sum(), 1.0)
 
 
 @functools.lru_cache(maxsize=None)

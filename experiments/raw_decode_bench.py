@@ -77,14 +77,19 @@ def held_out_cli(only: str = "") -> tuple[argparse.Namespace, list]:
     ap.add_argument("--json", default="")
     ap.add_argument("--checkpoint", default="fgnn")
     args = ap.parse_args()
+    return args, held_out_problems(args.cache)
+
+
+def held_out_problems(cache: str = "/tmp/heldout_problems.pkl") -> list:
+    """The 18 built held-out problems [(name, Problem)], from the pickle ``cache`` or built and pickled there."""
     from experiments.heldout_reference import heldout_problems
-    if os.path.exists(args.cache):
-        with open(args.cache, "rb") as f:
-            return args, pickle.load(f)
+    if os.path.exists(cache):
+        with open(cache, "rb") as f:
+            return pickle.load(f)
     probs = [(n, w.build()) for n, w in heldout_problems()]
-    with open(args.cache, "wb") as f:
+    with open(cache, "wb") as f:
         pickle.dump(probs, f)
-    return args, probs
+    return probs
 
 
 def binding(name: str, best: dict) -> bool:

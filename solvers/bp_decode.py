@@ -205,6 +205,25 @@ def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False, ec=None) -> 
     return x
 
 
+def forced_offsets(mp, to_u, to_v, x, ec=None) -> np.ndarray:
+    """Per flat strategy, what ``decode`` adds to its node's belief when every earlier node was decided
+    as plan ``x`` (teacher forcing): the decided neighbours' true edge costs in place of their messages.
+    The belief plus these offsets is the score ``decode`` ranks at each node along ``x`` (before its
+    memory mask); agent/fgnn_finetune.py imitates ``x`` on it."""
+    g = mp.g
+    ec = mp.ec if ec is None else ec
+    off, x = np.zeros(len(g.cost)), np.asarray(x, np.int64)
+    offs, ks = g.offs.tolist(), g.k.tolist()
+    for i, terms in enumerate(mp.earlier()):
+        lo, hi, ki = offs[i], offs[i + 1], ks[i]
+        for j, idx, first, msl, from_u in terms:     # as decode's loop, with x for the decided strategies
+            if from_u:
+                off[lo:hi] += ec[idx + x[j]] - to_u[msl]
+            else:
+                off[lo:hi] += ec[first + x[j] * ki: first + (x[j] + 1) * ki] - to_v[msl]
+    return off
+
+
 def _add(floor: np.ndarray, made: list, cap: float | None, sign: float = 1.0) -> bool:
     """Add (``sign`` −1: remove) the copies ``made`` ([(lo, hi, bytes)] on the grid) to the floor;
     with ``cap``, False (and the floor as it was) when that puts a point over it."""
