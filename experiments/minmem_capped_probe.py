@@ -40,9 +40,8 @@ class Config:
 
 def main(argv=None) -> dict:
     import shardgym as sg
-    import zoo
     from experiments.common import write_results
-    from experiments.s21c_remat import plan_row
+    from experiments.s21c_remat import executed_programs, plan_row
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gpt")
@@ -55,15 +54,7 @@ def main(argv=None) -> dict:
     policy = None if a.policy in ("", "none") else a.policy
     cfg = Config(model=a.model, caps_MiB=tuple(float(c) for c in a.caps.split(",") if c), time_limit_s=a.time_limit_s,
                  policy=policy, bound=a.bound)
-    size = zoo.sizes(cfg.model)[0]
-    fn, args = zoo.build(cfg.model, size, seed=cfg.seed)
-    cluster = sg.Cluster.preset(cfg.cluster)
-    plain = sg.trace(fn, *args, name=f"{cfg.model}-{size}")
-    pp = sg.build_problem(plain, cluster)
-    mega = sg.solve(pp, method="megatron")
-    mega_s = sg.evaluate(pp, mega).step_time_s
-    graph = sg.trace(fn, *args, name=f"{cfg.model}-{size}", recompute=policy)
-    problem = sg.build_problem(graph, cluster)
+    fn, args, plain, pp, mega, mega_s, graph, problem = executed_programs(cfg.model, cfg.cluster, policy, cfg.seed)
     rows = [plan_row("plain megatron", fn, args, plain, pp, mega, mega_s, True, 8)]
     for cap in cfg.caps_MiB:
         t0 = time.perf_counter()

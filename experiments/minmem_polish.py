@@ -41,9 +41,8 @@ class Config:
 
 def main(argv=None) -> dict:
     import shardgym as sg
-    import zoo
     from experiments.common import write_results
-    from experiments.s21c_remat import plan_row
+    from experiments.s21c_remat import executed_programs, plan_row
     from solvers.minmem_lns import peak_lns
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -63,15 +62,7 @@ def main(argv=None) -> dict:
     got = [r for r in rows if r["plan"] == cfg.plan]
     if not got:
         raise ValueError(f"no plan {cfg.plan!r} in results/{cfg.source}.json; it has {[r['plan'] for r in rows]}")
-    size = zoo.sizes(cfg.model)[0]
-    fn, args = zoo.build(cfg.model, size, seed=cfg.seed)
-    cluster = sg.Cluster.preset(cfg.cluster)
-    plain = sg.trace(fn, *args, name=f"{cfg.model}-{size}")
-    pp = sg.build_problem(plain, cluster)
-    mega = sg.solve(pp, method="megatron")
-    mega_s = sg.evaluate(pp, mega).step_time_s
-    graph = sg.trace(fn, *args, name=f"{cfg.model}-{size}", recompute=cfg.policy)
-    problem = sg.build_problem(graph, cluster)
+    fn, args, plain, pp, mega, mega_s, graph, problem = executed_programs(cfg.model, cfg.cluster, cfg.policy, cfg.seed)
     # a minmem_polish record before rows carried their strategies: the polished plan's at the top level
     start = got[0]["strategies"] if "strategies" in got[0] else record["strategies"] \
         if cfg.plan.startswith("polished") else None

@@ -52,6 +52,22 @@ PROGRAMS = {"plain": ({}, None), "remat": ({"remat_attention": True}, None),
             "dots": ({}, "dots"), "dots-no-batch": ({}, "dots_no_batch")}
 
 
+def executed_programs(model: str, cluster_name: str, policy, seed: int = 0):
+    """(fn, args, plain graph, its Problem, plain Megatron's plan, its modelled step time, the graph traced under
+    recompute ``policy``, its Problem): the zoo model's first size on ``cluster_name``, real arrays (executed)."""
+    import shardgym as sg
+    import zoo
+
+    size = zoo.sizes(model)[0]
+    fn, args = zoo.build(model, size, seed=seed)
+    cluster = sg.Cluster.preset(cluster_name)
+    plain = sg.trace(fn, *args, name=f"{model}-{size}")
+    pp = sg.build_problem(plain, cluster)
+    mega = sg.solve(pp, method="megatron")
+    graph = sg.trace(fn, *args, name=f"{model}-{size}", recompute=policy)
+    return fn, args, plain, pp, mega, sg.evaluate(pp, mega).step_time_s, graph, sg.build_problem(graph, cluster)
+
+
 def plan_row(name, fn, args, graph, problem, plan, mega_plain_s, executed: bool, top: int) -> dict:
     import shardgym as sg
     from experiments.minmem_bounds import peak_by_kind
