@@ -267,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --out, write PNG plots next to the plan")
     p.add_argument("--verify", type=int, nargs="?", const=3, default=0, metavar="ROUNDS",
                    help="compile the plan with XLA (abstractly), charge the buffers the model missed and "
-                        "re-solve, at most ROUNDS compiles (default 3); the plan is XLA-checked")
+                        "re-solve, at most ROUNDS compiles (default 3); the plan is XLA-checked. With --objective "
+                        "memory and --max-step-time: charged every round, the peak LNS between rounds, and the plan "
+                        "XLA measures least is kept")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("compare", help="every method side by side for one model and cluster")
