@@ -61,9 +61,9 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
     problem = sg.build_problem(plain, cluster)
     mega = sg.solve(problem, method="megatron")
     mega_s = sg.evaluate(problem, mega).step_time_s
-    rows = [plan_row("plain megatron", fn, args, plain, problem, mega, mega_s, executed, cfg.top),
-            plan_row(f"chosen ({choice.policy}) min-memory {cfg.bound}x", fn, args, choice.graph, choice.problem,
-                     choice.plan, mega_s, executed, cfg.top)]
+    rows = [dict(plan_row("plain megatron", fn, args, plain, problem, mega, mega_s, executed, cfg.top), strategies=None),
+            dict(plan_row(f"chosen ({choice.policy}) min-memory {cfg.bound}x", fn, args, choice.graph, choice.problem,
+                          choice.plan, mega_s, executed, cfg.top), strategies=[int(x) for x in choice.plan.strategies])]
     verified = None
     if cfg.verify_rounds > 0:
         t1 = time.perf_counter()
@@ -72,12 +72,11 @@ def run_model(name: str, size: str, cfg: Config) -> dict:
         print(v.summary(), flush=True)
         verified = {"rounds": [dict(r.to_dict(), strategies=None) for r in v.rounds],
                     "chosen_round": v.plan.info["verify"]["chosen_round"], "verify_s": time.perf_counter() - t1}
-        rows.append(plan_row(f"chosen ({choice.policy}), verified ({cfg.verify_rounds} rounds)", fn, args,
-                             choice.graph, choice.problem, v.plan, mega_s, executed, cfg.top))
+        rows.append(dict(plan_row(f"chosen ({choice.policy}), verified ({cfg.verify_rounds} rounds)", fn, args,
+                                  choice.graph, choice.problem, v.plan, mega_s, executed, cfg.top),
+                         strategies=[int(x) for x in v.plan.strategies]))
     for r in rows:
         r["saving_vs_plain_megatron_xla"] = 1 - r["xla_MiB"] / rows[0]["xla_MiB"]
-        r["strategies"] = None if r["plan"] == "plain megatron" else \
-            list(map(int, (choice.plan if r is rows[1] else v.plan).strategies))
     mib = 2.0 ** -20
     cands = [dict(c, peak_MiB=None if c["peak_memory_bytes"] is None else c["peak_memory_bytes"] * mib,
                   step_time_vs_plain_megatron=c["step_time_s"] / mega_s) for c in choice.candidates]

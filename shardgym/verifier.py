@@ -208,22 +208,11 @@ def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, solve
     plans: list[Plan] = []
     note = ""
     for r in range(rounds):
-        with tempfile.TemporaryDirectory(prefix="shardgym-verify-") as d:
-            rep = runtime.execute(fn, abstract, graph, plan, problem=cur, compiler_options={"xla_dump_to": d})
-            pred = float(evaluate(cur, plan).peak_memory_bytes)
-            xla = float(rep.xla_memory_bytes)
-            fits = None if cap is None else bool(xla <= cap)
-            ratio = pred / xla if xla else 1.0
-            ok = abs(ratio - 1) <= tol and fits is not False
-            missed, lost = [], 0.0
-            nxt = cur
-            if not ok:
-                text = next(iter(sorted(Path(d).glob("*after_optimizations.txt"))), None)
-                nxt, missed, lost = charge(cur, plan, d, text.read_text() if text else "")
-        done.append(Round(r, tuple(int(x) for x in plan.strategies), pred, xla, ratio, fits,
-                          float(sum(b for _, b in missed)), tuple(missed[:20]), lost, rep.compile_time_s))
+        rnd, nxt = _compile_round(fn, abstract, graph, cur, plan, r, tol, always_charge=False)
+        done.append(rnd)
         plans.append(plan)
-        if ok or r == rounds - 1 or not missed:
+        ok = abs(rnd.ratio - 1) <= tol and rnd.fits is not False
+        if ok or r == rounds - 1 or not rnd.missed:
             break
         cur = nxt
         try:
@@ -234,13 +223,41 @@ def verify(fn, args, graph, problem: Problem, plan: Plan | None = None, *, solve
     good = [r for r in done if abs(r.ratio - 1) <= tol and r.fits is not False]
     fitting = [r for r in done if r.fits is not False]
     best = good[0] if good else min(fitting or done, key=lambda r: r.xla_memory_bytes)
-    out = plans[best.index]
-    out.info = dict(out.info, verify={"rounds": [x.to_dict() for x in done], "chosen_round": best.index,
-                                      "xla_memory_bytes": best.xla_memory_bytes, "fits_xla": best.fits, "note": note})
-    if best.fits is False:  # XLA's verdict overrides the model's: every table shows it as not fitting
-        out.meta = dict(out.meta or {}, unmet=f"memory cap: XLA needs {best.xla_memory_bytes:.0f} B/device, "
+    return Verified(_answer(plans, done, best, cap, note), cur, tuple(done), best.fits, bool(good))
+
+
+def _compile_round(fn, abstract, graph, cur: Problem, plan: Plan, index: int, tol: float,
+                   always_charge: bool) -> tuple[Round, Problem]:
+    """(round ``index``, the next Problem): ``plan`` compiled without running it, XLA's memory beside the
+    prediction, and, when the prediction is more than ``tol`` off, XLA's figure breaks the cap or
+    ``always_charge``, what XLA holds at its peak beyond the model charged (``charge``)."""
+    cap = cur.usage_limit
+    with tempfile.TemporaryDirectory(prefix="shardgym-verify-") as d:
+        rep = runtime.execute(fn, abstract, graph, plan, problem=cur, compiler_options={"xla_dump_to": d})
+        pred = float(evaluate(cur, plan).peak_memory_bytes)
+        xla = float(rep.xla_memory_bytes)
+        fits = None if cap is None else bool(xla <= cap)
+        ratio = pred / xla if xla else 1.0
+        missed, lost, nxt = [], 0.0, cur
+        if always_charge or not (abs(ratio - 1) <= tol and fits is not False):
+            text = next(iter(sorted(Path(d).glob("*after_optimizations.txt"))), None)
+            nxt, missed, lost = charge(cur, plan, d, text.read_text() if text else "")
+    return Round(index, tuple(int(x) for x in plan.strategies), pred, xla, ratio, fits,
+                 float(sum(b for _, b in missed)), tuple(missed[:20]), lost, rep.compile_time_s), nxt
+
+
+def _answer(plans: list, done: list, pick: Round, cap, note: str, **extra) -> Plan:
+    """The plan of round ``pick`` with every round in ``info["verify"]`` (and ``extra``); a plan XLA says
+    breaks the cap carries ``meta["unmet"]``: XLA's verdict overrides the model's, every table shows it
+    as not fitting."""
+    out = plans[pick.index]
+    out.info = dict(out.info, verify={"rounds": [x.to_dict() for x in done], "chosen_round": pick.index,
+                                      "xla_memory_bytes": pick.xla_memory_bytes, "fits_xla": pick.fits, "note": note,
+                                      **extra})
+    if pick.fits is False:
+        out.meta = dict(out.meta or {}, unmet=f"memory cap: XLA needs {pick.xla_memory_bytes:.0f} B/device, "
                                               f"over the cap of {cap:.0f} B")
-    return Verified(out, cur, tuple(done), best.fits, bool(good))
+    return out
 
 
 #: ``verify`` with the memory objective under a step-time bound: each round's peak LNS runs at most this long
@@ -261,7 +278,6 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
     XLA's figure decides among them); ``fits`` is XLA's verdict on it against the cap."""
     from solvers.minmem_lns import peak_lns  # lazy: solvers import the cost model only
 
-    cap = cur.usage_limit
     done: list[Round] = []
     plans: list[Plan] = []
     best: tuple[float, int] | None = None
@@ -273,19 +289,11 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
             seen.add(tuple(c))
             todo.append(Plan.for_problem(cur, c, method=plan.method, objective=plan.objective, info=dict(plan.info)))
     for r in range(rounds):
-        with tempfile.TemporaryDirectory(prefix="shardgym-verify-") as d:
-            rep = runtime.execute(fn, abstract, graph, plan, problem=cur, compiler_options={"xla_dump_to": d})
-            pred = float(evaluate(cur, plan).peak_memory_bytes)
-            xla = float(rep.xla_memory_bytes)
-            text = next(iter(sorted(Path(d).glob("*after_optimizations.txt"))), None)
-            nxt, missed, lost = charge(cur, plan, d, text.read_text() if text else "")
-        fits = None if cap is None else bool(xla <= cap)
-        done.append(Round(r, tuple(int(x) for x in plan.strategies), pred, xla, pred / xla if xla else 1.0, fits,
-                          float(sum(b for _, b in missed)), tuple(missed[:20]), lost, rep.compile_time_s))
+        rnd, cur = _compile_round(fn, abstract, graph, cur, plan, r, tol, always_charge=True)
+        done.append(rnd)
         plans.append(plan)
-        if fits is not False and (best is None or xla < best[0]):
-            best = (xla, r)
-        cur = nxt
+        if rnd.fits is not False and (best is None or rnd.xla_memory_bytes < best[0]):
+            best = (rnd.xla_memory_bytes, r)
         if r == rounds - 1:
             break
         if todo:
@@ -299,11 +307,5 @@ def _verify_memory(fn, abstract, graph, cur: Problem, plan: Plan, max_time: floa
             break
         plan = Plan.for_problem(cur, s, method=start.method, objective=start.objective, info=dict(start.info))
     pick = done[best[1]] if best is not None else min(done, key=lambda x: x.xla_memory_bytes)
-    out = plans[pick.index]
-    out.info = dict(out.info, verify={"rounds": [x.to_dict() for x in done], "chosen_round": pick.index,
-                                      "xla_memory_bytes": pick.xla_memory_bytes, "fits_xla": pick.fits, "note": note,
-                                      "mode": "memory: charged every round, peak LNS between rounds"})
-    if pick.fits is False:
-        out.meta = dict(out.meta or {}, unmet=f"memory cap: XLA needs {pick.xla_memory_bytes:.0f} B/device, "
-                                              f"over the cap of {cap:.0f} B")
+    out = _answer(plans, done, pick, cur.usage_limit, note, mode="memory: charged every round, peak LNS between rounds")
     return Verified(out, cur, tuple(done), pick.fits, bool(abs(pick.ratio - 1) <= tol))

@@ -161,11 +161,7 @@ def decode(mp, c, to_u, to_v, tries: int = 4, copies: bool = False, ec=None) -> 
     for i, terms in enumerate(mp.earlier()):
         lo, hi, ki = offs[i], offs[i + 1], ks[i]
         sc = b[lo:hi].copy()
-        for j, idx, first, msl, from_u in terms:     # the decided neighbours' true edge costs
-            if from_u:
-                sc += ec[idx + xs[j]] - to_u[msl]
-            else:
-                sc += ec[first + xs[j] * ki: first + (xs[j] + 1) * ki] - to_v[msl]
+        _add_decided(sc, terms, xs, ki, ec, to_u, to_v)
         if timed[i]:
             room = cap - d.floor[tlo[i]:thi[i]].max()
             sc = np.where(g.usage[lo:hi] - d.mc[i] <= room, sc, np.inf)
@@ -215,13 +211,18 @@ def forced_offsets(mp, to_u, to_v, x, ec=None) -> np.ndarray:
     off, x = np.zeros(len(g.cost)), np.asarray(x, np.int64)
     offs, ks = g.offs.tolist(), g.k.tolist()
     for i, terms in enumerate(mp.earlier()):
-        lo, hi, ki = offs[i], offs[i + 1], ks[i]
-        for j, idx, first, msl, from_u in terms:     # as decode's loop, with x for the decided strategies
-            if from_u:
-                off[lo:hi] += ec[idx + x[j]] - to_u[msl]
-            else:
-                off[lo:hi] += ec[first + x[j] * ki: first + (x[j] + 1) * ki] - to_v[msl]
+        _add_decided(off[offs[i]:offs[i + 1]], terms, x, ks[i], ec, to_u, to_v)
     return off
+
+
+def _add_decided(sc: np.ndarray, terms, xs, ki: int, ec, to_u, to_v) -> None:
+    """Add to node scores ``sc`` (a view, ``ki`` strategies) its decided neighbours' true edge costs in
+    place of their messages (``terms``: ``mp.earlier()``'s for the node; ``xs``: the decided strategies)."""
+    for j, idx, first, msl, from_u in terms:
+        if from_u:
+            sc += ec[idx + xs[j]] - to_u[msl]
+        else:
+            sc += ec[first + xs[j] * ki: first + (xs[j] + 1) * ki] - to_v[msl]
 
 
 def _add(floor: np.ndarray, made: list, cap: float | None, sign: float = 1.0) -> bool:

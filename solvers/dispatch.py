@@ -134,7 +134,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     if objective != "time":
         # the seeds' time counts against the limit (at least 1 s is left to the solver)
         time_limit_s = max(1.0, limit_s - (time.perf_counter() - t0))
-    bisect = None
+    bisect = dinfo = None
     lns = LNS_SHARE if problem.num_nodes >= LNS_MIN_NODES else 0.0   # the peak LNS's share after the bisection
     if objective == "memory" and max_step_time_s is not None and BISECT_SHARE > 0 and problem.edge_memory is not None:
         # min peak within T by bisection on the cap (solvers.minmem_bisect), from the best seed within
@@ -152,7 +152,6 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
                                          polish=lambda s, until: peak_lns(problem, s, float(max_step_time_s), until)[0],
                                          progress=kw.get("progress"))
             binfo["steps"] = binfo["steps"] + [("core",) + tuple(x) for x in dinfo["steps"]]
-            binfo["core_descent"] = dinfo
         if bisect is not None:   # the MIP gets 1 - LNS_SHARE of the time left, the peak LNS the rest
             kw["initial_plans"] = [bisect] + list(kw.get("initial_plans") or [])
             time_limit_s = max(1.0, (1.0 - lns) * (limit_s - (time.perf_counter() - t0)))
@@ -178,8 +177,7 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
         info = solve_info.to_dict() if hasattr(solve_info, "to_dict") else dict(solve_info)
     if bisect is not None:
         info["bisection"] = binfo["steps"]
-        if "core_descent" in binfo:   # its plans are the answer's candidates (``verify`` compiles them)
-            dinfo = binfo["core_descent"]
+        if dinfo is not None:   # its plans are the answer's candidates (``verify`` compiles them)
             info["core_descent"] = {k: v for k, v in dinfo.items() if k != "plans"}
             info["candidates"] = dinfo["plans"][-CANDIDATES:]
         bc, sc = evaluate(problem, bisect), evaluate(problem, strategies)
