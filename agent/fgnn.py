@@ -325,9 +325,10 @@ class FGNN:
         return self._run(inputs, params)[0][:3]
 
     def messages(self, inputs: FGInputs, params=None) -> tuple:
-        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads): none depends on the readout."""
-        (_, tu, tv, _), carry = self._run(inputs, params)
-        return tu, tv, carry
+        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads, the flat edge costs the
+        final decode uses: copy-priced in bp_solve's copy-priced phase): none depends on the readout."""
+        (_, tu, tv, ec), carry = self._run(inputs, params)
+        return tu, tv, carry, ec
 
     def logits(self, params, arrays, carry=None, offset=None):
         """Per flat strategy, the imitation logits −scale·log1p(belief + ``offset`` − node min) (padded,
