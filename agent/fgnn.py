@@ -18,23 +18,22 @@ units. Round r (of ``rounds``), with beliefs b_i(s) = c'_i(s) + Σ incoming mess
 * **residual**: + g_r · tanh(MLP(message features)): bounded by |g_r| cost scales whatever the
   problem (``base="plain"`` checkpoints: g_r · spread_e · MLP, unbounded: edge spreads reach 1e6 scales);
 * normalised to min 0 per edge and damped with a learned α_r = sigmoid(d_r) (d_r = 0: bp.py's 0.5);
-* **Lagrangian prices** (``base="lagrangian"``, the default): every ``bp.PRICE_EVERY`` rounds
-  (r < rounds), exactly ``bp_solve``'s rule (``bp.price_step``) from the beliefs' argmin plan's
-  profile over the cap; the plan (``plan``) decodes the beliefs at each of those rounds, as
-  ``bp_solve`` does, and keeps the cheapest that fits after ``fit_with_copies``.
+* **Lagrangian prices** (``base="lagrangian"``, the default): ``bp_solve``'s schedule, rule and cadence
+  (``bp.PriceSchedule``, solvers/bp_schedule.py) between jitted blocks of rounds in ``plan``: prices every
+  ``bp.PRICE_EVERY`` rounds from the argmin plan's node usages; with copy groups, once the cap binds, the
+  copy-priced phase (the copies priced on the edge entries that make them, prices every ``COPY_PRICE_EVERY``
+  rounds, ``COPY_ROUNDS`` times the rounds; rounds past ``rounds`` use the last round's parameters); decodes
+  where bp_solve decodes (plain and copy-aware, and plain BP's), the cheapest that fits after ``fit_with_copies``.
 * **readout**: score_i(s) = b_i(s) + g_out · tanh(MLP(node-strategy features)) (plain: · spread_i),
   + table(i, s) · (spread_i + 1) when the parameters hold one problem's fine-tuned ``TABLE``.
 
-**Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping
-parameter at zero; an untrained network is there too, as every MLP's output layer starts at zero)
-is Lagrangian BP: its messages are bp.py's to float32 rounding and its plan equals
-``bp_plan(rounds=config.rounds, memory_prices=True)``'s (tests/test_fgnn.py; plain BP's for
-``base="plain"`` or an uncapped problem). In ``plan`` the price rule reads the argmin plan's
-node usages (``bp.Messages.price_profile``), as bp.py does, between jitted blocks of rounds, and
-each decode point decodes plainly and copy-aware (``bp.Candidates``, as bp_solve); the
-differentiable training forward (``logits``) runs the same rule inside one jit on node usages
-too, but on the grid points alone (no copy-aware decode), and it never switches the rule off once
-the plan fits and λ is 0 (bp.py does; λ then stays 0 unless the argmin plan goes over again).
+**Zero corrections** (``zero_corrections``: every gate, mixing weight, price gate and damping parameter at
+zero; an untrained network too, as every MLP's output layer starts at zero) is Lagrangian BP: its plan is
+``bp_solve(rounds=config.rounds)``'s, copy-priced phase included (tests/test_fgnn.py; plain BP's for
+``base="plain"`` or uncapped), computed in float64 from float64 inputs. The differentiable training forward
+(``logits``) is not that run where the problem has copy groups: one jit, node-usage prices every
+``bp.PRICE_EVERY`` rounds for ``rounds`` rounds, no copy-priced phase, float32, no decodes, and it never
+switches the rule off once the plan fits and λ is 0 (bp.py does; λ then stays 0 unless the argmin plan goes over).
 
 Shapes are padded to buckets (agent/fgnn_pack.py): one compiled forward serves similar sizes.
 """
@@ -47,6 +46,8 @@ import numpy as np
 
 from agent.fgnn_inputs import FGInputs, raw_arrays, warm_hint
 from agent.fgnn_ops import argmin_usage, belief, expected_usage, node_min, priced, profile, symlog
+from agent.fgnn_pack import pack, padded_sizes
+from agent.fgnn_run import scheduled_run
 from costmodel.limits import Limits
 from costmodel.problem import Problem
 from solvers import bp
@@ -115,11 +116,12 @@ TABLE = "table"     # the parameters' optional per-(node, strategy) readout term
 
 @functools.lru_cache(maxsize=None)
 def _jitted(hidden: int, base: str, parts: frozenset, name: str):
-    """FGNN method ``name`` computing only ``parts``' corrections, jitted (compiled once a shape)."""
+    """FGNN method ``name`` computing only ``parts``' corrections, jitted (compiled once a shape; the
+    block of rounds once per ``length`` too)."""
     import jax
     shell = FGNN.__new__(FGNN)
     shell.mlp, shell.base, shell.parts = _mlp_def(hidden), base, parts
-    return jax.jit(getattr(shell, name))
+    return jax.jit(getattr(shell, name), static_argnames=("length",) if name == "_block_out" else ())
 
 
 def _jit_fns(hidden: int, base: str, parts: frozenset = PARTS) -> dict:
@@ -194,8 +196,9 @@ class FGNN:
         return out
 
     # ---- the rounds ----
-    def _round(self, params, A, carry, r):
-        """Round r (traced; rounds past ``rounds`` leave the state as it is)."""
+    def _round(self, params, A, carry, r, on):
+        """Round r (traced; ``on`` false: the state left as it is). Rounds past the ``rounds`` learned
+        (the copy-priced phase's, ``bp.COPY_ROUNDS`` times them) use the last round's parameters."""
         import jax
         import jax.numpy as jnp
         seg_min, seg_max = jax.ops.segment_min, jax.ops.segment_max
@@ -239,20 +242,18 @@ class FGNN:
             new_u, new_v = new_u + gate * cu * umask, new_v + gate * cv * vmask
         a = jax.nn.sigmoid(damp)
         new = (a * to_u + (1 - a) * new_u, a * to_v + (1 - a) * new_v, lam2)
-        on = r < T
         return tuple(jnp.where(on, x, y).astype(y.dtype) for x, y in zip(new, carry))
 
-    def _block(self, params, A, carry, blk):
-        """Rounds blk·PRICE_EVERY ... (blk+1)·PRICE_EVERY − 1."""
+    def _block(self, params, A, carry, r0, n, length: int):
+        """Rounds r0 ... r0 + n − 1 (n ≤ ``length``, the scan's static length; the rest left off)."""
         import jax
         import jax.numpy as jnp
-        P = bp.PRICE_EVERY
-        carry, _ = jax.lax.scan(lambda c, j: (self._round(params, A, c, blk * P + j), None), carry,
-                                jnp.arange(P, dtype=jnp.int32))
+        carry, _ = jax.lax.scan(lambda c, j: (self._round(params, A, c, r0 + j, j < n), None), carry,
+                                jnp.arange(length, dtype=jnp.int32))
         return carry
 
-    def _block_out(self, params, A, carry, blk):
-        return (carry := self._block(params, A, carry, blk)), priced(A, carry[2])
+    def _block_out(self, params, A, carry, r0, n, length: int):
+        return (carry := self._block(params, A, carry, r0, n, length)), priced(A, carry[2])
 
     def _readout(self, params, A, carry):
         """The unary score c' per flat strategy (the decode's belief is c' + the incoming messages)."""
@@ -281,14 +282,15 @@ class FGNN:
         return c_out
 
     def _forward(self, params, A):
-        """The differentiable forward, one jit: (c', to_u, to_v), padded, in cost-scale units; the
-        Lagrangian rule on node usages alone (see the module docstring)."""
+        """The differentiable forward, one jit: (c', to_u, to_v), padded, in cost-scale units. Not the
+        planning run where the problem has copy groups: the Lagrangian rule on node usages alone, every
+        ``bp.PRICE_EVERY`` rounds for ``rounds`` rounds, no copy-priced phase (see the module docstring)."""
         import jax
         import jax.numpy as jnp
         T, P = params["damp"].shape[0], bp.PRICE_EVERY
 
         def outer(carry, blk):
-            carry = self._block(params, A, carry, blk)
+            carry = self._block(params, A, carry, blk * P, T - blk * P, P)
             if self.base != "lagrangian":
                 return carry, None
             to_u, to_v, lam = carry
@@ -301,62 +303,32 @@ class FGNN:
         return self._readout(params, A, carry), carry[0], carry[1]
 
     def _run(self, inputs: FGInputs, params, on_snap=None):
-        """(final, snapshots, carry): (c', to_u, to_v) as float64 numpy in the problem's cost units, after the last
-        round and at each price update (bp_solve's decode points), and the last padded (to_u, to_v, λ); computed in
-        float64 (the training forward is float32), only the ``live_parts``. ``on_snap(snapshot)`` is
-        called on each snapshot while the next block of rounds runs (jax dispatches it asynchronously)."""
+        """(final, carry) of the planning run (agent/fgnn_run.py): bp_solve's schedule (``bp.PriceSchedule``)
+        between jitted blocks of rounds, in float64 from float64 inputs (the training forward is float32),
+        only the ``live_parts``."""
         import jax
         import jax.numpy as jnp
         with jax.enable_x64(True):     # float64, as bp.py: costs spanning 1e6 scales make float32 break ties
             params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), self.params if params is None else params)
-            A = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.arrays.items()}
-            return self._run64(inputs, params, A, on_snap)
-
-    def _run64(self, inputs, params, A, on_snap):
-        import jax
-        import jax.numpy as jnp
-        mp, s = inputs.mp, inputs.scale
-        g = mp.g
-        S, U, V, Tg = inputs.sizes[0], inputs.sizes[1], inputs.sizes[2], inputs.sizes[6]
-        T, P = self.config.rounds, bp.PRICE_EVERY
-        carry = tuple(jnp.zeros(A[k].shape[0], jnp.float64) for k in ("u_flat", "v_flat", "pmin"))
-
-        def unpad(cp, tu, tv):
-            cp, tu, tv = jax.device_get((cp, tu, tv))
-            return (np.asarray(cp[:S], np.float64) * s, np.asarray(tu[:U], np.float64) * s,
-                    np.asarray(tv[:V], np.float64) * s)
-        snaps, pending, fns = [], [], _jit_fns(self.config.hidden, self.base, live_parts(params))
-        binding = self.base == "lagrangian" and g.cap is not None
-        base = float(inputs.raw["tbase"][0]) if Tg else 0.0
-        for blk in range(-(-T // P)):
-            carry, cp = fns["block"](params, A, carry, np.int32(blk))
-            while pending:
-                on_snap(pending.pop())
-            r = min((blk + 1) * P, T)
-            if binding and r % P == 0 and r < T:
-                snap = unpad(cp, carry[0], carry[1])
-                snaps.append(snap)
-                pending += [snap] if on_snap else []
-                ratio = mp.price_profile(g.seg_argmin(mp.belief(*snap))) / g.cap
-                lam = np.asarray(jax.device_get(carry[2]), np.float64)[:Tg]
-                if not (ratio > 1.0).any() and not lam.any():
-                    binding = False
-                lam = np.concatenate([bp.price_step(lam, ratio, base), np.zeros(A["pmin"].shape[0] - Tg)])
-                carry = (carry[0], carry[1], jnp.asarray(lam, jnp.float64))
-        out = fns["readout"](params, A, carry)
-        while pending:
-            on_snap(pending.pop())
-        return unpad(out, carry[0], carry[1]), snaps, carry
+            A = pack([inputs.raw], padded_sizes(inputs.arrays), np.float64)   # not the float32 arrays: bp's numbers
+            sched, live = bp.PriceSchedule(inputs.mp, self.config.rounds, self.base == "lagrangian"), live_parts(params)
+            try:
+                return scheduled_run(inputs, params, A, _jit_fns(self.config.hidden, self.base, live), sched,
+                                     "price" in live, on_snap)
+            finally:
+                sched.restore()        # ``inputs`` may plan again
 
     def forward(self, inputs: FGInputs, params=None):
         """(unary score c', to_u, to_v) after the last round, float64 numpy, unpadded, in the
-        problem's cost units: the decode's belief is c' + the incoming messages."""
-        return self._run(inputs, params)[0]
+        problem's cost units: the decode's belief is c' + the incoming messages (at the edge costs of
+        the last round: copy-priced in bp_solve's copy-priced phase)."""
+        return self._run(inputs, params)[0][:3]
 
     def messages(self, inputs: FGInputs, params=None) -> tuple:
-        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads): none depends on the readout."""
-        (_, tu, tv), _, carry = self._run(inputs, params)
-        return tu, tv, carry
+        """(to_u, to_v as ``forward``'s, the padded last-round state the readout reads, the flat edge costs the
+        final decode uses: copy-priced in bp_solve's copy-priced phase): none depends on the readout."""
+        (_, tu, tv, ec), carry = self._run(inputs, params)
+        return tu, tv, carry, ec
 
     def logits(self, params, arrays, carry=None, offset=None):
         """Per flat strategy, the imitation logits −scale·log1p(belief + ``offset`` − node min) (padded,
@@ -385,11 +357,12 @@ class FGNN:
         queue = bp.DecodeQueue(inputs.mp, cands.add)   # the decodes, run together (the same plans, in order)
 
         def consider(cand):
+            c, tu, tv, ec = cand
             for copies in variants:      # as bp_solve: the plain decode and the copy-aware one
-                queue.add(*cand, copies)
+                queue.add(c, tu, tv, copies, ec)
         consider(self._run(inputs, params, on_snap=consider)[0])
         if self.base == "lagrangian" and problem.usage_limit is not None:   # as bp_solve: plain BP's decodes too
-            consider((inputs.mp.cost, *inputs.mp.unpriced(self.config.rounds)))
+            consider((inputs.mp.cost, *inputs.mp.unpriced(self.config.rounds), inputs.mp.ec))
         queue.flush()
         best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit

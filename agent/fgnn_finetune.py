@@ -241,9 +241,9 @@ def _tune_readout(net: FGNN, problem: Problem, inputs: FGInputs, lab: dict, dead
     A, x2 = readout_targets(inputs, problem, lab["plan"])
     if A is None:
         return best_params, stats
-    tu, tv, carry = net.messages(inputs)     # the rounds: fixed while the readout learns
-    forced = np.zeros(A["c"].shape[0])                # the decode's scores along the label (teacher forcing)
-    forced[:len(inputs.mp.cost)] = forced_offsets(inputs.mp, tu, tv, x2) / inputs.scale
+    tu, tv, carry, ec = net.messages(inputs)     # the rounds: fixed while the readout learns
+    forced = np.zeros(A["c"].shape[0])                # the final decode's scores along the label (teacher forcing)
+    forced[:len(inputs.mp.cost)] = forced_offsets(inputs.mp, tu, tv, x2, ec=ec) / inputs.scale
     opt, run = _readout_steps(net.config.hidden, net.config.base, float(lr), READOUT_STEPS)
 
     def f64(a):

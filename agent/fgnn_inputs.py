@@ -67,6 +67,7 @@ def raw_arrays(mp, scale: float, hint: np.ndarray | None = None) -> dict:
         "tbase": np.full(Tg, base), "tcap": np.full(Tg, float(cap is not None)),
         "hint": np.zeros(S) if hint is None else np.asarray(hint, np.float64),
         "_sizes": {"S": S, "U": U, "V": V, "N": N, "n": n, "m": m, "T": Tg},
+        "_lam_unit": ref / scale,      # λ_net = λ·_lam_unit (λ: bp.py's prices, cost per byte)
     }
 
 

@@ -36,9 +36,10 @@ _LEN = {"c": "S", "un": "S", "node_of": "S", "smask": "S", "sbinds": "S", "u_fla
         "tlam0": "T", "tbase": "T", "tcap": "T", "hint": "S", "cls": "S", "w": "n"}   # cls, w: the trainer's targets
 
 
-def pack(raws: list, sizes: dict) -> dict:
+def pack(raws: list, sizes: dict, dtype=np.float32) -> dict:
     """Concatenate problems' raw arrays (disjoint union: indices offset) and pad each to ``sizes``
-    (keys S, U, V, N, n, m, T; each at least one more than the total). Padded entries point at
+    (keys S, U, V, N, n, m, T; each at least one more than the total), the values as ``dtype`` (the
+    planning forward's float64: ``padded_sizes`` of float32 ones). Padded entries point at
     the spare last slot of what they index; masks are 0 there."""
     tot = {k: sum(r["_sizes"][k] for r in raws) for k in "SUVNnmT"}
     for k in tot:
@@ -57,8 +58,14 @@ def pack(raws: list, sizes: dict) -> dict:
             parts.append(a)
         a = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         fill = sizes[_INDEX[key]] - 1 if key in _INDEX and key not in ("lo", "hi") else (1 if key == "tlam0" else 0)
-        out[key] = _pad(a.astype(np.int32 if key in _INDEX else np.float32), sizes[dim], fill)
+        out[key] = _pad(a.astype(np.int32 if key in _INDEX else dtype), sizes[dim], fill)
     return out
+
+
+def padded_sizes(arrays: dict) -> dict:
+    """The ``sizes`` packed ``arrays`` were padded to."""
+    return {dim: arrays[key].shape[0] for dim, key in (("S", "c"), ("U", "u_flat"), ("V", "v_flat"), ("N", "ec"),
+                                                        ("n", "lo"), ("m", "espr"), ("T", "pmin"))}
 
 
 def bucket_sizes(sz: dict, coarse: bool = False) -> dict:

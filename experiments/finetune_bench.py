@@ -2,7 +2,7 @@
 60 s on 2 cores it must measurably improve the raw decode wherever zero-shot is above 1.02x").
 
     python experiments/finetune_bench.py [--seconds 60] [--min-ratio 1.02] [--only SUBSTRING]
-                                         [--out-name s24b_finetune] [--reinforce]
+                                         [--out-name s24b_finetune] [--reinforce] [--tune all]
 
 For each of the 18 held-out problems (experiments/raw_decode_bench.py's, pickled in ``--cache``)
 whose raw zero-shot decode (``shardgym.solve(method="policy", search=False)``: one forward pass and
@@ -62,6 +62,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ref-cache", default="/tmp/s24b_ref_labels", help="SHARDGYM_CACHE_DIR of the reference labels")
     ap.add_argument("--checkpoint", default="fgnn")
     ap.add_argument("--reinforce", action="store_true")
+    ap.add_argument("--tune", default="readout", choices=("readout", "all"), help="FGPlanner.finetune's tune")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-name", default="s24b_finetune")
     args = ap.parse_args(argv)
@@ -102,7 +103,7 @@ def main(argv=None) -> None:
             continue
         load0 = os.getloadavg()
         t = time.perf_counter()
-        stats = pl.finetune(p, args.seconds, seed=args.seed, reinforce=args.reinforce)
+        stats = pl.finetune(p, args.seconds, seed=args.seed, reinforce=args.reinforce, tune=args.tune)
         wall = time.perf_counter() - t
         load1 = os.getloadavg()
         after = raw_cost(pl, p) / ref

@@ -72,30 +72,25 @@ import numpy as np
 from costmodel.edge_memory import CopyTracker
 from costmodel.problem import FORBIDDEN_COST, Problem
 from solvers.bp_blocks import Blocks
-from solvers.bp_copies import copy_prices
 from solvers.bp_decode import Candidates, DecodeQueue, decode
+from solvers.bp_schedule import (  # noqa: F401
+    COPY_DECODE_EVERY,
+    COPY_PRICE_EVERY,
+    COPY_ROUNDS,
+    DAMPING,
+    PRICE_DECAY,
+    PRICE_EVERY,
+    PRICE_UP,
+    PriceSchedule,
+    price_base,
+    price_step,
+)
 from solvers.local import LocalCosts, prune
 
-__all__ = ["BPResult", "Candidates", "DecodeQueue", "Messages", "bp_plan", "bp_solve", "decode", "price_step"]
+__all__ = ["BPResult", "Candidates", "DecodeQueue", "Messages", "PriceSchedule", "bp_plan", "bp_solve", "decode",
+           "price_step"]
 
-PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
-PRICE_UP, PRICE_DECAY = 1.5, 0.8   # price_step's factors over and under the limit
-COPY_PRICE_EVERY, COPY_DECODE_EVERY, COPY_ROUNDS = 2, 10, 3   # the same when the copies are priced (3x the rounds)
 BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at every price update up to this size
-
-
-def price_step(lam, ratio, base, xp=np):
-    """One Lagrangian price update (numpy, or ``xp=jax.numpy`` in agent/fgnn.py): where the argmin
-    plan's profile is over the limit (``ratio`` = profile / limit > 1), λ ← max(PRICE_UP·λ, base·10·(ratio − 1));
-    elsewhere λ ← PRICE_DECAY·λ."""
-    return xp.where(ratio > 1.0, xp.maximum(lam * PRICE_UP, base * 10.0 * (ratio - 1.0)), lam * PRICE_DECAY)
-
-
-def price_base(mp: Messages) -> float:
-    """The price floor's unit: median |node cost| / median positive usage (cost per byte)."""
-    pos = mp.g.usage[mp.g.usage > 0]
-    cost_scale = float(np.median(np.abs(mp.cost)) + 1e-300) if len(mp.cost) else 1.0
-    return cost_scale / (float(np.median(pos)) if len(pos) else 1.0)
 
 
 @dataclass(frozen=True)
@@ -309,22 +304,10 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     g = LocalCosts(problem)
     mp = Messages(g)
     to_u, to_v = np.zeros(int(mp.su[-1])), np.zeros(int(mp.sv[-1]))
-    lam, base = np.zeros(len(g.times)), price_base(mp)
     lb = -float("inf")
-    decode_every = decode_every or price_every
-    binding = g.cap is not None and memory_prices
-    cp, ec0, total = None, mp.ec, rounds       # cp: the copies priced on their edges (bp_copies.py)
-    r = 0
-
-    def priced():
-        if not lam.any():
-            return mp.cost
-        cum = np.concatenate([[0.0], np.cumsum(lam)])
-        node_price = np.where(g.live_mask, cum[g.hi] - cum[g.lo], 0.0)
-        return mp.cost + g.usage * node_price[g.node_of]
-
+    sched = PriceSchedule(mp, rounds, memory_prices, price_every, decode_every)   # solvers/bp_schedule.py
     cands = Candidates(orig, back)
-    variants = (False, True) if binding and problem.edge_memory is not None else (False,)
+    variants = (False, True) if sched.binding and problem.edge_memory is not None else (False,)
 
     queue = DecodeQueue(mp, cands.add)     # the decodes, run together (the same plans, in order)
 
@@ -332,31 +315,23 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         for copies in variants:
             queue.add(c, to_u, to_v, copies)
 
-    c, plain = mp.cost, (0, to_u, to_v)    # plain: (r, to_u, to_v) until a price enters (the unpriced run's start)
+    r, plain = 0, (0, to_u, to_v)    # plain: (r, to_u, to_v) until a price enters (the unpriced run's start)
     if bound:
-        lb = mp.lower_bound(c, to_u, to_v)       # zero messages: the forest-plus-projections bound
-    while r < total and (deadline is None or time.perf_counter() < deadline):
-        to_u, to_v = mp.update(c, to_u, to_v, damping)
+        lb = mp.lower_bound(sched.c, to_u, to_v)       # zero messages: the forest-plus-projections bound
+    while r < sched.total and (deadline is None or time.perf_counter() < deadline):
+        to_u, to_v = mp.update(sched.c, to_u, to_v, damping)
         r += 1
         if plain is not None:
-            plain = (r, to_u, to_v) if c is mp.cost and mp.ec is ec0 else None
-        if binding and r % price_every == 0 and r < total:
-            arg = g.seg_argmin(mp.belief(c, to_u, to_v))
-            ratio = (mp.price_profile(arg) if cp is None else g.profile(arg)) / g.cap
-            if bound is True and g.n <= BOUND_EVERY_NODES and cp is None:   # copy prices over-count: no bound
-                lb = max(lb, mp.lower_bound(c, to_u, to_v) - g.cap * float(lam.sum()))
-            if r % decode_every == 0:
-                consider(c)
-            if not (ratio > 1.0).any() and not lam.any():
-                binding = False            # the limit does not bind the beliefs: plain BP from here
-            elif r == price_every and cp is None and (cp := copy_prices(g)) is not None:   # built once it binds
-                price_every, decode_every, total = COPY_PRICE_EVERY, COPY_DECODE_EVERY, COPY_ROUNDS * rounds
-            lam = price_step(lam, ratio, base)
-            c = priced()
-            if cp is not None:
-                mp.ec = np.minimum(ec0 + cp(lam), mp.big)
-    consider(c)
-    mp.ec = ec0                                   # true edge costs again (unpriced decodes, bound)
+            plain = (r, to_u, to_v) if sched.c is mp.cost and mp.ec is sched.ec0 else None
+        if sched.at_price(r):
+            ratio = sched.ratio(g.seg_argmin(mp.belief(sched.c, to_u, to_v)))
+            if bound is True and g.n <= BOUND_EVERY_NODES and sched.cp is None:   # copy prices over-count: no bound
+                lb = max(lb, mp.lower_bound(sched.c, to_u, to_v) - g.cap * float(sched.lam.sum()))
+            if sched.decodes(r):
+                consider(sched.c)
+            sched.update(r, ratio)
+    consider(sched.c)
+    sched.restore()                               # true edge costs again (unpriced decodes, bound)
     if g.cap is not None and memory_prices and (deadline is None or time.perf_counter() < deadline):
         tu, tv = mp.unpriced(rounds, damping, deadline, plain if plain is not None and plain[0] <= rounds else None)
         for copies in variants:
@@ -364,7 +339,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     queue.flush()
     best, best_cost = cands.best(None if deadline is None else max(deadline - time.perf_counter(), 0.1))
     if bound:
-        lb = max(lb, mp.lower_bound(c, to_u, to_v) - (g.cap * float(lam.sum()) if lam.any() else 0.0))
+        lam = sched.lam
+        lb = max(lb, mp.lower_bound(sched.c, to_u, to_v) - (g.cap * float(lam.sum()) if lam.any() else 0.0))
     if best is None and back is not None:     # only plans through forbidden entries fit
         left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
         return bp_solve(orig, rounds, damping, memory_prices, price_every, left, bound, decode_every, False)

@@ -312,17 +312,18 @@ def decode_many(mp, snaps: list, tries: int = 4, ec=None) -> list:
 class DecodeQueue:
     """Decodes asked for during a BP run, run together (``decode_many``) and handed to ``sink`` in the
     order they were asked for (as ``Candidates.add``, which reads nothing else, wants them). ``add(c,
-    to_u, to_v, copies)``: one decode at the edge costs ``mp.ec`` holds now (a change of ``mp.ec``, as
-    bp_solve's copy prices make, or ``max_pending`` waiting, runs those waiting first); copy-aware ones
-    run one by one. ``flush()`` runs the rest."""
+    to_u, to_v, copies, ec=None)``: one decode at the edge costs ``ec`` (default: those ``mp.ec`` holds now; a
+    change of them, as bp_solve's copy prices make, or ``max_pending`` waiting, runs those waiting first);
+    copy-aware ones run one by one. ``flush()`` runs the rest."""
 
     def __init__(self, mp, sink, max_pending: int = 16):
         self.mp, self.sink, self.max_pending, self.pending = mp, sink, max_pending, []
 
-    def add(self, c, to_u, to_v, copies: bool = False) -> None:
-        if self.pending and (self.pending[0][4] is not self.mp.ec or len(self.pending) >= self.max_pending):
+    def add(self, c, to_u, to_v, copies: bool = False, ec=None) -> None:
+        ec = self.mp.ec if ec is None else ec
+        if self.pending and (self.pending[0][4] is not ec or len(self.pending) >= self.max_pending):
             self.flush()
-        self.pending.append((c, to_u, to_v, copies, self.mp.ec))
+        self.pending.append((c, to_u, to_v, copies, ec))
 
     def flush(self) -> None:
         if not self.pending:

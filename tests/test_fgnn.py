@@ -57,6 +57,33 @@ def test_zero_corrections_equal_lagrangian_bp(net, seed):
         assert evaluate(p, x).feasible
 
 
+def _capped_with_copies(seed: int):
+    """A random 10-node problem with random copy groups, capped 40 % of the way from the least-usage
+    plan's peak to plain BP's plan's (copies included): the limit binds BP's argmin plan."""
+    from dataclasses import replace
+
+    from solvers.local import least_usage_plan
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(900 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 10, kmax=3, edge_p=0.5, limit_q=None))
+    free = evaluate(p, bp.bp_plan(p, rounds=ROUNDS, memory_prices=False)).peak_memory_bytes
+    least = evaluate(p, least_usage_plan(p)).peak_memory_bytes
+    return replace(p, usage_limit=float(least + 0.4 * (free - least)))
+
+
+@pytest.mark.parametrize("seed", [1, 25, 57])
+def test_zero_corrections_follow_bp_into_the_copy_priced_phase(net, seed):
+    """With copy groups under a binding limit bp_solve prices the copies on their edges, every
+    ``COPY_PRICE_EVERY`` rounds for ``COPY_ROUNDS`` times the rounds (``bp.PriceSchedule``); the untrained
+    and the zero-correction network plan bp_solve's plan exactly. Before session 25 the network ran
+    ``rounds`` rounds on node-usage prices alone: on these three, 471 / 521 / 532 against 466 / 505 / 496."""
+    p = _capped_with_copies(seed)
+    ref = bp.bp_solve(p, rounds=ROUNDS, bound=False)
+    assert ref.rounds == bp.COPY_ROUNDS * ROUNDS and evaluate(p, ref.plan).feasible   # the copy-priced phase ran
+    for params in (net.params, FGNN.zero_corrections(net.params)):
+        assert net.plan(p, params=params) == ref.plan
+
+
 def test_training_forward_is_the_planning_forward():
     """The one-jit differentiable forward (``logits``' path, Lagrangian rule inside the jit) ends
     with the messages and scores of ``plan``'s blocks (rule in numpy between them), for random
