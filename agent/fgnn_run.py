@@ -42,7 +42,7 @@ def scheduled_run(inputs, params, A, fns, sched, read_lam: bool, on_snap=None) -
         if not sched.at_price(r):
             continue
         snap = unpad(cp, carry[0], carry[1])
-        ratio = sched.ratio(g.seg_argmin(mp.belief(*snap[:3])))
+        ratio = sched.ratio(g.seg_argmin(mp.belief(*snap[:3])), r)
         if sched.decodes(r) and on_snap is not None:
             pending.append(snap)
         sched.update(r, ratio, np.asarray(jax.device_get(carry[2]), np.float64)[:Tg] / unit if read_lam else None)

@@ -17,7 +17,10 @@ cost, a lower bound, rounds run); ``bp_plan(problem, ...)`` returns the plan alo
   penalty; an additive subgradient step crawls or overshoots on costs spanning 10 decades). ×2.5/×0.9 before s17 overshot (decodes at 0.66-0.86 of the cap); ×1.5/×0.8: held-out mgn tiny cap 0.5
   1.47/1.40/1.47x -> 1.26/1.31/1.13x best-known; 0.50-1.04x the old plan on 14 capped training problems.
   With copy groups on the edges (solvers/bp_copies.py), once the limit binds the copies are priced on the edge entries
-  that make them, the rule reads the argmin plan's profile with its copies, and the prices update
+  that make them (binds: the argmin plan's node usages break it, or, at the first price point, its node usages fit
+  and its copies break it, ``bp_schedule.COPIES_BIND``; session 25: outside:rnn on cpu-2x4 at eval_outside's cap
+  1.90x -> 1.14x the ILP; vit tiny cpu-2x4 cap fraction 0.2 0.89x and gpt tiny there 0.99x the plan before; the
+  other 52 of 54 zoo tiny capped problems and all 18 held-out ones, fno tiny cap 0.5 included, unchanged), the rule reads the argmin plan's profile with its copies, and the prices update
   every ``COPY_PRICE_EVERY`` rounds for ``COPY_ROUNDS`` times the rounds (decodes every ``COPY_DECODE_EVERY``):
   held-out meshgraphnet tiny cap 0.5 (h100/tpu/a100), raw decode 2.14/1.93/1.84x -> 1.47/1.40/1.47x
   the best-known (experiments/raw_decode_bench.py); fno tiny cap 0.5 unchanged (1.41x, 1.18x); 3x not 2x (s17):
@@ -324,7 +327,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         if plain is not None:
             plain = (r, to_u, to_v) if sched.c is mp.cost and mp.ec is sched.ec0 else None
         if sched.at_price(r):
-            ratio = sched.ratio(g.seg_argmin(mp.belief(sched.c, to_u, to_v)))
+            ratio = sched.ratio(g.seg_argmin(mp.belief(sched.c, to_u, to_v)), r)
             if bound is True and g.n <= BOUND_EVERY_NODES and sched.cp is None:   # copy prices over-count: no bound
                 lb = max(lb, mp.lower_bound(sched.c, to_u, to_v) - g.cap * float(sched.lam.sum()))
             if sched.decodes(r):

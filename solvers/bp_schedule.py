@@ -14,6 +14,9 @@ each rule is what it is.
 
 * Price points every ``price_every`` rounds (r < total) while the limit binds; the first one that
   finds neither an argmin plan over the limit nor a price > 0 switches the prices off for good.
+* At the first price point the limit binds when the argmin plan's node usages break it, or, with copy groups,
+  when they fit and its copies break it (``COPIES_BIND``, session 25: before, the node usages alone decided, so
+  where only the copies broke the limit the prices stayed 0 and the run was plain BP's; see bp.py's docstring).
 * At the first price point (r = ``price_every``), if the limit binds and the problem has copy groups
   on its edges (``solvers.bp_copies.copy_prices``), the copy-priced phase starts: prices every
   ``COPY_PRICE_EVERY`` rounds, decodes every ``COPY_DECODE_EVERY``, ``COPY_ROUNDS`` times the rounds in
@@ -29,6 +32,9 @@ from solvers.bp_copies import copy_prices
 PRICE_EVERY, DAMPING = 5, 0.5   # rounds between Lagrangian price updates (and decodes); message damping
 PRICE_UP, PRICE_DECAY = 1.5, 0.8   # price_step's factors over and under the limit
 COPY_PRICE_EVERY, COPY_DECODE_EVERY, COPY_ROUNDS = 2, 10, 3   # the same when the copies are priced (3x the rounds)
+#: at the first price point, the argmin plan's copies may make the limit bind when its node usages fit (session 25;
+#: False: the node usages alone decide, as before; experiments/bp_copies_ab.py compares the two)
+COPIES_BIND = True
 
 
 def price_step(lam, ratio, base, xp=np):
@@ -71,10 +77,17 @@ class PriceSchedule:
             return self.total
         return min((r // self.price_every + 1) * self.price_every, self.total)
 
-    def ratio(self, x: np.ndarray) -> np.ndarray:
-        """The profile the rule reads for the argmin plan ``x``, over the limit."""
-        prof = self.mp.price_profile(x) if self.cp is None else self.g.profile(x)
-        return prof / self.g.cap
+    def ratio(self, x: np.ndarray, r: int | None = None) -> np.ndarray:
+        """The profile the rule reads for the argmin plan ``x`` at price point ``r``, over the limit: its node
+        usages before the copy-priced phase (with its copies at the first price point when only they break the
+        limit, ``COPIES_BIND``), its profile with its copies in the phase."""
+        if self.cp is not None:
+            return self.g.profile(x) / self.g.cap
+        ratio = self.mp.price_profile(x) / self.g.cap
+        if COPIES_BIND and r == self.price_every and self.g.p.edge_memory is not None and not (ratio > 1.0).any():
+            with_copies = self.g.profile(x) / self.g.cap
+            return with_copies if (with_copies > 1.0).any() else ratio
+        return ratio
 
     def update(self, r: int, ratio: np.ndarray, lam: np.ndarray | None = None) -> None:
         """The price update at price point r from ``ratio``; ``lam``: the prices the caller's rounds

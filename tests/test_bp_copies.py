@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from costmodel.problem import evaluate
-from solvers import bp
+from solvers import bp, bp_schedule
 from solvers.bp_copies import copy_prices
 from solvers.local import LocalCosts
 from tests.ilp_helpers import brute_force, random_problem
@@ -63,3 +63,44 @@ def test_copy_priced_phase_runs_copy_rounds_times_the_rounds():
     r = bp.bp_solve(p, rounds=20)
     assert bp.COPY_ROUNDS == 3 and r.rounds == bp.COPY_ROUNDS * 20
     assert evaluate(p, r.plan).feasible and r.cost == pytest.approx(brute_force(p)[1].total)
+
+
+def test_copies_alone_breaking_the_limit_start_the_copy_priced_phase(monkeypatch):
+    """``_problem`` at limit 8: the fastest plan (producer A, every consumer B) holds 5 node bytes, so
+    its node usages fit, but its 10-byte copy breaks the limit. The price rule sees that at the first
+    price point and runs the copy-priced phase (``COPY_ROUNDS`` x the rounds; before session 25 the
+    node usages alone decided, so the run stopped at 20 rounds with every price 0, as it still does
+    with ``bp_schedule.COPIES_BIND`` off)."""
+    p = _problem(usage_limit=8.0)
+    g = LocalCosts(p)
+    fastest = np.array([0, 1, 1, 1])
+    assert g.profile_of(g.live_usage[g.offs[:-1] + fastest]).max() <= 8.0 < g.profile(fastest).max()
+    r = bp.bp_solve(p, rounds=20)
+    assert r.rounds == bp.COPY_ROUNDS * 20
+    assert evaluate(p, r.plan).feasible and r.cost == pytest.approx(brute_force(p)[1].total)
+    monkeypatch.setattr(bp_schedule, "COPIES_BIND", False)
+    assert bp.bp_solve(p, rounds=20).rounds == 20
+
+
+def test_copies_breaking_the_limit_are_priced_on_a_traced_rnn():
+    """outside:rnn (tests/data/outside_steps.py, a lax.scan RNN) on cpu-2x4 under the cap half way from
+    its least-usage peak to the time-optimal plan's (experiments/eval_outside.py's binding cap): BP's
+    argmin plan fits by node usages (0.92 of the cap) and breaks it by its copies. With the copies
+    priced BP's plan costs 1.25x the uncapped optimum (1.14x the capped one, ILP 42 s); with the
+    prices left at 0 (before session 25) the copy-aware decode, repaired, cost 2.09x (1.90x)."""
+    import os
+    import sys
+
+    import shardgym as sg
+    from solvers.local import least_usage_plan
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
+    from outside_steps import STEPS
+
+    step, args = STEPS["rnn"]()
+    p = sg.build_problem(sg.trace(step, *args), "cpu-2x4").with_usage_limit(None)
+    opt = sg.solve(p, method="ilp", time_limit_s=30)
+    hi, lo = evaluate(p, opt).peak_memory_bytes, evaluate(p, least_usage_plan(p)).peak_memory_bytes
+    pc = p.with_usage_limit(lo + 0.5 * (hi - lo))
+    r = bp.bp_solve(pc)
+    assert evaluate(pc, r.plan).feasible
+    assert r.cost <= 1.5 * evaluate(p, opt).total, r.cost / evaluate(p, opt).total
