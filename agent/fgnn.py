@@ -302,16 +302,17 @@ class FGNN:
         carry, _ = jax.lax.scan(outer, init, jnp.arange(-(-T // P), dtype=jnp.int32))
         return self._readout(params, A, carry), carry[0], carry[1]
 
-    def _run(self, inputs: FGInputs, params, on_snap=None):
-        """(final, carry) of the planning run (agent/fgnn_run.py): bp_solve's schedule (``bp.PriceSchedule``)
-        between jitted blocks of rounds, in float64 from float64 inputs (the training forward is float32),
-        only the ``live_parts``."""
+    def _run(self, inputs: FGInputs, params, on_snap=None, sched=None):
+        """(final, carry) of the planning run (agent/fgnn_run.py): bp_solve's schedule (``sched``, a
+        ``bp.PriceSchedule``; default a fresh one) between jitted blocks of rounds, in float64 from float64 inputs
+        (the training forward is float32), only the ``live_parts``."""
         import jax
         import jax.numpy as jnp
         with jax.enable_x64(True):     # float64, as bp.py: costs spanning 1e6 scales make float32 break ties
             params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), self.params if params is None else params)
             A = pack([inputs.raw], padded_sizes(inputs.arrays), np.float64)   # not the float32 arrays: bp's numbers
-            sched, live = bp.PriceSchedule(inputs.mp, self.config.rounds, self.base == "lagrangian"), live_parts(params)
+            sched = sched or bp.PriceSchedule(inputs.mp, self.config.rounds, self.base == "lagrangian")
+            live = live_parts(params)
             try:
                 return scheduled_run(inputs, params, A, _jit_fns(self.config.hidden, self.base, live), sched,
                                      "price" in live, on_snap)
@@ -341,13 +342,16 @@ class FGNN:
         return -jnp.exp(params["logit_scale"]) * jnp.log1p(d / 0.01)
 
     # ---- planning ----
-    def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None) -> list[int]:
+    def plan(self, problem: Problem, memory_cap_bytes=None, params=None, inputs: FGInputs | None = None,
+             cadence: tuple = (bp.PRICE_EVERY, None)) -> list[int]:
         """One forward pass and bp.py's masked decode of its beliefs after the last round and at each
         price update (as ``bp_solve``); each decode that breaks the cap by its resharded copies is
         repaired with them priced (``fit_with_copies``); the cheapest that fits is returned; if none
         fits, the same on the unpruned problem (as ``bp_solve``), then the last decode as it is. Honours ``memory_cap_bytes`` (or the problem's usage
         limit, whichever is lower) whenever the least-usage plan fits; ValueError when no decode
-        exists (the least-usage plan breaks the cap). No polish, no refine."""
+        exists (the least-usage plan breaks the cap). No polish, no refine. ``cadence``: the schedule's
+        (price_every, decode_every) at the start; the unpruned rerun starts at the one the first run ended with,
+        as bp_solve's."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)   # tightens, never relaxes
         inputs = inputs or FGInputs.of(problem, warm=self.config.warm)
         cands = bp.Candidates(problem, inputs.back)
@@ -360,14 +364,16 @@ class FGNN:
             c, tu, tv, ec = cand
             for copies in variants:      # as bp_solve: the plain decode and the copy-aware one
                 queue.add(c, tu, tv, copies, ec)
-        consider(self._run(inputs, params, on_snap=consider)[0])
+        sched = bp.PriceSchedule(inputs.mp, self.config.rounds, self.base == "lagrangian", *cadence)
+        consider(self._run(inputs, params, on_snap=consider, sched=sched)[0])
         if self.base == "lagrangian" and problem.usage_limit is not None:   # as bp_solve: plain BP's decodes too
             consider((inputs.mp.cost, *inputs.mp.unpriced(self.config.rounds), inputs.mp.ec))
         queue.flush()
         best, last = cands.best()[0], cands.last
         if best is None and inputs.back is not None:     # as bp_solve: only plans through pruned strategies fit
             params = None if params is None else {k: v for k, v in params.items() if k != TABLE}  # the pruned one's
-            return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm))
+            return self.plan(problem, params=params, inputs=FGInputs.of(problem, pruned=False, warm=self.config.warm),
+                             cadence=(sched.price_every, sched.decode_every))
         if best is None and last is None:
             raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} bytes")
         return [int(v) for v in (last if best is None else best)]

@@ -346,7 +346,10 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         lb = max(lb, mp.lower_bound(sched.c, to_u, to_v) - (g.cap * float(lam.sum()) if lam.any() else 0.0))
     if best is None and back is not None:     # only plans through forbidden entries fit
         left = None if deadline is None else max(deadline - time.perf_counter(), 0.1)
-        return bp_solve(orig, rounds, damping, memory_prices, price_every, left, bound, decode_every, False)
+        # the unpruned run starts at the cadence this one ended with (the copy-priced phase's, if it began): what
+        # bp_solve did before the schedule had one home (session 25), and what found gpt tiny cpu-2x4 cap fraction
+        # 0.05 10.7 % cheaper and meshgraphnet tiny there any fitting plan at all (results/s25_bp_copies_ab.json)
+        return bp_solve(orig, rounds, damping, memory_prices, sched.price_every, left, bound, sched.decode_every, False)
     if best_cost >= FORBIDDEN_COST:
         lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
