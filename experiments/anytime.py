@@ -204,6 +204,7 @@ def verdict(out: dict, ilp: str) -> dict:
 
 def plot(rows: list[dict], path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4.2), squeeze=False)
@@ -219,6 +220,10 @@ def plot(rows: list[dict], path) -> None:
         ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if r.get("ilp_summary", {}).get("cost"):    # the first plans (anchors, seeds) are 2-14x: show the last 2 %
+            lo = min([c / target for k in ("policy", "bp", "ilp", "ilp_free") for _, c in r.get(k) or []] + [d["cost"] / target])
+            ax.set_ylim(lo - 0.002, 1.02)
         ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("cost / ILP's final incumbent" if r.get("ilp_summary", {}).get("cost") else "cost (the ILP found no plan)")
