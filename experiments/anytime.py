@@ -33,11 +33,17 @@ Problems (``--problems``, comma list): ``model:size:cluster:cap`` with cap ``clu
 cluster's own device memory) or a fraction f (``env.workloads.Workload``'s ``memory_cap_fraction``:
 least peak + f (greatest - least)); ``random:nodes:strategies:f`` is
 ``env.workloads.random_problem(default_rng(--seed), nodes, strategies, memory_cap_fraction=f)``.
-A cap binds when the uncapped optimum breaks it. gpt 7b's 80 GiB on h100-2x8 does not (its uncapped
-ILP optimum, 0.3438 s/step, peaks at 65.5 GiB; 19 s, session 11); its least / greatest peaks are
-42.1 / 673.7 GB, so its binding caps are fractions below 0.045 (``gpt:7b:h100-2x8:0.02``: 54.7 GB).
-At 0.3 the capped core's uncapped optimum does not fit on meshgraphnet large (bound 0.011321 against
-0.013391 capped) and the random 2,000-node problem (3385.05 against 3386.18).
+A cap binds when the uncapped optimum breaks it. gpt 7b's 80 GiB on h100-2x8 does not (session 25: its
+uncapped ILP optimum, 0.34379 s/step, proven in 34 s, peaks at 61.8 GB); its least / greatest peaks (node
+usages alone) are 33.5 / 536.2 GB, so its binding caps are fractions below 0.0562. No baseline fits
+there (FSDP peaks at 65.7 GB, f 0.064; Megatron 71.3 GB; the least-usage plan, its copies priced,
+152 GB), and the ILP (8,583 nodes: the plain guarded ILP) found no plan in 60 s at 0.04, 0.05 or
+0.055 (61.2 GB, 1 % under the optimum's peak); ``gpt:7b:h100-2x8:0.05`` is 58.6 GB. At 0.3 the
+uncapped optimum does not fit on meshgraphnet large (bound 0.011321 against 0.013397 capped) nor on
+the random 2,000-node problem (3385.05 against 3386.18). ``--unseeded`` adds the ILP without the
+planner's plan as a seed: under a binding cap on graphs ``milp_ok`` admits ``solve(method="ilp")``
+seeds the capped core with ``solve(method="policy")``'s plan (``solvers.dispatch``), so its
+incumbent can be the planner's own plan (random 2,000 nodes, session 25).
 
     nice -n 10 python experiments/anytime.py          # results/anytime.json and results/anytime.png
 """
@@ -56,7 +62,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import numpy as np  # noqa: E402
 
-DEFAULT_PROBLEMS = "gpt:7b:h100-2x8:0.02,meshgraphnet:large:h100-2x8:0.3,random:2000:8:0.3"
+DEFAULT_PROBLEMS = "gpt:7b:h100-2x8:0.05,meshgraphnet:large:h100-2x8:0.3,random:2000:8:0.3"
 #: a phase-log line with a plan's cost: "<phase>: <cost>" then " (<t>s)" or the end of the line
 _COST_LINE = re.compile(r"^(?P<phase>[^:]+): (?P<cost>[-+0-9.eE]+)(?: \(|$)")
 _TOL = 1e-6
@@ -108,7 +114,7 @@ def ilp_curve(problem, seconds: float, seeded: bool = True) -> tuple[list, dict]
             strategies, info = plan.strategies, plan.info
         else:
             strategies, info = solve_exact(problem, "time", None, seconds, policy_seed=None, progress=progress)
-    except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at cap 0.02)
+    except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at binding caps)
         return monotone(pts), {"cost": None, "wall_s": round(time.perf_counter() - t0, 2), "status": "error",
                                "error": str(exc)[:300], "phase_log": len(pts), "log": log[:80]}
     wall, streamed = time.perf_counter() - t0, len(pts)
