@@ -224,7 +224,8 @@ def plot(rows: list[dict], path) -> None:
         d = r["default"]
         ax.plot([d["wall_s"]], [d["cost"] / target], "k*", ms=10, label="solve(method='policy')")
         ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
-        ax.axhline(1.0, color="grey", lw=0.5)
+        if r.get("ilp_summary", {}).get("cost"):
+            ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         if r.get("ilp_summary", {}).get("cost"):    # the first plans (anchors, seeds) are 2-14x: show the last 2 %
