@@ -33,11 +33,17 @@ Problems (``--problems``, comma list): ``model:size:cluster:cap`` with cap ``clu
 cluster's own device memory) or a fraction f (``env.workloads.Workload``'s ``memory_cap_fraction``:
 least peak + f (greatest - least)); ``random:nodes:strategies:f`` is
 ``env.workloads.random_problem(default_rng(--seed), nodes, strategies, memory_cap_fraction=f)``.
-A cap binds when the uncapped optimum breaks it. gpt 7b's 80 GiB on h100-2x8 does not (its uncapped
-ILP optimum, 0.3438 s/step, peaks at 65.5 GiB; 19 s, session 11); its least / greatest peaks are
-42.1 / 673.7 GB, so its binding caps are fractions below 0.045 (``gpt:7b:h100-2x8:0.02``: 54.7 GB).
-At 0.3 the capped core's uncapped optimum does not fit on meshgraphnet large (bound 0.011321 against
-0.013391 capped) and the random 2,000-node problem (3385.05 against 3386.18).
+A cap binds when the uncapped optimum breaks it. gpt 7b's 80 GiB on h100-2x8 does not (session 25: its
+uncapped ILP optimum, 0.34379 s/step, proven in 34 s, peaks at 61.8 GB); its least / greatest peaks (node
+usages alone) are 33.5 / 536.2 GB, so its binding caps are fractions below 0.0562. No baseline fits
+there (FSDP peaks at 65.7 GB, f 0.064; Megatron 71.3 GB; the least-usage plan, its copies priced,
+152 GB), and the ILP (8,583 nodes: the plain guarded ILP) found no plan in 60 s at 0.04, 0.05 or
+0.055 (61.2 GB, 1 % under the optimum's peak); ``gpt:7b:h100-2x8:0.05`` is 58.6 GB. At 0.3 the
+uncapped optimum does not fit on meshgraphnet large (bound 0.011321 against 0.013397 capped) nor on
+the random 2,000-node problem (3385.05 against 3386.18). ``--unseeded`` adds the ILP without the
+planner's plan as a seed: under a binding cap on graphs ``milp_ok`` admits ``solve(method="ilp")``
+seeds the capped core with ``solve(method="policy")``'s plan (``solvers.dispatch``), so its
+incumbent can be the planner's own plan (random 2,000 nodes, session 25).
 
     nice -n 10 python experiments/anytime.py          # results/anytime.json and results/anytime.png
 """
@@ -56,7 +62,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import numpy as np  # noqa: E402
 
-DEFAULT_PROBLEMS = "gpt:7b:h100-2x8:0.02,meshgraphnet:large:h100-2x8:0.3,random:2000:8:0.3"
+DEFAULT_PROBLEMS = "gpt:7b:h100-2x8:0.05,meshgraphnet:large:h100-2x8:0.3,random:2000:8:0.3"
 #: a phase-log line with a plan's cost: "<phase>: <cost>" then " (<t>s)" or the end of the line
 _COST_LINE = re.compile(r"^(?P<phase>[^:]+): (?P<cost>[-+0-9.eE]+)(?: \(|$)")
 _TOL = 1e-6
@@ -83,9 +89,12 @@ def monotone(points) -> list[list[float]]:
     return out
 
 
-def ilp_curve(problem, seconds: float) -> tuple[list, dict]:
-    """The ILP's points (module docstring) and its summary (cost, wall, status, gap)."""
+def ilp_curve(problem, seconds: float, seeded: bool = True) -> tuple[list, dict]:
+    """The ILP's points (module docstring) and its summary (cost, wall, status, gap). ``seeded=False``:
+    the same dispatch (``solvers.dispatch.solve_exact``) without the planner's plan as a seed
+    (``policy_seed=None``), so its incumbent is not the planner's own plan."""
     import shardgym as sg
+    from solvers.dispatch import solve_exact
     pts, log = [], []
     t0 = time.perf_counter()
 
@@ -100,17 +109,21 @@ def ilp_curve(problem, seconds: float) -> tuple[list, dict]:
                 pass
 
     try:
-        plan = sg.solve(problem, method="ilp", time_limit_s=seconds, progress=progress)
-    except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at cap 0.02)
+        if seeded:
+            plan = sg.solve(problem, method="ilp", time_limit_s=seconds, progress=progress)
+            strategies, info = plan.strategies, plan.info
+        else:
+            strategies, info = solve_exact(problem, "time", None, seconds, policy_seed=None, progress=progress)
+    except (RuntimeError, ValueError) as exc:   # no plan that fits within the limit (gpt 7b at binding caps)
         return monotone(pts), {"cost": None, "wall_s": round(time.perf_counter() - t0, 2), "status": "error",
                                "error": str(exc)[:300], "phase_log": len(pts), "log": log[:80]}
     wall, streamed = time.perf_counter() - t0, len(pts)
-    c = sg.evaluate(problem, plan)
+    c = sg.evaluate(problem, strategies)
     if c.feasible:
         pts.append((wall, c.total))
     return monotone(pts), {"cost": c.total if c.feasible else None, "wall_s": round(wall, 2),
-                           "status": plan.info.get("status"), "gap": plan.info.get("gap"),
-                           "source": plan.info.get("source"), "phase_log": streamed, "log": log[:80]}
+                           "status": info.get("status"), "gap": info.get("gap"),
+                           "source": info.get("source"), "phase_log": streamed, "log": log[:80]}
 
 
 def search_curve(problem, start, t0: float, seconds: float, first_slice_s: float = 1.0) -> list:
@@ -136,8 +149,10 @@ def search_curve(problem, start, t0: float, seconds: float, first_slice_s: float
     return pts
 
 
-def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0) -> dict:
-    """The three curves, the default planner's point and the summary of one problem."""
+def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0, unseeded: bool = False) -> dict:
+    """The three curves, the default planner's point and the summary of one problem. With
+    ``unseeded`` also ``ilp_free``: the ILP without the planner's plan as a seed (``ilp_curve``), and
+    the same verdict against its final plan (``free_*`` keys)."""
     import shardgym as sg
     from agent.planner import DEFAULT_POLICY, Planner
     from solvers.bp import bp_plan
@@ -160,42 +175,62 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
     wall = time.perf_counter() - t0
     out["default"] = {"wall_s": round(wall, 2), "cost": sg.evaluate(problem, x).total, "cap_binds": info["cap_binds"]}
     out["ilp"], out["ilp_summary"] = ilp_curve(problem, ilp_seconds)
-    target, ilp_wall = out["ilp_summary"]["cost"], out["ilp_summary"]["wall_s"]
+    if unseeded:
+        out["ilp_free"], out["ilp_free_summary"] = ilp_curve(problem, ilp_seconds, seeded=False)
     out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    if target is None:   # no ILP plan: the other curves' best costs alone
-        for k in ("policy", "bp"):
-            out[f"{k}_best"] = min((c for _, c in out[k]), default=None)
-        return out
-    curves = {k: out[k] for k in ("policy", "bp", "ilp")}
+    for k in ("policy", "bp"):
+        out[f"{k}_best"] = min((c for _, c in out[k]), default=None)
+    out.update(verdict(out, "ilp"))
+    if unseeded:
+        out.update({f"free_{k}": v for k, v in verdict(out, "ilp_free").items()})
+    return out
+
+
+def verdict(out: dict, ilp: str) -> dict:
+    """Against the final plan of ILP curve ``ilp`` ("ilp" or "ilp_free"): each curve's first time at or
+    below it and best cost / it, and whether the planner reached it within 25 % of that ILP's wall.
+    Empty when that ILP found no plan."""
+    target, ilp_wall = out[f"{ilp}_summary"]["cost"], out[f"{ilp}_summary"]["wall_s"]
+    if target is None:
+        return {}
+    res = {}
+    curves = {k: out[k] for k in ("policy", "bp", ilp)}
     curves["default"] = [[out["default"]["wall_s"], out["default"]["cost"]]]
     for k, pts in curves.items():
         hit = next((t for t, c in pts if c <= target * (1 + _TOL)), None)
         best = min((c for _, c in pts), default=None)
-        out[f"{k}_reach_s"] = hit
-        out[f"{k}_best_ratio"] = None if best is None else round(best / target, 4)
-    hits = [out[f"{k}_reach_s"] for k in ("policy", "default") if out[f"{k}_reach_s"] is not None]
-    out["planner_reach_s"] = min(hits, default=None)
-    out["planner_within_25pct"] = bool(hits) and min(hits) <= 0.25 * ilp_wall
-    return out
+        k = "ilp" if k == ilp else k
+        res[f"{k}_reach_s"] = hit
+        res[f"{k}_best_ratio"] = None if best is None else round(best / target, 4)
+    hits = [res[f"{k}_reach_s"] for k in ("policy", "default") if res[f"{k}_reach_s"] is not None]
+    res["planner_reach_s"] = min(hits, default=None)
+    res["planner_within_25pct"] = bool(hits) and min(hits) <= 0.25 * ilp_wall
+    return res
 
 
 def plot(rows: list[dict], path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4.2), squeeze=False)
     for ax, r in zip(axes[0], rows):
         target = r.get("ilp_summary", {}).get("cost") or 1.0
         for k, label, color in (("policy", "policy (raw decode + search)", "C0"), ("bp", "search from BP", "C1"),
-                                ("ilp", "ILP (60 s)", "C2")):
-            pts = np.array(r[k]) if r[k] else np.zeros((0, 2))
+                                ("ilp", "ILP (60 s)", "C2"), ("ilp_free", "ILP without the planner's seed", "C3")):
+            pts = np.array(r[k]) if r.get(k) else np.zeros((0, 2))
             if len(pts):
                 ax.step(pts[:, 0], pts[:, 1] / target, where="post", label=label, color=color, marker=".")
         d = r["default"]
         ax.plot([d["wall_s"]], [d["cost"] / target], "k*", ms=10, label="solve(method='policy')")
         ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
-        ax.axhline(1.0, color="grey", lw=0.5)
+        if r.get("ilp_summary", {}).get("cost"):
+            ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if r.get("ilp_summary", {}).get("cost"):    # the first plans (anchors, seeds) are 2-14x: show the last 2 %
+            lo = min([c / target for k in ("policy", "bp", "ilp", "ilp_free") for _, c in r.get(k) or []] + [d["cost"] / target])
+            ax.set_ylim(lo - 0.002, 1.02)
         ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("cost / ILP's final incumbent" if r.get("ilp_summary", {}).get("cost") else "cost (the ILP found no plan)")
@@ -212,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--ilp-seconds", type=float, default=60.0)
     ap.add_argument("--search-seconds", type=float, default=30.0, help="refine after the polish, per curve")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--unseeded", action="store_true",
+                    help="also run the ILP without the planner's plan as a seed (ilp_free, free_* keys)")
     ap.add_argument("--out", default="anytime")
     ap.add_argument("--plot", action="store_true", help="redraw results/<out>.png from results/<out>.json; run nothing")
     a = ap.parse_args(argv)
@@ -222,15 +259,19 @@ def main(argv=None):
     rows = []
     for spec in a.problems.split(","):
         p = build(spec, a.seed)
-        row = {"problem": spec, **run_problem(p, a.ilp_seconds, a.search_seconds)}
+        row = {"problem": spec, **run_problem(p, a.ilp_seconds, a.search_seconds, a.unseeded)}
         rows.append(row)
-        print({k: v for k, v in row.items() if k not in ("ilp_summary",)}, flush=True)
+        print({k: v for k, v in row.items() if k not in ("ilp_summary", "ilp_free_summary")}, flush=True)
         write_results(a.out, {"rows": rows}, config=vars(a), seed=a.seed)
     table = [{"problem": r["problem"], "nodes": r["nodes"], "ilp_cost": r["ilp_summary"]["cost"],
               "ilp_wall_s": r["ilp_summary"]["wall_s"], "ilp_status": r["ilp_summary"]["status"],
               **{f"{k}_reach_s": r.get(f"{k}_reach_s") for k in ("policy", "default", "bp", "ilp")},
               **{f"{k}_best_ratio": r.get(f"{k}_best_ratio") for k in ("policy", "default", "bp")},
-              "within_25pct": r.get("planner_within_25pct"), "load": r["load_avg_before"][0]} for r in rows]
+              "within_25pct": r.get("planner_within_25pct"),
+              "free_ilp_cost": r.get("ilp_free_summary", {}).get("cost"),
+              "free_ilp_wall_s": r.get("ilp_free_summary", {}).get("wall_s"),
+              "free_planner_reach_s": r.get("free_planner_reach_s"),
+              "free_within_25pct": r.get("free_planner_within_25pct"), "load": r["load_avg_before"][0]} for r in rows]
     print_table(table, title="time to the ILP's incumbent (s; best cost / ILP's when never reached)")
     plot(rows, RESULTS_DIR / f"{a.out}.png")
 
