@@ -48,20 +48,18 @@ def outside_problems(ilp_seconds: float, cache: dict) -> list:
     """[(name, Problem, the ILP's capped cost)] of eval_outside.py's steps at its binding caps."""
     import shardgym as sg
     from costmodel.problem import evaluate
-    from experiments.eval_outside import _steps
-    from solvers.local import least_usage_plan
+    from experiments.eval_outside import _steps, binding_cap
     out = []
     for name, make in _steps().items():
         key = f"{name}:cpu-2x4:half"
         if key not in cache:
             fn, args = make()
             p = sg.build_problem(sg.trace(fn, *args), sg.Cluster.preset("cpu-2x4")).with_usage_limit(None)
-            free = evaluate(p, sg.solve(p, method="ilp", time_limit_s=ilp_seconds)).peak_memory_bytes
-            lo = evaluate(p, least_usage_plan(p)).peak_memory_bytes
-            if lo >= free:
+            cap = binding_cap(p, sg.solve(p, method="ilp", time_limit_s=ilp_seconds))
+            if cap is None:
                 cache[key] = None
                 continue
-            pc = p.with_usage_limit(lo + 0.5 * (free - lo))
+            pc = p.with_usage_limit(cap)
             cache[key] = (pc, evaluate(pc, sg.solve(pc, method="ilp", time_limit_s=ilp_seconds)).total)
         if cache[key] is not None:
             out.append((key, *cache[key]))

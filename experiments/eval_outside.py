@@ -57,6 +57,16 @@ def tcn_step():
     return step, (p, jax.random.normal(k[4], (8, 256, 4)), jax.random.normal(k[5], (8, 256, 2)))
 
 
+def binding_cap(problem, optimum) -> float | None:
+    """The eval's binding cap on ``problem`` (uncapped): half way from the least-usage plan's peak to the peak of
+    ``optimum`` (the uncapped ILP's plan); None where those peaks meet (no cap between them binds)."""
+    import shardgym as sg
+    from solvers.local import least_usage_plan
+    free = sg.evaluate(problem, optimum).peak_memory_bytes
+    lo = sg.evaluate(problem, least_usage_plan(problem)).peak_memory_bytes
+    return lo + 0.5 * (free - lo) if lo < free else None
+
+
 def _steps():
     from experiments.bench_capped import OUTSIDE, _step
     out = {f"outside:{n}": (lambda n=n: _step(f"outside:{n}")) for n in ("moe", "rnn", "convae")}
@@ -74,7 +84,6 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import shardgym as sg
     from experiments.common import git_rev, print_table, write_results
-    from solvers.local import least_usage_plan
     steps = _steps()
     names = a.only.split(",") if a.only else list(steps)
     rows = []
@@ -109,11 +118,8 @@ def main(argv=None):
                 row["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
                 rows.append(row)
                 print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-                if cap is None:   # the binding cap: half way from the least-usage peak to the optimum's
-                    free = sg.evaluate(p, ilp).peak_memory_bytes
-                    lo = sg.evaluate(p, least_usage_plan(p)).peak_memory_bytes
-                    if lo < free:
-                        caps.append(lo + 0.5 * (free - lo))
+                if cap is None and (half := binding_cap(p, ilp)) is not None:
+                    caps.append(half)
 
     def summary(sub):
         out = {}

@@ -92,15 +92,16 @@ def test_copies_breaking_the_limit_are_priced_on_a_traced_rnn():
     import sys
 
     import shardgym as sg
-    from solvers.local import least_usage_plan
+    from experiments.eval_outside import binding_cap
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
     from outside_steps import STEPS
 
     step, args = STEPS["rnn"]()
     p = sg.build_problem(sg.trace(step, *args), "cpu-2x4").with_usage_limit(None)
     opt = sg.solve(p, method="ilp", time_limit_s=30)
-    hi, lo = evaluate(p, opt).peak_memory_bytes, evaluate(p, least_usage_plan(p)).peak_memory_bytes
-    pc = p.with_usage_limit(lo + 0.5 * (hi - lo))
+    cap = binding_cap(p, opt)
+    assert cap is not None
+    pc = p.with_usage_limit(cap)
     r = bp.bp_solve(pc)
     assert evaluate(pc, r.plan).feasible
     assert r.cost <= 1.5 * evaluate(p, opt).total, r.cost / evaluate(p, opt).total
