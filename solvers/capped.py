@@ -52,6 +52,9 @@ called on every new best plan. Time in ``solve_capped`` is approximate by one Hi
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
 streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
 is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search);
+on graphs too big for the MILP with copy groups (``uncapped_beside``, traced problems) and an idle core, the uncapped
+MILP in a child (``solvers.capped_phases.uncapped_beside``): its dual bound bounds the capped optimum, its plan proves a
+cap that does not bind (the answer then comes at once) and, repaired, is a start where it binds;
 with ``lp_beside_idle`` idle cores, on a graph the MILP holds with copies, the capped LP and its root for their bound
 (``solvers.capped_phases.lp_beside``: the copies in exact rows, above the Lagrangian's copy terms where it finishes;
 off by default: forced on at load 7-10 it raised the bound where the LP finished and cost the core CPU elsewhere,
@@ -69,9 +72,8 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.capped_phases import capped_milp, least_peak, lp_beside, post_seed, second_search, uncapped_bound
+from solvers.capped_phases import capped_milp, cfn_phase, least_peak, post_seed, start_besides, uncapped_bound
 from solvers.cfn import available as cfn_available
-from solvers.cfn import cfn_solve
 from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
@@ -114,6 +116,9 @@ class CappedConfig:
     tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
+    uncapped_beside: bool = False        # solve_guarded, graphs too big for the MILP, with copy groups: the uncapped
+                                         # MILP (its bound; its plan, repaired) in a child beside the core
+                                         # (``solvers.capped_phases.uncapped_beside``; ``shardgym.solve``'s traced graphs)
 
 
 DEFAULT = CappedConfig()
@@ -226,7 +231,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
             return _result(best, bound, None, t0, True)
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
-        tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
+        tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
     if take() and left() > (0.1 if short else 1.0):
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
@@ -238,7 +243,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
     if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
-        tighten(_cfn(problem, t_cfn, best, consider, say))
+        tighten(cfn_phase(problem, t_cfn, best, consider, say))
     if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart, step=cf.lagrange_step,
@@ -259,17 +264,6 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     if proven:
         tighten(min(best[1], float(info.bound)))
     return _result(best, bound, info, t0, proven)
-
-
-def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
-    """toulbar2 rounds at adaptive memory prices (``solvers.cfn``) from the best plan; its bound.
-    On contest-size graphs a round without a plan hands the rest of the time to the search."""
-    r = cfn_solve(problem, time_limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
-                  on_plan=lambda plan, cost: consider(plan, "cfn"))
-    consider(r.plan, "cfn")
-    if np.isfinite(r.lower_bound):
-        say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
-    return r.lower_bound
 
 
 def _result(best, bound, info, t0, proven) -> CappedResult:
@@ -315,17 +309,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
 
     proc, recv = start_child(body)
     post.close()
-    second = None
-    if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
-        spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
-        if spare >= 1.0:
-            second = second_search(problem, time_limit_s - config.guard_margin_s)
-        say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
-    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
-        problem.edge_memory is not None and milp_ok(problem, config) and time_limit_s >= 4 * config.guard_margin_s
-        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
+    second, lp, free = start_besides(problem, seeds, time_limit_s, config, not milp_ok(problem, config), say)
     best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
-    conns = [recv] + [c[1] for c in (second, late, lp) if c is not None]
+    conns = [recv] + [c[1] for c in (second, late, lp, free) if c is not None]
     while conns:
         wait = deadline - time.perf_counter()
         ready = mp_wait(conns, wait) if wait > 0 else []
@@ -347,6 +333,19 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                     post_seed(mail, msg[1])
                     if c.total < best_cost:
                         best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
+            elif free is not None and conn is free[1]:    # the uncapped MILP beside: ("plan", plan, cost, tag) / ("bound", b)
+                if msg[0] == "bound":
+                    bound = max(bound, msg[1])
+                    say(f"uncapped milp beside: bound {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
+                else:
+                    post_seed(mail, msg[1])     # the core's later phases may start from it
+                    say(f"{msg[3]} beside: {msg[2]:.10g} ({time.perf_counter() - t0:.1f}s)")
+                    if msg[2] < best_cost:
+                        best, best_cost, other = msg[1], msg[2], f"{msg[3]} beside"
+                if _closed(best_cost, bound):    # proven (the cap does not bind): nothing can beat it
+                    say(f"proven by the uncapped milp beside ({time.perf_counter() - t0:.1f}s)")
+                    conns = []
+                    break
             elif lp is not None and conn is lp[1]:     # the LP beside: ("bound", seconds)
                 conns.remove(conn)
                 bound = max(bound, msg[1])
@@ -371,7 +370,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[1] < best_cost:
                 best, best_cost, other = msg[0], msg[1], None
     mail.close()
-    for c in ((proc,), second, late, lp):
+    for c in ((proc,), second, late, lp, free):
         if c is not None:
             stop_child(c[0])
     if done is not None and done.plan is not None and done.cost <= best_cost:
