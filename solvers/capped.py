@@ -52,6 +52,8 @@ called on every new best plan. Time in ``solve_capped`` is approximate by one Hi
 or one search step; ``solve_guarded`` (what both entry points call) runs it in a forked child that
 streams its plans and is killed at the limit, so the answer is never late; on graphs too big for the MILP, when a core
 is idle, a second search process (another seed) uses it for the whole budget (the child: toulbar2, then its search);
+on graphs too big for the MILP with copy groups and an idle core, the uncapped MILP (``uncapped_beside``: its bound,
+and its plan proves a cap that does not bind or, repaired, is a start; ``solvers.capped_phases.uncapped_beside``);
 with ``lp_beside_idle`` idle cores, on a graph the MILP holds with copies, the capped LP and its root for their bound
 (``solvers.capped_phases.lp_beside``: the copies in exact rows, above the Lagrangian's copy terms where it finishes;
 off by default: forced on at load 7-10 it raised the bound where the LP finished and cost the core CPU elsewhere,
@@ -69,9 +71,8 @@ import numpy as np
 
 from costmodel.problem import Problem, evaluate
 from solvers.bp import bp_solve
-from solvers.capped_phases import capped_milp, least_peak, lp_beside, post_seed, second_search, uncapped_bound
+from solvers.capped_phases import capped_milp, cfn_phase, closed, least_peak, post_seed, start_besides, uncapped_bound
 from solvers.cfn import available as cfn_available
-from solvers.cfn import cfn_solve
 from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
@@ -89,6 +90,8 @@ class CappedConfig:
     bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
     bp_max_s: float = 6.0
     bp_copies_max_s: float = float("inf")  # with copy groups: BP at most this long (0 skipped it: vit tiny cpu-2x4, 50 % cap, 1.4 -> 33 %)
+    bp_big_share: float = 0.0            # with copy groups, too big for the MILP: of the budget for BP, first (0: skipped;
+                                         # the traced config's figures at ``solvers.dispatch.TRACED``)
     search_share: float = 0.1            # of the budget for the search's start on MILP-sized graphs (at
     search_max_s: float = 6.0            # most search_max_s): it finds its plan in the first second or two there
     cfn_min_s: float = 5.0               # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
@@ -114,6 +117,9 @@ class CappedConfig:
     tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
+    uncapped_beside: bool = False        # solve_guarded, graphs too big for the MILP, with copy groups: the uncapped
+                                         # MILP (its bound; its plan, repaired) in a child beside the core
+                                         # (``solvers.capped_phases.uncapped_beside``; ``shardgym.solve``'s traced graphs)
 
 
 DEFAULT = CappedConfig()
@@ -184,10 +190,26 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
 
     # 1. anchor (with copies: the least-usage plan repaired, and the seeds)
     copies = problem.edge_memory is not None
+    small = milp_ok(problem, cf)
+    short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
+
+    def bp_phase(t_bp) -> None:
+        r = bp_solve(problem, rounds=60, memory_prices=True, time_limit_s=t_bp)
+        consider(r.plan, "bp")
+        if small and cf.bp_improve_s > 0 and r.plan is not None and left() > 2 * cf.bp_improve_s:
+            # the planner's post-processing: mlp tiny cpu-2x4 cap 50 % 1.020e-4 -> 7.198e-5 (optimal; the search: none)
+            consider(improve(problem, r.plan, 0.25 * cf.bp_improve_s, 0.75 * cf.bp_improve_s,
+                             repair_time_limit_s=cf.bp_improve_s), "bp, improved")
+        if np.isfinite(r.lower_bound):
+            tighten(r.lower_bound)
+            say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+
     anchor = fitting_least_usage_plan(problem, time_limit_s=min(cf.anchor_max_s, 0.1 * budget) if copies else None)
     consider(anchor, "anchor (lowest usage)")
     for i, s in enumerate(seeds):
         consider(s, f"seed {i}")
+    if not small and copies and cf.bp_big_share > 0 and left() > 2.0:   # before the least-peak search
+        bp_phase(min(cf.bp_big_share * budget, 0.8 * left()))
     if best[0] is None and copies and cf.least_peak_share > 0 and left() > 4.0:
         least_peak(problem, min(cf.least_peak_share * budget, 0.5 * left()), threads, consider, say, seeds)
     if best[0] is None and not copies:
@@ -197,9 +219,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     # 2. starts: the uncapped optimum repaired, BP, the search (with copies and no plan yet, they and
     # the MILP look for one)
     take()
-    small = milp_ok(problem, cf)
     free_plan = None                  # the uncapped optimum (the Lagrangian's round at prices 0)
-    short = budget < 2.0              # a sub-2 s budget (the contest's 1 s and less): BP and the search
     if small and cf.uncapped_share > 0 and left() > 6.0:
         ub, proven_free, free_plan = uncapped_bound(problem, min(cf.uncapped_share * budget, 0.3 * left()), threads, consider,
                                           say, repair_s=min(cf.repair_max_s, 0.05 * budget))
@@ -208,25 +228,16 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     take()
     t_bp = min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left(), cf.bp_copies_max_s if copies else float("inf"))
     if small and t_bp > 0 and left() > (0.2 if short else 2.0):   # contest-size graphs: BP's plans lose to the search's
-        r = bp_solve(problem, rounds=60, memory_prices=True, time_limit_s=t_bp)
-        consider(r.plan, "bp")
-        if cf.bp_improve_s > 0 and r.plan is not None and left() > 2 * cf.bp_improve_s:
-            # the policy planner's post-processing on BP's plan: mlp tiny cpu-2x4 at cap 50 %,
-            # 1.020e-4 -> 7.198e-5 (the optimum) in 1.8 s, where the search from it stayed at 1.020e-4
-            consider(improve(problem, r.plan, 0.25 * cf.bp_improve_s, 0.75 * cf.bp_improve_s,
-                             repair_time_limit_s=cf.bp_improve_s), "bp, improved")
-        if np.isfinite(r.lower_bound):
-            tighten(r.lower_bound)
-            say(f"bp bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+        bp_phase(t_bp)
     info, prepared, use_cfn = None, None, cfn_available() and not short and budget >= cf.cfn_min_s
     if take() and not copies and not small and cf.tied_share > 0 and not short and left() > 4.0:
         prepared = prepare(problem)                # pruning and ties, once for every phase
         r = tied_phase(problem, cf.tied_share * left(), best, consider, say, prepared, threads)
-        if _closed(best[1], tighten(r.bound)):    # proven optimal: what follows cannot improve it
+        if closed(best[1], tighten(r.bound)):    # proven optimal: what follows cannot improve it
             return _result(best, bound, None, t0, True)
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
-        tighten(_cfn(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
+        tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
     if take() and left() > (0.1 if short else 1.0):
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
@@ -234,26 +245,26 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,
                            starts=[best[0]], on_plan=lambda s: consider(s, "search"), prepared=prepared)
         consider(plan, "search")
-    if take() and small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not _closed(best[1], bound):
+    if take() and small and cf.early_lns_share > 0 and best[0] is not None and left() > 4.0 and not closed(best[1], bound):
         consider(list(refine(problem, best[0], min(cf.early_lns_share * budget, cf.early_lns_max_s))), "early lns")
     t_cfn = min(cf.cfn_share_small * left(), cf.cfn_copies_max_s if copies else float("inf"))
-    if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not _closed(best[1], bound):
-        tighten(_cfn(problem, t_cfn, best, consider, say))
-    if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not _closed(best[1], bound):
+    if take() and use_cfn and small and t_cfn > 0.5 and left() > 4.0 and not closed(best[1], bound):
+        tighten(cfn_phase(problem, t_cfn, best, consider, say))
+    if take() and small and copies and cf.lagrange_share > 0 and left() > 4.0 and not closed(best[1], bound):
         r = lagrangian_bound(problem, min(cf.lagrange_share * budget, cf.lagrange_left * left()), upper=lambda: take() and best[1],
                              ref=best[0], threads=threads, progress=say, restart=cf.lagrange_restart, step=cf.lagrange_step,
                              on_plan=lambda plan: consider(plan, "lagrange"),
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
         say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
-        if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not _closed(best[1], bound):
+        if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not closed(best[1], bound):
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
-    if take() and small and left() > 2.0 and not _closed(best[1], bound):
+    if take() and small and left() > 2.0 and not closed(best[1], bound):
         info = capped_milp(problem, max(cf.milp_share * left() - 0.5, 1.0), best, relax_cap, threads, consider, say)
         tighten(None if info is None else float(info.bound))
         if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
-                and not _closed(best[1], bound):
+                and not closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
     proven = info is not None and info.status == "optimal"
     if proven:
@@ -261,24 +272,13 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     return _result(best, bound, info, t0, proven)
 
 
-def _cfn(problem, time_limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
-    """toulbar2 rounds at adaptive memory prices (``solvers.cfn``) from the best plan; its bound.
-    On contest-size graphs a round without a plan hands the rest of the time to the search."""
-    r = cfn_solve(problem, time_limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
-                  on_plan=lambda plan, cost: consider(plan, "cfn"))
-    consider(r.plan, "cfn")
-    if np.isfinite(r.lower_bound):
-        say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
-    return r.lower_bound
-
-
 def _result(best, bound, info, t0, proven) -> CappedResult:
     if best[0] is None:   # copies: no phase found a plan that fits in time
         return CappedResult(None, float("inf"), bound, None, "infeasible", "none", time.perf_counter() - t0, info)
     cost = best[1]
-    closed = proven or _closed(cost, bound)
+    done = proven or closed(cost, bound)
     gap = None if not np.isfinite(bound) else max(0.0, cost - bound) / max(abs(cost), 1e-300)
-    return CappedResult(best[0], cost, bound, 0.0 if closed else gap, "optimal" if closed else "time_limit",
+    return CappedResult(best[0], cost, bound, 0.0 if done else gap, "optimal" if done else "time_limit",
                         best[2], time.perf_counter() - t0, info)
 
 
@@ -315,17 +315,9 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
 
     proc, recv = start_child(body)
     post.close()
-    second = None
-    if config.second_search and time_limit_s >= config.second_min_s and not milp_ok(problem, config):
-        spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
-        if spare >= 1.0:
-            second = second_search(problem, time_limit_s - config.guard_margin_s)
-        say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
-    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
-        problem.edge_memory is not None and milp_ok(problem, config) and time_limit_s >= 4 * config.guard_margin_s
-        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
+    second, lp, free = start_besides(problem, seeds, time_limit_s, config, not milp_ok(problem, config), say)
     best, best_cost, done, bound, other = None, float("inf"), None, -float("inf"), None
-    conns = [recv] + [c[1] for c in (second, late, lp) if c is not None]
+    conns = [recv] + [c[1] for c in (second, late, lp, free) if c is not None]
     while conns:
         wait = deadline - time.perf_counter()
         ready = mp_wait(conns, wait) if wait > 0 else []
@@ -347,6 +339,19 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
                     post_seed(mail, msg[1])
                     if c.total < best_cost:
                         best, best_cost, other = [int(x) for x in msg[1]], float(c.total), "late seed"
+            elif free is not None and conn is free[1]:    # the uncapped MILP beside: ("plan", plan, cost, tag) / ("bound", b)
+                if msg[0] == "bound":
+                    bound = max(bound, msg[1])
+                    say(f"uncapped milp beside: bound {msg[1]:.10g} ({time.perf_counter() - t0:.1f}s)")
+                else:
+                    post_seed(mail, msg[1])     # the core's later phases may start from it
+                    say(f"{msg[3]} beside: {msg[2]:.10g} ({time.perf_counter() - t0:.1f}s)")
+                    if msg[2] < best_cost:
+                        best, best_cost, other = msg[1], msg[2], f"{msg[3]} beside"
+                if closed(best_cost, bound):    # proven (the cap does not bind): nothing can beat it
+                    say(f"proven by the uncapped milp beside ({time.perf_counter() - t0:.1f}s)")
+                    conns = []
+                    break
             elif lp is not None and conn is lp[1]:     # the LP beside: ("bound", seconds)
                 conns.remove(conn)
                 bound = max(bound, msg[1])
@@ -371,7 +376,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             elif msg[1] < best_cost:
                 best, best_cost, other = msg[0], msg[1], None
     mail.close()
-    for c in ((proc,), second, late, lp):
+    for c in ((proc,), second, late, lp, free):
         if c is not None:
             stop_child(c[0])
     if done is not None and done.plan is not None and done.cost <= best_cost:
@@ -389,8 +394,3 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     r = _result([best, best_cost, other or (done.source if done is not None else "streamed")], bound, None, t0, False)
     return CappedResult(r.plan, r.cost, r.bound, r.gap, r.status, r.source, time.perf_counter() - t0)
 
-
-def _closed(cost: float, bound: float) -> bool:
-    """Does ``bound`` prove ``cost`` optimal? Never without a plan (cost inf: inf - b <= 1e-6·inf held, so
-    every phase after the search was skipped when none had found a plan, vit tiny cpu-2x4 at cap 731,651 B)."""
-    return bool(np.isfinite(cost) and np.isfinite(bound) and cost - bound <= 1e-6 * max(abs(cost), 1e-300))

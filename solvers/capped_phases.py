@@ -1,14 +1,18 @@
 """Phases of the capped core (``solvers.capped.solve_capped``) that call HiGHS on the whole problem:
 the least-peak search when no plan fits yet, the uncapped MILP's bound and plan, and the capped MILP
 from the incumbent. Each offers its plans to the core's ``consider`` (kept only if it fits) and
-says what it found through ``say``. And the processes ``solve_guarded`` runs beside the core: ``lp_beside``
-(the capped LP's bound), ``second_search``, and ``post_seed`` (its hand-over of a late seed). Moved here from
-solvers/capped.py (its 400-line limit)."""
+says what it found through ``say``; toulbar2's phase (``cfn_phase``). And the processes ``solve_guarded`` runs
+beside the core (``start_besides``): ``lp_beside`` (the capped LP's bound), ``second_search``, ``uncapped_beside``
+(the uncapped MILP on graphs too big for the capped one), and ``post_seed`` (its hand-over of a late seed). Moved
+here from solvers/capped.py (its 400-line limit)."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from costmodel.problem import evaluate
+from solvers.cfn import cfn_solve
 from solvers.ilp import IlpConfig, solve_ilp
 from solvers.ilp.guard import start_child
 from solvers.local import fitting_least_usage_plan, improve
@@ -110,6 +114,49 @@ def lp_beside(problem, seeds, time_limit_s: float):
     return start_child(body)
 
 
+def uncapped_beside(problem, time_limit_s: float, repair_s: float):
+    """(process, receiving end) of a forked child (``solvers.ilp.guard.start_child``) that runs ``uncapped_bound``
+    (HiGHS without the cap, one thread, ``time_limit_s``; its plan repaired and polished within ``repair_s`` when it
+    breaks the cap) and sends ("plan", plan, cost) for each plan that fits and ("bound", b) for HiGHS's dual bound
+    of the uncapped problem, a lower bound of the capped optimum. ``solvers.capped.solve_guarded`` runs it beside
+    the core on graphs too big for the capped MILP (``CappedConfig.uncapped_beside``), where the core has no
+    uncapped phase of its own: a cap that does not bind is then proven in the uncapped MILP's time (gpt 1.3b
+    h100-2x8 at 80 GiB: 19 s, ``solvers.ilp.objectives._relax_cap``), and a binding one gets the uncapped optimum
+    repaired as a start and its bound."""
+    def body(send):
+        def consider(plan, tag) -> bool:
+            c = evaluate(problem, plan)
+            if c.feasible:
+                send.send(("plan", [int(x) for x in plan], float(c.total), tag))
+            return bool(c.feasible)
+
+        bound, _, _ = uncapped_bound(problem, time_limit_s, 1, consider, lambda msg: None, repair_s=repair_s)
+        if np.isfinite(bound):
+            send.send(("bound", float(bound)))
+
+    return start_child(body)
+
+
+def start_besides(problem, seeds, time_limit_s: float, config, big: bool, say) -> tuple:
+    """The children ``solvers.capped.solve_guarded`` runs beside the core, each (process, receiving end) or None:
+    (second search, capped LP, uncapped MILP). ``big``: the graph is too big for the core's MILP (``milp_ok``)."""
+    spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
+    free = second = None
+    if config.uncapped_beside and big and problem.edge_memory is not None and time_limit_s >= 4 * config.guard_margin_s:
+        if spare >= 1.0:     # on an idle core only: beside a starved core it cost gpt 7b h100-2x8 at 58.6 GB every plan
+            free = uncapped_beside(problem, time_limit_s - 2 * config.guard_margin_s,
+                                   min(3 * config.repair_max_s, 0.15 * time_limit_s))
+        say(f"{spare:.1f} idle cores: {'the' if free else 'no'} uncapped milp beside")
+    if config.second_search and time_limit_s >= config.second_min_s and big:
+        if spare >= (2.0 if free is not None else 1.0):     # the uncapped MILP beside takes one
+            second = second_search(problem, time_limit_s - config.guard_margin_s)
+        say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
+    lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
+        problem.edge_memory is not None and not big and time_limit_s >= 4 * config.guard_margin_s
+        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
+    return second, lp, free
+
+
 def second_search(problem, time_limit_s: float):
     """(process, receiving end) of a second ``solve_large`` (another seed) in a forked child
     (``solvers.ilp.guard.start_child``) that sends each new best plan as (plan, cost), for an idle core."""
@@ -118,3 +165,20 @@ def second_search(problem, time_limit_s: float):
                     on_plan=lambda s: send.send(([int(x) for x in s], float(evaluate(problem, s).total))))
 
     return start_child(body)
+
+
+def cfn_phase(problem, time_limit_s, best, consider, say, give_up_empty=False, prepared=None) -> float:
+    """toulbar2 rounds at adaptive memory prices (``solvers.cfn``) from the best plan; its bound.
+    On contest-size graphs a round without a plan hands the rest of the time to the search."""
+    r = cfn_solve(problem, time_limit_s, starts=[best[0]], progress=say, give_up_empty=give_up_empty, prepared=prepared,
+                  on_plan=lambda plan, cost: consider(plan, "cfn"))
+    consider(r.plan, "cfn")
+    if np.isfinite(r.lower_bound):
+        say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
+    return r.lower_bound
+
+
+def closed(cost: float, bound: float) -> bool:
+    """Does ``bound`` prove ``cost`` optimal? Never without a plan (cost inf: inf - b <= 1e-6·inf held, so
+    every phase after the search was skipped when none had found a plan, vit tiny cpu-2x4 at cap 731,651 B)."""
+    return bool(np.isfinite(cost) and np.isfinite(bound) and cost - bound <= 1e-6 * max(abs(cost), 1e-300))

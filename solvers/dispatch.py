@@ -6,9 +6,13 @@ Every function here reads the memory cap from ONE place, the Problem's ``usage_l
 the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argument.
 
 - ``solve_exact``: method "ilp". With the time objective under a cap that can bind
-  (``binding_cap``) on a graph the MILP holds (``solvers.capped.milp_ok``): the capped core
-  (``solve_capped_time``), which prices the resharded copies (``Problem.edge_memory``) itself;
-  otherwise
+  (``binding_cap``) on a graph the MILP holds (``solvers.capped.milp_ok``) or on any traced graph
+  with copy groups: the capped core (``solve_capped_time``), which prices the resharded copies
+  (``Problem.edge_memory``) itself. Graphs too big for its MILP (gpt 125m and up on h100-2x8) went to
+  the plain guarded ILP until session 26: under a binding cap it found no plan in 60 s (gpt 7b
+  h100-2x8 at 58.6 GB; gpt 125m there at cap fraction 0.05, 65 s into the 60 s limit), where the core
+  answers 0.4220 and 0.02166 s a step (load 3.8-4.4); at 80 GiB (not binding) 0.34405 against the
+  guarded ILP's best seed 0.34891 (the optimum 0.34379). Otherwise
   ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
   where they help (``baseline_seeds``), under a watchdog (``solvers.ilp.solve_ilp_guarded``: a
   forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
@@ -45,9 +49,14 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: and the Lagrangian's bundle step (``solvers.lagrange_bundle``; IOPDDL problems have no copy groups,
 #: so no Lagrangian phase). No early LNS and, with copy groups, no toulbar2 (its bound ignores the
 #: copies: 5e-8 - 8e-7 s against plans of 1e-4 - 1e-3 s on gpt / vit tiny h100-2x8): their ~11 s go
-#: to the Lagrangian (bench_capped s20a_ab1, load 3-7: bound up in 4 of 6 cells, gpt 50 % 1.95e-4 -> 2.36e-4)
+#: to the Lagrangian (bench_capped s20a_ab1, load 3-7: bound up in 4 of 6 cells, gpt 50 % 1.95e-4 -> 2.36e-4).
+#: Graphs too big for the MILP (session 26): the uncapped MILP beside the core on an idle core, and BP first for up to 80 %
+#: (``bp_big_share``): at cap fraction 0.05 on h100-2x8, load ~4, BP alone fits vit base in 21.7 s (0.01774 s a
+#: step; the core without it found no plan in 60 s), gpt 125m in 13.4 s (0.01498; the core 0.02166), gpt 7b in
+#: 40 s (0.3805; the core 0.3934-0.4253). BP runs before the core's least-peak search, which took 29 s on gpt 125m
+#: there and found nothing
 TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
-                 cfn_copies_max_s=0.0)
+                 cfn_copies_max_s=0.0, uncapped_beside=True, bp_big_share=0.8)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the seeded memory objective's MIP is killed this long past the time left (default guard: 2 s + 5 %);
@@ -117,8 +126,8 @@ def solve_exact(problem: Problem, objective: str = "time", max_step_time_s=None,
     Every time spent here (seeds, bisection) counts against ``time_limit_s``, once."""
     t0, limit_s = time.perf_counter(), float(time_limit_s)
     cap = binding_cap(problem)
-    if (cap is not None and objective == "time" and max_step_time_s is None and milp_ok(problem)
-            and set(kw) <= CAPPED_OPTIONS):
+    if (cap is not None and objective == "time" and max_step_time_s is None and set(kw) <= CAPPED_OPTIONS
+            and (milp_ok(problem) or problem.edge_memory is not None)):
         return solve_capped_time(problem, float(time_limit_s), t0, policy_seed=policy_seed, **kw)
     seeded = objective == "memory" and (max_step_time_s is not None or problem.edge_memory is not None)
     if seeded:
@@ -236,8 +245,9 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     """Time objective under a memory cap (``problem.usage_limit``) that can bind:
     ``solvers.capped.solve_guarded`` seeded with the given plans, replicated (traced problems) and
     the baselines when replication does not fit; never worse than any of them (nor than BP or the
-    search inside). With ``policy_seed`` and ``time_limit_s`` >= ``POLICY_SEED_MIN_S``, the policy's plan
-    is a seed (without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where the
+    search inside). With ``policy_seed``, ``time_limit_s`` >= ``POLICY_SEED_MIN_S`` and a graph the core's MILP
+    holds (on bigger ones the planner takes most of the limit: its raw decode 26 s, its search 170 s on gpt 7b
+    h100-2x8 at 58.6 GB, session 25), the policy's plan is a seed (without it unet tiny lost to the policy by up to 1.29x in bench_capped s6, where the
     repair of every other start stalled on copies that a move makes live; with copy groups on a busy
     machine it is the planner's raw decode, ``POLICY_SEED_SEARCH``, so the answer is never worse than
     that, not than ``method="policy"``'s full search: unet tiny h100-2x8 at 50 %, 1.022x in s20a_ab3),
@@ -247,13 +257,11 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     by then, it runs beside the core: a candidate answer when it arrives in time, and handed to the
     core, whose later phases (the Lagrangian's target and representatives, the union, the MILP, LNS)
     start from it when it is the best; a planner still running at the limit is killed and its plan
-    lost. Without fork it runs first, inline, unbounded. Only on graphs the
-    MILP holds (``solvers.capped.milp_ok``); bigger ones keep ``solve_ilp``'s uncapped-LP-first
-    path. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
+    lost. Without fork it runs first, inline, unbounded. The other seeds' time counts against the limit. ``progress(msg)``: the core's phase log. Falls back to the guarded ``solve_ilp`` in the time left (for its
     infeasibility report) when no plan fits."""
     seeds = seeds_of({"initial_plan": initial_plan, "initial_plans": initial_plans})
     late, config = None, TRACED
-    if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S:
+    if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S and milp_ok(problem):
         prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
         beside = _beside()
         if not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
@@ -275,7 +283,9 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         replicated = [0] * problem.num_nodes
         seeds.append(replicated)
         if evaluate(problem, replicated).peak_memory_bytes > problem.usage_limit:
-            seeds += baseline_seeds(problem, use_ilp=False)   # the rules' plans without their own ILP
+            # the rules' plans; their own ILP only on graphs too big for the core's MILP (gpt 7b h100-2x8 at 80 GiB:
+            # megatron 0.4101 -> 0.3489 s a step, 1.5 % over the optimum, in 4.2 s; the core's search alone got 0.3508)
+            seeds += baseline_seeds(problem, use_ilp=not milp_ok(problem))
     left = max(3.0, time_limit_s - (time.perf_counter() - t0))
     r = solve_guarded(problem, left, seeds=seeds, threads=threads, relax_cap=True, config=config, progress=progress,
                       late=late)
@@ -283,10 +293,10 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         # unguarded 0.5 s fallback ran 19 s (vit tiny cpu-2x4 at cap 731,651 B, load 8.7: 79.8 s of 60)
         rest = time_limit_s - (time.perf_counter() - t0)
         why = f"no plan under the memory cap {problem.usage_limit:.6g} B found within {time_limit_s:g} s ({r.status})"
-        if rest < 0.5:
+        if rest - 1.0 < 0.5:     # the guard may take its 1 s of grace: never past the limit (61.1 s of 60, vit base)
             raise RuntimeError(f"{why}; raise time_limit_s or the cap")
         try:
-            return solve_ilp_guarded(problem, objective="time", time_limit_s=rest, grace_s=1.0)[0], {}
+            return solve_ilp_guarded(problem, objective="time", time_limit_s=rest - 1.0, grace_s=1.0)[0], {}
         except SolveOverrun as exc:
             raise RuntimeError(f"{why}; {exc}") from exc
     info = dict(r.milp_info.to_dict()) if r.milp_info is not None else {}

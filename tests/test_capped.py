@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from costmodel.problem import Problem, evaluate
-from solvers import capped, iopddl_cli
+from solvers import capped, capped_phases, iopddl_cli
 from solvers.capped import solve_capped
 from tests.ilp_helpers import brute_force, random_problem
 
@@ -190,7 +190,7 @@ def test_toulbar2_time_capped_on_milp_sized_graphs_with_copies(monkeypatch):
         assert r.plan is None or evaluate(p, r.plan).feasible
         return list(calls)
 
-    monkeypatch.setattr(capped, "cfn_solve", fake_cfn)
+    monkeypatch.setattr(capped_phases, "cfn_solve", fake_cfn)   # toulbar2's phase lives there
     monkeypatch.setattr(capped, "cfn_available", lambda: True)
     short, off = capped.CappedConfig(cfn_copies_max_s=0.6), capped.CappedConfig(cfn_copies_max_s=0.0)
     ran_with_copies = 0
