@@ -50,7 +50,8 @@ def test_ab_table_pairs_the_variants_and_reads_the_seed_path():
     search = ["0.1s pruned", "11.2s policy seed: 0.0001440936428 (11.2s)"]
     raw = ["0.2s policy seed: 0.0001629752618 (0.2s)"]
     rows = [row("before", 0.5, 1.441e-4, 1.441e-4, 0.12, search), row("after", 0.5, 1.630e-4, 1.441e-4, 0.156, raw),
-            row("after", 0.75, 1.119e-4, 1.119e-4, 0.0, ["24.0s policy seed: still running after 24.0s: beside the core"]),
+            row("after", 0.75, 1.119e-4 * (1 - 5e-6), 1.119e-4, 0.0,       # the same plan but for a tie: equal
+                ["24.0s policy seed: still running after 24.0s: beside the core"]),
             row("before", 0.75, 1.119e-4, 1.119e-4, 0.01, ["27.5s late seed: 0.0001119 after 27.5s (3.1s)"])]
     assert [seed_path(r) for r in rows] == ["inline 11.2 s", "inline 0.2 s", "late", "beside"]
     assert seed_path({"log": ["1.0s policy seed: none (nothing fits)"]}) == "none" and seed_path({}) == "—"
