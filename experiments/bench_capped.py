@@ -376,19 +376,20 @@ def seed_path(row: dict) -> str:
     return "—"
 
 
-def ab_markdown(res: dict, tol: float = 1e-4) -> str:
+def ab_markdown(res: dict, tol: float = 1e-4, labels: tuple = ("before", "after")) -> str:
     """A ``--compare`` run's cells, one line each: the ILP's cost, gap and ILP / policy with the
     overrides ("before") and without ("after"), how the policy seed reached the core (``seed_path``)
     and the 1-min load at the start of each; then the counts: cells where "before"'s plan is cheaper,
     equal (within ``tol`` relative: two runs' plans differ by 6e-7 to 7e-6 where they are the same
     but for a tie, s25/s26a) or dearer, and per variant the cells with gap <= 2 % and with the ILP
-    worse than the policy (strictly, as ``markdown``)."""
+    worse than the policy (strictly, as ``markdown``). ``labels``: the variants' names in the text."""
     fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
     cells: dict = {}
     for r in res.get("rows", []):
         cells.setdefault((r["problem"], r["cluster"], r["cap_fraction"]), {})[r.get("variant")] = r
-    out = ["| problem | cluster | cap | ILP cost before / after | gap before / after | ILP / policy before / after | "
-           "policy cost | seed before / after | load before / after |", "|---" * 9 + "|"]
+    ba = " / ".join(labels)
+    out = [f"| problem | cluster | cap | ILP cost {ba} | gap {ba} | ILP / policy {ba} | policy cost | seed {ba} | "
+           f"load {ba} |", "|---" * 9 + "|"]
     tally = {"cheaper": 0, "equal": 0, "dearer": 0}
     small, worse = {"before": 0, "after": 0}, {"before": 0, "after": 0}
     for (prob, cl, f), v in cells.items():
@@ -409,9 +410,10 @@ def ab_markdown(res: dict, tol: float = 1e-4) -> str:
                    f"{two('ilp_over_policy', '{:.3f}')} | {fmt(a.get('policy_cost'))} | {seed_path(b)} / {seed_path(a)} | "
                    f"{b['load_avg_before'][0]:.1f} / {a['load_avg_before'][0]:.1f} |")
     n = sum(tally.values())
-    out += ["", f"{n} cells: the ILP's plan is cheaper before in {tally['cheaper']}, equal in {tally['equal']}, dearer in "
-                f"{tally['dearer']}; gap <= 2 %: before {small['before']}, after {small['after']}; the ILP worse than "
-                f"the policy: before {worse['before']}, after {worse['after']}"
+    b, a = labels
+    out += ["", f"{n} cells: the ILP's plan is cheaper {b} in {tally['cheaper']}, equal in {tally['equal']}, dearer in "
+                f"{tally['dearer']}; gap <= 2 %: {b} {small['before']}, {a} {small['after']}; the ILP worse than "
+                f"the policy: {b} {worse['before']}, {a} {worse['after']}"
                 f"{'' if res.get('complete') else ' (partial run)'}."]
     return "\n".join(out)
 

@@ -60,3 +60,5 @@ def test_ab_table_pairs_the_variants_and_reads_the_seed_path():
             "inline 11.2 s / inline 0.2 s | 1.2 / 1.2 |") in text
     assert ("2 cells: the ILP's plan is cheaper before in 1, equal in 1, dearer in 0; gap <= 2 %: before 1, after 1; "
             "the ILP worse than the policy: before 0, after 1.") in text
+    text = ab_markdown({"rows": rows, "complete": False}, labels=("search", "raw"))
+    assert "| ILP / policy search / raw |" in text and "cheaper search in 1" in text and "(partial run)" in text
