@@ -31,12 +31,14 @@ alternates): "before" with the capped core's configuration (``solvers.dispatch.T
 by those fields, "after" as it is (or with ``--after``'s overrides), so that a change is measured under the same load; rows carry
 ``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X`` and ``policy_search=1``
 (``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` / ``POLICY_SEED_SHARE`` /
-``POLICY_SEED_SEARCH``.
+``POLICY_SEED_SEARCH``. ``--table --ab`` prints such a run one line per cell, the two variants side by side
+(ILP cost, gap, ILP / policy, how the policy seed reached the core, load) with the cheaper / equal / dearer counts.
 
     nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
     python experiments/bench_capped.py --problems gpt:tiny --clusters cpu-2x4 --out bench_capped_gpt
     python experiments/bench_capped.py --clusters cpu-2x4 --caps-file results/bench_capped.json --out bench_capped_s8
     python experiments/bench_capped.py --compare cfn_copies_max_s=inf,lagrange_share=0.45 --out bench_capped_ab
+    python experiments/bench_capped.py --table --ab --out s25_bench_capped_tpu_seedsearch_ab
 """
 from __future__ import annotations
 
@@ -180,10 +182,13 @@ def main(argv=None):
     ap.add_argument("--out", default="bench_capped")
     ap.add_argument("--fresh", action="store_true", help="ignore the cells already in results/<out>.json")
     ap.add_argument("--table", action="store_true", help="print results/<out>.json as README's markdown table; run nothing")
+    ap.add_argument("--ab", action="store_true", help="with --table: one line per cell, the --compare run's two "
+                                                      "variants side by side (``ab_markdown``)")
     a = ap.parse_args(argv)
     if a.table:
         from experiments.common import RESULTS_DIR
-        print(markdown(json.loads((RESULTS_DIR / f"{a.out}.json").read_text())))
+        res = json.loads((RESULTS_DIR / f"{a.out}.json").read_text())
+        print(ab_markdown(res) if a.ab else markdown(res))
         return
     import shardgym as sg
     from experiments.common import RESULTS_DIR, git_rev, print_table, write_results
@@ -351,6 +356,65 @@ def markdown(res: dict) -> str:
         out.append(f"Before ('previous_rows', the revisions named there): {len(prev)} cells; the ILP worse than the "
                    f"policy in {sum(1 for b in prev.values() if (b.get('ilp_over_policy') or 0) > 1 + 1e-9)}; gap <= 2 % in "
                    f"{sum(1 for b in prev.values() if b.get('gap') is not None and b['gap'] <= 0.02)}.")
+    return "\n".join(out)
+
+
+def seed_path(row: dict) -> str:
+    """How the cell's policy seed reached the capped core, from its phase log: "inline N s" (the core
+    waited for it and had it after N s), "late" (still running at ``POLICY_SEED_SHARE`` of the limit,
+    then beside the core), "beside" (an idle core: beside from the start), "none" (no plan), "—" (no log)."""
+    for m in row.get("log", []):
+        text = m.split(" ", 1)[-1]
+        if text.startswith("policy seed: still running"):
+            return "late"
+        if text.startswith("policy seed: none"):
+            return "none"
+        if text.startswith("policy seed: "):
+            return f"inline {text.rsplit('(', 1)[-1].rstrip('s)')} s"
+        if text.startswith("late seed"):
+            return "beside"
+    return "—"
+
+
+def ab_markdown(res: dict, tol: float = 1e-4, labels: tuple = ("before", "after")) -> str:
+    """A ``--compare`` run's cells, one line each: the ILP's cost, gap and ILP / policy with the
+    overrides ("before") and without ("after"), how the policy seed reached the core (``seed_path``)
+    and the 1-min load at the start of each; then the counts: cells where "before"'s plan is cheaper,
+    equal (within ``tol`` relative: two runs' plans differ by 6e-7 to 7e-6 where they are the same
+    but for a tie, s25/s26a) or dearer, and per variant the cells with gap <= 2 % and with the ILP
+    worse than the policy (strictly, as ``markdown``). ``labels``: the variants' names in the text."""
+    fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
+    cells: dict = {}
+    for r in res.get("rows", []):
+        cells.setdefault((r["problem"], r["cluster"], r["cap_fraction"]), {})[r.get("variant")] = r
+    ba = " / ".join(labels)
+    out = [f"| problem | cluster | cap | ILP cost {ba} | gap {ba} | ILP / policy {ba} | policy cost | seed {ba} | "
+           f"load {ba} |", "|---" * 9 + "|"]
+    tally = {"cheaper": 0, "equal": 0, "dearer": 0}
+    small, worse = {"before": 0, "after": 0}, {"before": 0, "after": 0}
+    for (prob, cl, f), v in cells.items():
+        b, a = v.get("before"), v.get("after")
+        if b is None or a is None:
+            continue
+        for name, r in (("before", b), ("after", a)):
+            small[name] += r.get("ilp_feasible") and r.get("gap") is not None and r["gap"] <= 0.02
+            worse[name] += bool(r.get("policy_feasible")) and (r.get("ilp_over_policy") is None
+                                                               or r["ilp_over_policy"] > 1 + 1e-9)
+        cb = b.get("ilp_cost") if b.get("ilp_feasible") else None
+        ca = a.get("ilp_cost") if a.get("ilp_feasible") else None
+        if cb is not None or ca is not None:
+            tally["cheaper" if ca is None or (cb is not None and cb < ca * (1 - tol)) else
+                  "dearer" if cb is None or cb > ca * (1 + tol) else "equal"] += 1
+        two = (lambda key, f="{:.4g}": f"{fmt(b.get(key), f)} / {fmt(a.get(key), f)}")
+        out.append(f"| {prob} | {cl} | {f:.0%} | {two('ilp_cost')} | {two('gap', '{:.1%}')} | "
+                   f"{two('ilp_over_policy', '{:.3f}')} | {fmt(a.get('policy_cost'))} | {seed_path(b)} / {seed_path(a)} | "
+                   f"{b['load_avg_before'][0]:.1f} / {a['load_avg_before'][0]:.1f} |")
+    n = sum(tally.values())
+    b, a = labels
+    out += ["", f"{n} cells: the ILP's plan is cheaper {b} in {tally['cheaper']}, equal in {tally['equal']}, dearer in "
+                f"{tally['dearer']}; gap <= 2 %: {b} {small['before']}, {a} {small['after']}; the ILP worse than "
+                f"the policy: {b} {worse['before']}, {a} {worse['after']}"
+                f"{'' if res.get('complete') else ' (partial run)'}."]
     return "\n".join(out)
 
 

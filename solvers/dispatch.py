@@ -100,7 +100,14 @@ POLICY_SEED_SHARE = 0.4
 #: at load 3-7 it took 19-74 s (gpt / vit / unet tiny h100-2x8, bench_capped s20a_ab2/ab3), the core
 #: waited 24 s of 60 for it, then shared the cores with it, and its Lagrangian got 1-11 rounds (median gap
 #: 56.4 % -> 13.6 % on 12 cells). The cost: where the planner would have finished in time the core alone
-#: can do worse (gpt tiny tpu-4x4 at 75 %: 1.142x the planner's plan, which took 15 s at load 2; s20a_ab5)
+#: can do worse (gpt tiny tpu-4x4 at 75 %: 1.142x the planner's plan, which took 15 s at load 2; s20a_ab5).
+#: Re-measured in session 26 (``bench_capped --compare policy_search=1``, interleaved, README "Session 26"):
+#: at load 1-2.5 (tpu-4x4, s25_bench_capped_tpu_seedsearch_ab) the search took 8-23 s and its ILP plan was
+#: cheaper in 6 of 15 cells, dearer in 0; at load 3-6 (h100-2x8 / cpu-2x4, s26a_seedsearch_ab_h100 / _cpu) it
+#: was still running at the 24 s share in 16 of 36 cells and took up to 201 s (fno tiny cpu-2x4); its plan
+#: was cheaper in 1 / dearer in 4 of 15 (h100) and cheaper in 3 / dearer in 10 of 21 (cpu). Over all 51:
+#: cheaper 10, equal 27, dearer 14; the ILP worse than ``method="policy"`` in 4 cells with it, 7 without
+#: (all on cpu-2x4 but tpu's 2). Kept False: neither setting gives "never worse"
 POLICY_SEED_SEARCH = False
 
 

@@ -38,3 +38,27 @@ def test_table_counts_each_variant_on_its_own():
     assert "| gpt:tiny (before) |" in text and "| gpt:tiny (after) |" in text
     assert "after: 1 cells; the ILP's plan fits in 1; gap <= 2 % in 1 (median gap 1.0%)" in text
     assert "before: 1 cells; the ILP's plan fits in 1; gap <= 2 % in 0 (median gap 30.0%)" in text
+
+
+def test_ab_table_pairs_the_variants_and_reads_the_seed_path():
+    from experiments.bench_capped import ab_markdown, seed_path
+
+    def row(v, frac, cost, policy, gap, log):
+        return {"problem": "fno:tiny", "cluster": "tpu-4x4", "cap_fraction": frac, "variant": v, "ilp_cost": cost,
+                "ilp_feasible": True, "gap": gap, "policy_cost": policy, "policy_feasible": True,
+                "ilp_over_policy": round(cost / policy, 4), "load_avg_before": [1.2, 1.0, 1.0], "log": log}
+    search = ["0.1s pruned", "11.2s policy seed: 0.0001440936428 (11.2s)"]
+    raw = ["0.2s policy seed: 0.0001629752618 (0.2s)"]
+    rows = [row("before", 0.5, 1.441e-4, 1.441e-4, 0.12, search), row("after", 0.5, 1.630e-4, 1.441e-4, 0.156, raw),
+            row("after", 0.75, 1.119e-4 * (1 - 5e-6), 1.119e-4, 0.0,       # the same plan but for a tie: equal
+                ["24.0s policy seed: still running after 24.0s: beside the core"]),
+            row("before", 0.75, 1.119e-4, 1.119e-4, 0.01, ["27.5s late seed: 0.0001119 after 27.5s (3.1s)"])]
+    assert [seed_path(r) for r in rows] == ["inline 11.2 s", "inline 0.2 s", "late", "beside"]
+    assert seed_path({"log": ["1.0s policy seed: none (nothing fits)"]}) == "none" and seed_path({}) == "—"
+    text = ab_markdown({"rows": rows, "complete": True})
+    assert ("| fno:tiny | tpu-4x4 | 50% | 0.0001441 / 0.000163 | 12.0% / 15.6% | 1.000 / 1.131 | 0.0001441 | "
+            "inline 11.2 s / inline 0.2 s | 1.2 / 1.2 |") in text
+    assert ("2 cells: the ILP's plan is cheaper before in 1, equal in 1, dearer in 0; gap <= 2 %: before 1, after 1; "
+            "the ILP worse than the policy: before 0, after 1.") in text
+    text = ab_markdown({"rows": rows, "complete": False}, labels=("search", "raw"))
+    assert "| ILP / policy search / raw |" in text and "cheaper search in 1" in text and "(partial run)" in text
