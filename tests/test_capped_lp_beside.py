@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import solvers.capped as capped
+import solvers.capped_phases as capped_phases
 from costmodel.problem import evaluate
 from solvers.capped import CappedConfig
 from solvers.capped_phases import lp_beside
@@ -94,7 +95,7 @@ def test_lp_beside_waits_for_an_idle_core(monkeypatch):
     """On a busy machine (1-min load >= cores - 1) no LP child is started: the bound stays the core's."""
     p = _capped(2)
     seen = []
-    monkeypatch.setattr(capped, "lp_beside", lambda *a, **k: seen.append(a))
+    monkeypatch.setattr(capped_phases, "lp_beside", lambda *a, **k: seen.append(a))   # started by start_besides
     monkeypatch.setattr(capped.os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
     r = capped.solve_guarded(p, 2.5, config=CappedConfig(lp_beside_idle=1.0, guard_margin_s=0.5))
     assert not seen and r.plan is not None
