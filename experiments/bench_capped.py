@@ -325,9 +325,23 @@ def _policy_cell(sg, p, cap: float) -> dict:
     return {**row, "policy_s": round(time.perf_counter() - t, 1)}
 
 
+def _fmt(x, f: str = "{:.4g}") -> str:
+    return "—" if x is None else f.format(x)
+
+
+def _gap_met(r: dict) -> bool:
+    """The ILP's plan fits and its gap is <= 2 % (issue 16's target)."""
+    return bool(r.get("ilp_feasible")) and r.get("gap") is not None and r["gap"] <= 0.02
+
+
+def _worse_than_policy(r: dict) -> bool:
+    """The policy's plan fits and the ILP's is dearer (strictly; no ILP plan counts as dearer)."""
+    return bool(r.get("policy_feasible")) and (r.get("ilp_over_policy") is None or r["ilp_over_policy"] > 1 + 1e-9)
+
+
 def markdown(res: dict) -> str:
     """README's table of a results file, with the counts against the targets."""
-    fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
+    fmt = _fmt
     prev = {(r["problem"], r["cluster"], r["cap_fraction"]): r for r in res.get("previous_rows", [])}
     out = ["| problem | cluster | nodes | cap | ILP cost | status | gap | source | ILP wall | policy cost | "
            "ILP / policy | policy wall | load | before: ILP cost, / policy, load |", "|---" * 14 + "|"]
@@ -344,9 +358,9 @@ def markdown(res: dict) -> str:
     for v in sorted({r.get("variant") for r in rows}, key=str):
         vr = [r for r in rows if r.get("variant") == v]
         fits = [r for r in vr if r.get("ilp_feasible")]
-        small = [r for r in fits if r.get("gap") is not None and r["gap"] <= 0.02]
+        small = [r for r in fits if _gap_met(r)]
         pol = [r for r in vr if r.get("policy_feasible")]
-        worse = [r for r in pol if r.get("ilp_over_policy") is None or r["ilp_over_policy"] > 1 + 1e-9]
+        worse = [r for r in pol if _worse_than_policy(r)]
         gaps = sorted(r["gap"] for r in fits if r.get("gap") is not None)
         out.append(f"{'' if v is None else v + ': '}{len(vr)} cells; the ILP's plan fits in {len(fits)}; gap <= 2 % in "
                    f"{len(small)}{f' (median gap {gaps[len(gaps) // 2]:.1%})' if gaps else ''}; the ILP is worse than "
@@ -383,7 +397,7 @@ def ab_markdown(res: dict, tol: float = 1e-4, labels: tuple = ("before", "after"
     equal (within ``tol`` relative: two runs' plans differ by 6e-7 to 7e-6 where they are the same
     but for a tie, s25/s26a) or dearer, and per variant the cells with gap <= 2 % and with the ILP
     worse than the policy (strictly, as ``markdown``). ``labels``: the variants' names in the text."""
-    fmt = (lambda x, f="{:.4g}": "—" if x is None else f.format(x))
+    fmt = _fmt
     cells: dict = {}
     for r in res.get("rows", []):
         cells.setdefault((r["problem"], r["cluster"], r["cap_fraction"]), {})[r.get("variant")] = r
@@ -397,9 +411,8 @@ def ab_markdown(res: dict, tol: float = 1e-4, labels: tuple = ("before", "after"
         if b is None or a is None:
             continue
         for name, r in (("before", b), ("after", a)):
-            small[name] += r.get("ilp_feasible") and r.get("gap") is not None and r["gap"] <= 0.02
-            worse[name] += bool(r.get("policy_feasible")) and (r.get("ilp_over_policy") is None
-                                                               or r["ilp_over_policy"] > 1 + 1e-9)
+            small[name] += _gap_met(r)
+            worse[name] += _worse_than_policy(r)
         cb = b.get("ilp_cost") if b.get("ilp_feasible") else None
         ca = a.get("ilp_cost") if a.get("ilp_feasible") else None
         if cb is not None or ca is not None:

@@ -117,7 +117,7 @@ def lp_beside(problem, seeds, time_limit_s: float):
 def uncapped_beside(problem, time_limit_s: float, repair_s: float):
     """(process, receiving end) of a forked child (``solvers.ilp.guard.start_child``) that runs ``uncapped_bound``
     (HiGHS without the cap, one thread, ``time_limit_s``; its plan repaired and polished within ``repair_s`` when it
-    breaks the cap) and sends ("plan", plan, cost) for each plan that fits and ("bound", b) for HiGHS's dual bound
+    breaks the cap) and sends ("plan", plan, cost, tag) for each plan that fits and ("bound", b) for HiGHS's dual bound
     of the uncapped problem, a lower bound of the capped optimum. ``solvers.capped.solve_guarded`` runs it beside
     the core on graphs too big for the capped MILP (``CappedConfig.uncapped_beside``), where the core has no
     uncapped phase of its own: a cap that does not bind is then proven in the uncapped MILP's time (gpt 1.3b
@@ -153,7 +153,7 @@ def start_besides(problem, seeds, time_limit_s: float, config, big: bool, say) -
         say(f"{spare:.1f} idle cores: {'a' if second else 'no'} second search")
     lp = lp_beside(problem, seeds, time_limit_s - 2 * config.guard_margin_s) if (
         problem.edge_memory is not None and not big and time_limit_s >= 4 * config.guard_margin_s
-        and (os.cpu_count() or 1) - os.getloadavg()[0] >= config.lp_beside_idle) else None
+        and spare >= config.lp_beside_idle) else None
     return second, lp, free
 
 

@@ -11,8 +11,8 @@ the call (``shardgym.api.solve`` does it once). Nothing here takes a cap argumen
   (``Problem.edge_memory``) itself. Graphs too big for its MILP (gpt 125m and up on h100-2x8) went to
   the plain guarded ILP until session 26: under a binding cap it found no plan in 60 s (gpt 7b
   h100-2x8 at 58.6 GB; gpt 125m there at cap fraction 0.05, 65 s into the 60 s limit), where the core
-  answers 0.4220 and 0.02166 s a step (load 3.8-4.4); at 80 GiB (not binding) 0.34405 against the
-  guarded ILP's best seed 0.34891 (the optimum 0.34379). Otherwise
+  answers 0.3805 and 0.01498 s a step (load 3.7-3.9, results/s26_big_capped_after.json); at 80 GiB (not
+  binding) 0.34406 against the guarded ILP's best seed 0.34891 (the optimum 0.34379). Otherwise
   ``solvers.ilp.solve_ilp``, seeded with the replicated plan (traced problems) and the baselines
   where they help (``baseline_seeds``), under a watchdog (``solvers.ilp.solve_ilp_guarded``: a
   forked child killed 2 s + 5 % past the limit, where HiGHS overruns natively); stopped, it answers
