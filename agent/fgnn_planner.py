@@ -31,6 +31,7 @@ for ``lagrange_time_limit`` (20 ms a node, 2-8 s), then ``improve``; its plan de
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 from flax import serialization
@@ -41,7 +42,7 @@ from costmodel.limits import Limits
 from costmodel.problem import Problem, evaluate, problem_fingerprint
 from solvers.bp import bp_solve
 from solvers.local import fitting_least_usage_plan, improve, least_usage_plan
-from solvers.local.budgeted import capped_search
+from solvers.local.budgeted import CAPPED_BUDGET, capped_search
 from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, whole_milp_time_limit
 
 # Zero-correction networks plan with numpy BP up to this size: the jitted forward compiles once per
@@ -86,11 +87,18 @@ class FGPlanner:
 
     def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
              polish: bool = True, seed: int = 0, refine_time_limit_s: float | None = None, return_info: bool = False,
-             params=None, **_ignored):
-        """The network's plan (see the module docstring); ValueError if no plan fits the cap."""
+             params=None, time_limit_s: float | None = None, **_ignored):
+        """The network's plan (see the module docstring); ValueError if no plan fits the cap.
+        ``time_limit_s`` (``shardgym.solve``'s; None: none) bounds the whole call: numpy BP's rounds stop at
+        it (its decode then runs on the messages it has), and the search's phases get what is left (each
+        phase started before the limit runs to its own end, so a call can end past the limit by one phase,
+        ``search_over_s`` below); a decode that needs more than the limit (the jitted run above
+        ``NUMPY_BP_MAX_NODES``) is not cut."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
         t0 = time.perf_counter()
-        x, lb = self._decode(problem, params, bound=polish)
+        deadline = None if time_limit_s is None else t0 + float(time_limit_s)
+        left = (lambda cap: cap) if deadline is None else (lambda cap: max(min(cap, deadline - time.perf_counter()), 0.0))
+        x, lb = self._decode(problem, params, bound=polish, time_limit_s=left(float("inf")) if deadline else None)
         if x is None or (not polish and not evaluate(problem, x).feasible):
             # no decode (raw: none that fits): the least-usage plan, repaired with its copies priced
             fit = fitting_least_usage_plan(problem, time_limit_s=2.0)
@@ -106,7 +114,9 @@ class FGPlanner:
         if polish and not proven and problem.usage_limit is not None and refine_time_limit_s is None:
             # under a usage limit: the search budgeted in work units (``solvers.local.budgeted.capped_search``),
             # so the plan does not depend on the machine's load
-            out, search = capped_search(problem, x, seed=seed, return_info=True)
+            budget = CAPPED_BUDGET if deadline is None else replace(CAPPED_BUDGET, safety_s=min(CAPPED_BUDGET.safety_s,
+                                                                                             left(float("inf"))))
+            out, search = capped_search(problem, x, budget, seed=seed, return_info=True)
             extra["search"] = search
             x = x if out is None else out
             binds = search["phase"] != "uncapped optimum"
@@ -114,18 +124,22 @@ class FGPlanner:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
-            out = improve(problem, x, refine_time_limit_s=(CAPPED_REFINE_TIME_LIMIT_S if binds else 0.0)
-                          if refine_time_limit_s is None else refine_time_limit_s, seed=seed,
-                          whole_time_limit_s=0.0 if binds else whole_milp_time_limit(problem),
-                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else lagrange_time_limit(problem))
+            out = improve(problem, x, refine_time_limit_s=left((CAPPED_REFINE_TIME_LIMIT_S if binds else 0.0)
+                                                               if refine_time_limit_s is None else refine_time_limit_s),
+                          seed=seed, polish_time_limit_s=max(left(0.5), 0.05),
+                          whole_time_limit_s=0.0 if binds else left(whole_milp_time_limit(problem)),
+                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else left(lagrange_time_limit(problem)))
             x = x if out is None else out
         x = [int(v) for v in x]
         if return_info:
-            return x, {"plan_time_s": time.perf_counter() - t0, "raw_total": raw.total, "raw_feasible": raw.feasible,
+            wall = time.perf_counter() - t0
+            if deadline is not None:
+                extra["time_limit_s"], extra["search_over_s"] = float(time_limit_s), max(wall - float(time_limit_s), 0.0)
+            return x, {"plan_time_s": wall, "raw_total": raw.total, "raw_feasible": raw.feasible,
                        "cap_binds": binds, "lower_bound": lb, "proven": bool(proven), **extra}
         return x
 
-    def _decode(self, problem: Problem, params, bound: bool = True) -> tuple:
+    def _decode(self, problem: Problem, params, bound: bool = True, time_limit_s: float | None = None) -> tuple:
         """(raw decode or None when none fits, a lower bound on the optimum or −inf). Without live
         corrections (``agent.fgnn.live_parts`` empty, damping parameters at 0, no warm hint) the network is BP exactly
         (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
@@ -139,7 +153,7 @@ class FGPlanner:
         damped = bool(np.any(np.asarray(params["damp"])))     # a learned damping is no PART, but not BP's 0.5
         if not live_parts(params) and not damped and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
             r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
-                         bound="end" if bound else False)
+                         bound="end" if bound else False, time_limit_s=time_limit_s)
             return r.plan, r.lower_bound
         try:
             return self.net.plan(problem, params=params), -float("inf")

@@ -180,7 +180,7 @@ class Planner:
 
     def plan(self, problem: Problem, mode: str = "greedy", samples: int = 1, memory_cap_bytes=None,
              polish: bool = True, seed: int = 0, max_passes: int = 16, polish_time_limit_s: float = 0.5,
-             refine_time_limit_s: float | None = None, return_info: bool = False):
+             refine_time_limit_s: float | None = None, return_info: bool = False, time_limit_s: float | None = None):
         """The cheapest feasible of ``samples`` decoded plans (mode "greedy": the first is the
         argmax decode, the rest sampled; "sample": all sampled), each memory-repaired if needed
         and (``polish``) improved by local search. Under a memory cap with ``polish``, one more
@@ -189,6 +189,7 @@ class Planner:
         polished without the cap, is over the cap (the cap *binds*), the best plan is then refined
         by ``solvers.local.refine`` for ``refine_time_limit_s`` (default ``REFINE_TIME_LIMIT_S``; 0 when the
         cap does not bind, e.g. a builder's device-memory limit far above the plan).
+        ``time_limit_s`` (``shardgym.solve``'s; None: none) caps the refine at what the decodes left of it.
         ``return_info`` adds ``{"plan_time_s", "candidates", "cap_binds"}``. Raises ValueError if
         no plan fits the cap; ``memory_cap_bytes`` tightens the problem's limit (module docstring)."""
         if mode not in ("greedy", "sample"):
@@ -237,6 +238,8 @@ class Planner:
             binds = is_capped
         if refine_time_limit_s is None:
             refine_time_limit_s = REFINE_TIME_LIMIT_S if binds else 0.0
+        if time_limit_s is not None:
+            refine_time_limit_s = min(refine_time_limit_s, max(float(time_limit_s) - (time.perf_counter() - t0), 0.0))
         if polish and refine_time_limit_s > 0:
             best = refine(problem, best, refine_time_limit_s, seed=seed)
         best = [int(x) for x in best]

@@ -122,13 +122,16 @@ def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoin
     agent/pretrained/fgnn.msgpack; ``checkpoint="pretrained"``: the session-4 GNN policy) under
     ``problem.usage_limit``; ``search=False`` is the raw decode (one forward pass + the masked
     decode, no polish/refine). The planner prices the resharded copies itself (its repair and its
-    fallback plan see them)."""
+    fallback plan see them). ``time_limit_s`` (None: none) bounds the planner's call: its search stops
+    at it (``FGPlanner.plan``); ``info["wall_s"]`` is the time it took."""
     planner = Planner.load(checkpoint)
     if not search:
         kw["polish"] = False
-    strategies = planner.plan(problem, **kw)
+    t0 = time.perf_counter()
+    strategies = planner.plan(problem, time_limit_s=time_limit_s, **kw)
     info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
-    return strategies, dict(info, status="heuristic", gap=None)
+    return strategies, dict(info, status="heuristic", gap=None, time_limit_s=time_limit_s,
+                            wall_s=round(time.perf_counter() - t0, 3))
 
 
 def _policy_plan(problem: Problem) -> list[int]:

@@ -79,3 +79,28 @@ def test_lagrangian_rounds_stop_at_max_rounds():
                              round_nodes=50, relaxed_solver=solver)
         assert r.rounds <= 3 and len(r.plans) == r.rounds
         assert r.bound <= opt + 1e-6 * abs(opt)     # BP's tree bound is valid too
+
+
+def test_capped_search_past_its_time_limit_skips_the_phases_left():
+    """``safety_s`` is a caller's time limit too (``solve(method="policy", time_limit_s=...)``): past it, the
+    union MILP, polish and refine are not started, and the seed (fitting) comes back, marked stopped."""
+    for seed in range(8):
+        p = _capped(seed, False)
+        start = least_usage_plan(p)
+        free = lns_mod.solve_ilp(p.with_usage_limit(None))[0]
+        if evaluate(p, start).feasible and not evaluate(p, free).feasible:
+            break
+    else:
+        pytest.skip("no binding cap among the seeds")
+    ran = []
+    real_polish = lns_mod.polish
+    lns_mod.polish = lambda *a, **k: ran.append("polish") or real_polish(*a, **k)
+    try:
+        out, info = lns_mod.capped_search(p, start, dataclasses.replace(SMALL, safety_s=0.0), return_info=True)
+        full, finfo = lns_mod.capped_search(p, start, SMALL, return_info=True)
+    finally:
+        lns_mod.polish = real_polish
+    assert info["stopped"] == "time limit" and info["rounds"] == 0 and "union" not in info and "polish" not in info
+    assert ran == ["polish"]                         # only the unlimited search polished
+    assert "stopped" not in finfo and "polish" in finfo
+    assert evaluate(p, out).feasible and evaluate(p, out).total <= evaluate(p, start).total * (1 + 1e-12)

@@ -84,6 +84,12 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
     def left(cap: float) -> float:
         return max(min(cap, deadline - time.perf_counter()), 0.5)
 
+    def over() -> bool:       # past ``safety_s`` (a caller's time limit): the phases left are skipped
+        if time.perf_counter() < deadline:
+            return False
+        info["stopped"] = "time limit"
+        return True
+
     def done(x, phase):
         x = [int(v) for v in x]
         info["phase"], info["wall_s"] = phase, time.perf_counter() - t0
@@ -109,7 +115,7 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
             best, best_cost = x, c.total
 
     first = None
-    if problem.num_nodes <= WHOLE_MILP_MAX_NODES:
+    if problem.num_nodes <= WHOLE_MILP_MAX_NODES and not over():
         try:
             free, fi = solve_ilp(problem.with_usage_limit(None), time_limit_s=left(b.step_safety_s),
                                  initial_plan=None if s is None else [int(v) for v in s], config=IlpConfig.node_limited(b.round_nodes))
@@ -120,6 +126,8 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
                     return done(free, "uncapped optimum")
         except (RuntimeError, ValueError):
             pass
+    if best is not None and over():      # a fitting plan and no time left: no rounds
+        return done(best, "search")
     ref = None if best is None else [int(v) for v in best]
     solver = None if problem.num_nodes <= b.highs_max_nodes else bp_relaxed(b.bp_rounds, b.polish_moves)
     res = lagrangian_bound(problem, max(deadline - time.perf_counter(), 1.0), upper=lambda: best_cost if np.isfinite(best_cost) else np.inf,
@@ -130,6 +138,8 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
     for x in res.plans:
         y = np.asarray(x, dtype=np.int64)
         if not lc.feasible(y):
+            if over():
+                continue
             y = repair_memory(problem, y, lc=lc, time_limit_s=left(b.step_safety_s))
         if y is not None:
             starts.append((cost(y), np.asarray(y, dtype=np.int64)))
@@ -139,7 +149,7 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
     if best is None:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
         info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
         return (None, info) if return_info else None
-    if res.plans:
+    if res.plans and not over():
         free_p = problem.with_usage_limit(None)
         uniq = list({tuple(x): None for x in res.plans})     # the rounds repeat plans (first seen first)
         peaks = np.array([evaluate(free_p, list(x)).peak_memory_bytes for x in uniq])
@@ -150,9 +160,11 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
             pool.append([int(v) for v in s])
         consider(union_plan(problem, pool, left(b.step_safety_s), start=[int(v) for v in best], max_nodes=b.union_nodes),
                  "union")
+    if over():
+        return done(best, "search")
     x = polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves)
     consider(x, "polish")
-    if b.neighbourhoods > 0:
+    if b.neighbourhoods > 0 and not over():
         consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
                         sub_nodes=b.sub_nodes), "refine")
     return done(best, "search")
