@@ -257,7 +257,7 @@ def main(argv=None):
                     with _traced_config(o):
                         row.update(_ilp_cell(sg, p, cap, a.seconds))
                     if not a.no_policy:
-                        pol = pol or _policy_cell(sg, p, cap)
+                        pol = pol or _policy_cell(sg, p, cap, a.seconds)
                         row.update(pol)
                         if row.get("ilp_cost") is not None and (row.get("policy_cost") or 0) > 0:
                             row["ilp_over_policy"] = round(row["ilp_cost"] / row["policy_cost"], 4)
@@ -314,11 +314,12 @@ def _ilp_cell(sg, p, cap: float, seconds: float) -> dict:
     return row
 
 
-def _policy_cell(sg, p, cap: float) -> dict:
-    """``solve(method="policy")`` under ``cap``: cost, fit, wall."""
+def _policy_cell(sg, p, cap: float, seconds: float | None = None) -> dict:
+    """``solve(method="policy", time_limit_s=seconds)`` under ``cap``: cost, fit, wall. Before session 27 the
+    policy ignored its limit (these rows' ``policy_s`` went to 201 s); now it gets the ILP's ``--seconds``."""
     t = time.perf_counter()
     try:
-        c = sg.evaluate(p.with_usage_limit(cap), sg.solve(p, method="policy", memory_cap_bytes=cap))
+        c = sg.evaluate(p.with_usage_limit(cap), sg.solve(p, method="policy", memory_cap_bytes=cap, time_limit_s=seconds))
         row = {"policy_cost": c.total, "policy_feasible": c.feasible}
     except (RuntimeError, ValueError) as exc:
         row = {"policy_cost": None, "policy_feasible": False, "policy_error": str(exc)[:200]}

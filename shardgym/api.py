@@ -90,7 +90,9 @@ def solve(problem: Problem, method: str = "ilp", objective: str = "time", memory
     > 0; bytes may be "12GiB"; anything else is a ``LimitError``, the same for every method); the
     problem every method then sees is ``Limits.apply(problem)``. ``plan.info["effective_cap_bytes"]``
     records the cap it saw. The ILP aims at both limits; the other methods' plans are checked
-    against them (``UnmetBoundError``)."""
+    against them (``UnmetBoundError``). ``time_limit_s`` bounds the ILP (a watchdog past it) and the
+    policy's search (None: no limit for the policy; its phases stop at the limit, one phase may end
+    past it: ``agent.fgnn_planner.FGPlanner.plan``); the baselines take no time to speak of."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if objective not in OBJECTIVES:
