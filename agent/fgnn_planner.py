@@ -120,6 +120,7 @@ class FGPlanner:
             extra["search"] = search
             x = x if out is None else out
             binds = search["phase"] != "uncapped optimum"
+            proven = not binds        # the uncapped optimum (HiGHS proved it) fits: the capped optimum
         elif polish and not proven:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
@@ -128,8 +129,10 @@ class FGPlanner:
                                                                if refine_time_limit_s is None else refine_time_limit_s),
                           seed=seed, polish_time_limit_s=max(left(0.5), 0.05),
                           whole_time_limit_s=0.0 if binds else left(whole_milp_time_limit(problem)),
-                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else left(lagrange_time_limit(problem)))
+                          lagrange_time_limit_s=0.0 if problem.usage_limit is None else left(lagrange_time_limit(problem)),
+                          report=extra)
             x = x if out is None else out
+            proven = bool(extra.pop("proven", False))
         x = [int(v) for v in x]
         if return_info:
             wall = time.perf_counter() - t0

@@ -125,15 +125,19 @@ def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoin
     ``problem.usage_limit``; ``search=False`` is the raw decode (one forward pass + the masked
     decode, no polish/refine). The planner prices the resharded copies itself (its repair and its
     fallback plan see them). ``time_limit_s`` (None: none) bounds the planner's call: its search stops
-    at it (``FGPlanner.plan``); ``info["wall_s"]`` is the time it took."""
+    at it (``FGPlanner.plan``); ``info["wall_s"]`` is the time it took. ``info["status"]`` is "optimal"
+    (``bound`` = the cost, ``gap`` 0) when the planner proved its plan optimal, else "heuristic"."""
     planner = Planner.load(checkpoint)
     if not search:
         kw["polish"] = False
     t0 = time.perf_counter()
-    strategies = planner.plan(problem, time_limit_s=time_limit_s, **kw)
+    strategies, got = planner.plan(problem, time_limit_s=time_limit_s, return_info=True, **kw)
     info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
-    return strategies, dict(info, status="heuristic", gap=None, time_limit_s=time_limit_s,
-                            wall_s=round(time.perf_counter() - t0, 3))
+    if got.get("proven"):       # BP's bound met, the whole MILP's proof, or the uncapped optimum fits the cap
+        cost = evaluate(problem, strategies).total
+        info.update(status="optimal", bound=cost, gap=0.0)
+    return strategies, dict(info, time_limit_s=time_limit_s, wall_s=round(time.perf_counter() - t0, 3),
+                            **({} if got.get("proven") else {"status": "heuristic", "gap": None}))
 
 
 def _policy_plan(problem: Problem) -> list[int]:

@@ -57,3 +57,17 @@ def test_a_spent_time_limit_still_answers_a_fitting_plan():
     p, cap = _binding()
     plan = sg.solve(p, method="policy", memory_cap_bytes=cap, time_limit_s=1e-9)
     assert evaluate(p.with_usage_limit(cap), plan).feasible
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_policy_plan_it_proved_optimal_says_so(seed):
+    """The default search's proofs (the whole MILP's, BP's bound met, the uncapped optimum fitting) reach
+    ``plan.info``: status "optimal", gap 0, bound = the cost, and that cost is the ILP's; the raw decode
+    proves nothing ("heuristic")."""
+    p = random_problem(np.random.default_rng(2710 + seed), 12, kmax=3, edge_p=0.4, limit_q=None)
+    plan = sg.solve(p, method="policy")
+    opt = evaluate(p, sg.solve(p, method="ilp")).total
+    assert plan.info["status"] == "optimal" and plan.info["gap"] == 0.0
+    assert plan.info["bound"] == pytest.approx(evaluate(p, plan).total) == pytest.approx(opt, rel=1e-9)
+    raw = sg.solve(p, method="policy", search=False)
+    assert raw.info["status"] == "heuristic" and raw.info["gap"] is None

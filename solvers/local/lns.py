@@ -273,7 +273,8 @@ def lagrange_time_limit(problem: Problem) -> float:
 
 def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, refine_time_limit_s: float = 0.0,
             lc: LocalCosts | None = None, seed: int = 0, repair_time_limit_s: float | None = None,
-            whole_time_limit_s: float = 0.0, lagrange_time_limit_s: float = 0.0) -> list[int] | None:
+            whole_time_limit_s: float = 0.0, lagrange_time_limit_s: float = 0.0,
+            report: dict | None = None) -> list[int] | None:
     """Memory repair if ``plan`` is over the limit (within ``repair_time_limit_s``, None: no limit;
     returns None if the repair fails), ``polish`` for ``polish_time_limit_s``, then ``refine`` for
     ``refine_time_limit_s`` (``whole_time_limit_s`` > 0: ``whole_milp`` first, and if it proves its
@@ -281,7 +282,8 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     under a usage limit: before that, ``lagrange_starts``' plan, returned at once when it meets
     the Lagrangian bound; when it differs from ``plan`` both are repaired and polished (and given
     ``whole_time_limit_s``) and the cheaper is refined).
-    ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
+    ``report`` (a dict): ``report["proven"] = True`` when the plan returned is proven optimal (the whole
+    MILP's or the Lagrangian bound's proof). ``polish_time_limit_s=None`` (with a ``repair_time_limit_s``): repair and
     polish share that one limit, the polish getting what the repair left (at least 0.1 s). Gives the
     comparison rows of experiments/eval_policy.py the same post-processing as the policy; the capped
     core (``solvers.capped``) runs it on the uncapped optimum and on BP's plan."""
@@ -298,12 +300,15 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     if lagrange_time_limit_s > 0 and problem.usage_limit is not None:
         start, lb = lagrange_starts(problem, plan, lagrange_time_limit_s, lc=lc)
         if evaluate(problem, start).total <= lb + 1e-9 * abs(lb):   # meets the bound: optimal
+            if report is not None:
+                report["proven"] = True
             return [int(x) for x in start]
         if not np.array_equal(start, np.asarray(plan)):   # both starts polished: the cheaper after
             # polish is not always the cheaper before (meshgraphnet tiny @ a100-hetero-2x4 cap 0.5:
             # 1.42x from the Lagrangian start alone, 1.36x from the decode); then one refine from the
             # cheaper for the whole ``refine_time_limit_s`` (before: each refined for it, twice the time)
-            rest = dict(polish_time_limit_s=polish_time_limit_s, lc=lc, seed=seed, whole_time_limit_s=whole_time_limit_s)
+            rest = dict(polish_time_limit_s=polish_time_limit_s, lc=lc, seed=seed, whole_time_limit_s=whole_time_limit_s,
+                        report=report)
             out = min((improve(problem, x, **rest) for x in (plan, start)), key=lambda x: evaluate(problem, x).total)
             if refine_time_limit_s > 0:
                 out = [int(x) for x in refine(problem, out, refine_time_limit_s, seed=seed)]
@@ -311,6 +316,8 @@ def improve(problem: Problem, plan, polish_time_limit_s: float | None = 0.5, ref
     if whole_time_limit_s > 0:   # first: a proven optimum needs no polish (the default planner's speed)
         plan, proven = whole_milp(problem, plan, whole_time_limit_s, return_status=True)
         if proven:
+            if report is not None:
+                report["proven"] = True
             return [int(x) for x in plan]
     plan = polish(problem, plan, time_limit_s=polish_time_limit_s, lc=lc, seed=seed)
     if refine_time_limit_s > 0:
