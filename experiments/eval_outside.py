@@ -9,7 +9,8 @@ of them in any training split. Per step and cluster: uncapped, and under a cap h
 least-usage plan's peak and the uncapped ILP optimum's peak (a cheap, binding cap: skipped when the
 two peaks meet). For each: ``solve(method="ilp", time_limit_s=--seconds)`` (cost, status, wall),
 ``solve(method="policy")`` (the default: decode + search) and ``solve(method="policy", search=False)``
-(raw decode), cost / ILP cost and wall time. Records the load average per cell.
+(raw decode), cost / ILP cost and wall time, and the default's status ("optimal" where its search proved
+the plan optimal, since session 27). Records the load average per cell.
 
     nice -n 10 python experiments/eval_outside.py              # results/eval_outside.json
 """
@@ -108,6 +109,7 @@ def main(argv=None):
                     try:
                         plan = sg.solve(p, method="policy", memory_cap_bytes=cap, **kw)
                         c = sg.evaluate(pc, plan)
+                        row[key + "_status"] = plan.info.get("status")     # "optimal" where the planner proved it
                         row[key] = c.total / opt if opt > 0 else float("nan")
                         row[key + "_feasible"] = bool(c.feasible)
                     except (RuntimeError, ValueError) as exc:
@@ -128,6 +130,7 @@ def main(argv=None):
             out[key] = {"median": float(np.median(v)) if v else None, "max": float(np.max(v)) if v else None,
                         "all_feasible": all(r[key + "_feasible"] for r in sub)}
         out["default_faster_than_ilp"] = sum(r["default_faster"] for r in sub)
+        out["default_proven_optimal"] = sum(r.get("default_status") == "optimal" for r in sub)
         out["cells"] = len(sub)
         return out
 
