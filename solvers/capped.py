@@ -70,6 +70,7 @@ from multiprocessing.connection import wait as mp_wait
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
+from solvers import capped_phases
 from solvers.bp import bp_solve
 from solvers.capped_phases import capped_milp, cfn_phase, closed, least_peak, post_seed, start_besides, uncapped_bound
 from solvers.cfn import available as cfn_available
@@ -117,6 +118,7 @@ class CappedConfig:
     tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
+    big_planner_share: float = 0.0       # too big for the MILP, with copies: of the time left after BP, the planner's search
     uncapped_beside: bool = False        # solve_guarded, graphs too big for the MILP, with copy groups: the uncapped
                                          # MILP (its bound; its plan, repaired) in a child beside the core
                                          # (``solvers.capped_phases.uncapped_beside``; ``shardgym.solve``'s traced graphs)
@@ -239,6 +241,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
         tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
+    if take() and not small and copies and cf.big_planner_share > 0 and best[0] is not None:   # capped_phases.planner_search
+        tighten(capped_phases.planner_search(problem, best[0], cf.big_planner_share * left() - 1.0, consider, say))
     if take() and left() > (0.1 if short else 1.0):
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
