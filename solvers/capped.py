@@ -237,12 +237,12 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         r = tied_phase(problem, cf.tied_share * left(), best, consider, say, prepared, threads)
         if closed(best[1], tighten(r.bound)):    # proven optimal: what follows cannot improve it
             return _result(best, bound, None, t0, True)
+    if take() and not small and copies and cf.big_planner_share > 0 and best[0] is not None:   # before toulbar2: its
+        tighten(capped_phases.planner_search(problem, best[0], cf.big_planner_share * left() - 1.0, consider, say))  # bound ignores copies
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
         tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
-    if take() and not small and copies and cf.big_planner_share > 0 and best[0] is not None:   # capped_phases.planner_search
-        tighten(capped_phases.planner_search(problem, best[0], cf.big_planner_share * left() - 1.0, consider, say))
     if take() and left() > (0.1 if short else 1.0):
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
