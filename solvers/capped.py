@@ -70,6 +70,7 @@ from multiprocessing.connection import wait as mp_wait
 import numpy as np
 
 from costmodel.problem import Problem, evaluate
+from solvers import capped_phases
 from solvers.bp import bp_solve
 from solvers.capped_phases import capped_milp, cfn_phase, closed, least_peak, post_seed, start_besides, uncapped_bound
 from solvers.cfn import available as cfn_available
@@ -117,6 +118,7 @@ class CappedConfig:
     tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
+    big_planner_share: float = 0.0       # too big for the MILP, with copies: of the time left after BP, the planner's search
     uncapped_beside: bool = False        # solve_guarded, graphs too big for the MILP, with copy groups: the uncapped
                                          # MILP (its bound; its plan, repaired) in a child beside the core
                                          # (``solvers.capped_phases.uncapped_beside``; ``shardgym.solve``'s traced graphs)
@@ -235,6 +237,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         r = tied_phase(problem, cf.tied_share * left(), best, consider, say, prepared, threads)
         if closed(best[1], tighten(r.bound)):    # proven optimal: what follows cannot improve it
             return _result(best, bound, None, t0, True)
+    if take() and not small and copies and cf.big_planner_share > 0 and best[0] is not None:   # before toulbar2: its
+        tighten(capped_phases.planner_search(problem, best[0], cf.big_planner_share * left() - 1.0, consider, say))  # bound ignores copies
     if use_cfn and not small and left() > 4.0:     # contest-size: toulbar2 first, the search polishes
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
         tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,

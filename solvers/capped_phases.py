@@ -8,6 +8,7 @@ here from solvers/capped.py (its 400-line limit)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from solvers.cfn import cfn_solve
 from solvers.ilp import IlpConfig, solve_ilp
 from solvers.ilp.guard import start_child
 from solvers.local import fitting_least_usage_plan, improve
+from solvers.local.budgeted import CAPPED_BUDGET, capped_search
 from solvers.search import solve_large
 
 
@@ -176,6 +178,21 @@ def cfn_phase(problem, time_limit_s, best, consider, say, give_up_empty=False, p
     if np.isfinite(r.lower_bound):
         say(f"cfn bound: {r.lower_bound:.10g} after {r.rounds} rounds")
     return r.lower_bound
+
+
+def planner_search(problem, plan, time_limit_s: float, consider, say) -> float:
+    """The planner's capped search (``solvers.local.budgeted.capped_search``: Lagrangian rounds by BP, their
+    plans repaired, the union MILP, polish, LNS) from the core's incumbent, its work budget cut at
+    ``time_limit_s``; the core's phase on graphs with copies too big for the capped MILP, after BP. Why:
+    ``solve(method="policy", time_limit_s=60)`` (BP, then this search) beat the core's BP + ``solve_large`` on
+    vit base @ h100-2x8 at cap 0.79 GB, 0.017180 against 0.017708 (results/s27_policy_limit.json). Returns its
+    Lagrangian bound (−inf when it has none)."""
+    if plan is None or time_limit_s < 2.0:
+        return -float("inf")
+    out, info = capped_search(problem, plan, replace(CAPPED_BUDGET, safety_s=time_limit_s), return_info=True)
+    consider(out, "planner search")
+    say(f"planner search: {info.get('phase')} after {info.get('rounds')} rounds, bound {info.get('bound'):.10g}")
+    return float(info.get("bound", -float("inf")))
 
 
 def closed(cost: float, bound: float) -> bool:

@@ -56,7 +56,7 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: 40 s (0.3805; the core 0.3934-0.4253). BP runs before the core's least-peak search, which took 29 s on gpt 125m
 #: there and found nothing
 TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
-                 cfn_copies_max_s=0.0, uncapped_beside=True, bp_big_share=0.8)
+                 cfn_copies_max_s=0.0, uncapped_beside=True, bp_big_share=0.8, big_planner_share=0.85)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the seeded memory objective's MIP is killed this long past the time left (default guard: 2 s + 5 %);
