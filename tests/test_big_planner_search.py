@@ -7,7 +7,6 @@ import os
 import sys
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from costmodel.problem import evaluate
