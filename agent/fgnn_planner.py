@@ -20,8 +20,10 @@ Under a usage limit (and no ``refine_time_limit_s`` given) the search is instead
 ``solvers.local.budgeted.capped_search``, budgeted in work units (``CAPPED_BUDGET``: Lagrangian rounds,
 HiGHS node limits, BP rounds, forest moves, LNS neighbourhoods; wall-clock limits only as safety
 caps, 300 s in all, 60 s a MILP), so its plan does not depend on the machine's load: the uncapped
-optimum when it fits, else 16 Lagrangian rounds, their plans repaired, the union MILP over the
-plans nearest the cap, polish, 2 LNS neighbourhoods (session 16, held-out split at load 2.0-2.2:
+optimum when it fits (up to 5,000 nodes), else 16 Lagrangian rounds (up to 2,000 nodes; they stop
+once a round repeats a plan without raising the bound, session 27), their plans repaired, the union MILP
+over the plans nearest the cap (from 2,000 to 5,000 nodes instead: the union of the uncapped optimum and
+the decode, the MILP's root alone), polish, 2 LNS neighbourhoods (session 16, held-out split at load 2.0-2.2:
 binding-cap median 1.000x, max 1.142x the best-known cost, 9-16 s, against 1.179x / 1.451x and
 10-15 s before; the same plan costs at load 3.3 and beside two busy loops at load 5-6).
 With ``refine_time_limit_s`` given, the older wall-clock path: ``solvers.local.lns.lagrange_starts``
@@ -49,8 +51,10 @@ from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, w
 # shape bucket, 0.7-2.2 s on 2 cores (a first call on each new problem), where numpy BP takes
 # 0.01-0.6 s from 18 to 2,000 nodes. Warm, the jitted forward is faster uncapped (random problems,
 # load 9.6: 1,000 nodes 0.08 vs 0.14 s, 4,000 nodes 0.35 vs 0.58 s) and level under a cap (the decode
-# dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s.
-NUMPY_BP_MAX_NODES = 4000
+# dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s. 4,000 until
+# session 27: meshgraphnet large @ h100-2x8 cap 0.3 (4,095 nodes, a first call, the same plan) took
+# 3.5-4.5 s jitted against 2.1 s in numpy at load 3 (1.7 s at load 2, session 25).
+NUMPY_BP_MAX_NODES = 5000
 
 
 class FGPlanner:

@@ -18,7 +18,12 @@ Per problem, three curves of (wall seconds from that method's start, best feasib
   clock starts): its raw decode (one forward pass + masked decode, a point if it fits), then
   ``solvers.local.improve`` (repair + polish), then ``solvers.local.refine`` chained in slices of
   1, 2, 4, ... s until ``--search-seconds`` after the polish. ``default`` is one more point,
-  ``Planner.plan`` as ``solve(method="policy")`` runs it (decode + its own search), timed alone.
+  ``Planner.plan`` as ``solve(method="policy")`` runs it (decode + its own search), timed alone:
+  the time it returns. ``default_curve`` (session 27): the same run's own phase log, as the ILP's
+  curve is its phase log: under a cap ``capped_search`` records each phase's plan cost and when the
+  phase ended (``info["search"]``: ``<phase>`` and ``t_<phase>``, seconds from the search's start, which
+  is the decode's end: ``plan_time_s`` - the search's ``wall_s``), plus the returned plan at the
+  wall time (``default_curve``'s last point is the ``default`` point).
 * ``bp``: ``solvers.bp.bp_plan(memory_prices=True)`` (a point if it fits), then the same
   improve + chained refine as ``policy``.
 
@@ -174,6 +179,7 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
     x, info = planner.plan(problem, return_info=True)
     wall = time.perf_counter() - t0
     out["default"] = {"wall_s": round(wall, 2), "cost": sg.evaluate(problem, x).total, "cap_binds": info["cap_binds"]}
+    out["default_curve"] = monotone(default_points(info, wall) + [(wall, out["default"]["cost"])])
     out["ilp"], out["ilp_summary"] = ilp_curve(problem, ilp_seconds)
     if unseeded:
         out["ilp_free"], out["ilp_free_summary"] = ilp_curve(problem, ilp_seconds, seeded=False)
@@ -186,6 +192,18 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
     return out
 
 
+def default_points(info: dict, wall: float) -> list:
+    """(seconds from the plan call, cost) of each search phase ``Planner.plan``'s ``info`` logs (module
+    docstring, ``default_curve``); [] without a budgeted search (no cap)."""
+    search = info.get("search") or {}
+    if "wall_s" not in search:
+        return []
+    start = info.get("plan_time_s", wall) - search["wall_s"]     # the decode (and its bound) before the search
+    pts = [(start, search["start"])] if np.isfinite(search.get("start", np.inf)) else []
+    return pts + [(start + search[f"t_{k}"], search[k]) for k in search
+                  if f"t_{k}" in search and isinstance(search[k], float)]
+
+
 def verdict(out: dict, ilp: str) -> dict:
     """Against the final plan of ILP curve ``ilp`` ("ilp" or "ilp_free"): each curve's first time at or
     below it and best cost / it, and whether the planner reached it within 25 % of that ILP's wall.
@@ -196,6 +214,7 @@ def verdict(out: dict, ilp: str) -> dict:
     res = {}
     curves = {k: out[k] for k in ("policy", "bp", ilp)}
     curves["default"] = [[out["default"]["wall_s"], out["default"]["cost"]]]
+    curves["default_curve"] = out.get("default_curve") or curves["default"]
     for k, pts in curves.items():
         hit = next((t for t, c in pts if c <= target * (1 + _TOL)), None)
         best = min((c for _, c in pts), default=None)
@@ -205,6 +224,10 @@ def verdict(out: dict, ilp: str) -> dict:
     hits = [res[f"{k}_reach_s"] for k in ("policy", "default") if res[f"{k}_reach_s"] is not None]
     res["planner_reach_s"] = min(hits, default=None)
     res["planner_within_25pct"] = bool(hits) and min(hits) <= 0.25 * ilp_wall
+    # the shipped planner alone: when it returns (``default``) and when its own log found the plan
+    res["default_within_25pct"] = res["default_reach_s"] is not None and res["default_reach_s"] <= 0.25 * ilp_wall
+    res["default_found_within_25pct"] = (res["default_curve_reach_s"] is not None
+                                         and res["default_curve_reach_s"] <= 0.25 * ilp_wall)
     return res
 
 
@@ -222,7 +245,10 @@ def plot(rows: list[dict], path) -> None:
             if len(pts):
                 ax.step(pts[:, 0], pts[:, 1] / target, where="post", label=label, color=color, marker=".")
         d = r["default"]
-        ax.plot([d["wall_s"]], [d["cost"] / target], "k*", ms=10, label="solve(method='policy')")
+        if r.get("default_curve"):
+            pts = np.array(r["default_curve"])
+            ax.step(pts[:, 0], pts[:, 1] / target, where="post", color="k", lw=0.8, label="solve(method='policy'), its phase log")
+        ax.plot([d["wall_s"]], [d["cost"] / target], "k*", ms=10, label="solve(method='policy') returns")
         ax.axvline(0.25 * r["ilp_summary"]["wall_s"], color="grey", ls=":", label="25% of the ILP's wall")
         if r.get("ilp_summary", {}).get("cost"):
             ax.axhline(1.0, color="grey", lw=0.5)
@@ -267,11 +293,13 @@ def main(argv=None):
               "ilp_wall_s": r["ilp_summary"]["wall_s"], "ilp_status": r["ilp_summary"]["status"],
               **{f"{k}_reach_s": r.get(f"{k}_reach_s") for k in ("policy", "default", "bp", "ilp")},
               **{f"{k}_best_ratio": r.get(f"{k}_best_ratio") for k in ("policy", "default", "bp")},
-              "within_25pct": r.get("planner_within_25pct"),
+              "within_25pct": r.get("planner_within_25pct"), "default_within": r.get("default_within_25pct"),
+              "default_found_s": r.get("default_curve_reach_s"),
               "free_ilp_cost": r.get("ilp_free_summary", {}).get("cost"),
               "free_ilp_wall_s": r.get("ilp_free_summary", {}).get("wall_s"),
               "free_planner_reach_s": r.get("free_planner_reach_s"),
-              "free_within_25pct": r.get("free_planner_within_25pct"), "load": r["load_avg_before"][0]} for r in rows]
+              "free_within_25pct": r.get("free_planner_within_25pct"),
+              "free_default_within": r.get("free_default_within_25pct"), "load": r["load_avg_before"][0]} for r in rows]
     print_table(table, title="time to the ILP's incumbent (s; best cost / ILP's when never reached)")
     plot(rows, RESULTS_DIR / f"{a.out}.png")
 

@@ -205,12 +205,15 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                      threads: int = 2, round_s: float | None = None, patience: int = 2,
                      progress=None, on_plan=None, first=None, adapt: bool = True,
                      deflect: bool = True, restart: bool = True, max_rounds: int | None = None,
-                     round_nodes: int | None = None, relaxed_solver=None, step: str = "polyak") -> LagrangeResult:
+                     round_nodes: int | None = None, relaxed_solver=None, step: str = "polyak",
+                     repeat_stop: int | None = None) -> LagrangeResult:
     """Subgradient ascent on L(λ) for at most ``time_limit_s`` (the module docstring). ``upper``:
     the best known cost of a fitting plan (the Polyak target; a float, or a function returning
     the current one); ``on_plan(plan)``: called with each relaxed plan; ``ref``: a plan whose active copy
     members pick the representatives (the incumbent); ``lam0``: start prices (default 0: the first
-    round is the uncapped bound); ``round_s``: each relaxed MILP's limit (default a quarter of the
+    round is the uncapped bound); ``repeat_stop``: stop after this many rounds in a row that repeat an
+    earlier round's plan without raising L (random 2,000 nodes, cap 0.3: L peaks at round 7, rounds 10
+    and 12-16 repeat 9 and 11); ``round_s``: each relaxed MILP's limit (default a quarter of the
     budget, at least 1 s); ``first``: (bound, plan) of the problem without its cap, when the caller
     has solved it (the round at λ = 0, so it is not solved again; ignored with ``lam0``); ``adapt``:
     each round's representatives put the previous relaxed plan's active members first; ``restart``: a
@@ -230,6 +233,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
     round_s = round_s or max(0.25 * time_limit_s, 1.0)
     config = IlpConfig.node_limited(round_nodes)
     best, best_lam, rounds, theta, stall, plans = -np.inf, lam.copy(), 0, 1.0, 0, []
+    seen, repeats, repeated = set(), 0, False    # ``repeat_stop``: the plans so far, rounds in a row repeating one
     d = None            # the last step's direction (``deflect``)
     best_h = None       # the subgradient at best_lam (``restart``)
     pending = first if lam0 is None and first is not None and np.isfinite(first[0]) else None
@@ -257,6 +261,8 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
                 if info is not None:
                     qb, exact = float(info.bound), info.status == "optimal"
                 plans.append([int(a) for a in x])
+                repeated = (key := tuple(plans[-1])) in seen
+                seen.add(key)
                 if on_plan is not None:
                     on_plan(plans[-1])
         if not np.isfinite(qb):     # no bound (the round failed, or had no time on a loaded machine)
@@ -272,6 +278,7 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
         L = qb - (0.0 if cap is None else float(cap) * float(lam.sum()))
         x = np.asarray(x, dtype=np.int64)
         up = float(upper()) if callable(upper) else float(upper)
+        repeats, repeated = (repeats + 1 if repeated and not L > best else 0), False
         if L > best:
             best, best_lam, stall = L, lam.copy(), 0
         else:
@@ -279,6 +286,8 @@ def lagrangian_bound(problem: Problem, time_limit_s: float, upper, ref=None, lam
             if stall >= patience:
                 theta, stall = theta / 2, 0
         say(f"lagrange[{rounds}]: L={L:.10g} best={best:.10g} ({time.perf_counter() - t0:.1f}s)")
+        if repeat_stop is not None and repeats >= repeat_stop:
+            break
         if cap is None or L >= up - 1e-9 * abs(up):
             break
         if step == "bundle":

@@ -104,3 +104,65 @@ def test_capped_search_past_its_time_limit_skips_the_phases_left():
     assert ran == ["polish"]                         # only the unlimited search polished
     assert "stopped" not in finfo and "polish" in finfo
     assert evaluate(p, out).feasible and evaluate(p, out).total <= evaluate(p, start).total * (1 + 1e-12)
+
+
+def test_lagrangian_rounds_stop_once_a_round_repeats_a_plan_without_raising_L():
+    """``repeat_stop=1`` (the planner's ``CappedBudget``, session 27): the rounds are those of the
+    unrestricted run up to the first one whose plan repeats an earlier round's and whose L is not above
+    the best before it (read from the unrestricted run's log), then stop; on this problem that is round 5
+    of 16 (plans 1-4 new)."""
+    import re
+
+    from env.workloads import random_problem as env_random_problem
+    from solvers.bp import bp_solve
+    from solvers.lagrange import lagrangian_bound
+    p = env_random_problem(np.random.default_rng(0), 80, 4, memory_cap_fraction=0.3)
+    start = [int(v) for v in bp_solve(p, rounds=30, memory_prices=True).plan]
+    kw = dict(upper=evaluate(p, start).total, ref=start, max_rounds=16, round_nodes=200)
+    log = []
+    full = lagrangian_bound(p, 60.0, progress=log.append, **kw)
+    Ls = [float(m["L"]) for m in (re.match(r"lagrange\[\d+\]: L=(?P<L>\S+) ", s) for s in log) if m]
+    assert full.rounds == 16 and len(Ls) == 16
+    plans = [tuple(x) for x in full.plans]
+    stop = next(i for i in range(1, 16) if plans[i] in plans[:i] and Ls[i] <= max(Ls[:i]))
+    assert stop == 4
+    r = lagrangian_bound(p, 60.0, repeat_stop=1, **kw)
+    assert r.rounds == stop + 1 and r.plans == full.plans[:stop + 1]
+
+
+def test_capped_search_mid_size_takes_the_union_of_the_uncapped_optimum_and_the_start():
+    """Above ``lagrange_max_nodes`` (2,000 nodes shipped; 10 here) with the uncapped optimum in hand,
+    ``capped_search`` runs no Lagrangian round: the union MILP over the uncapped optimum and the start
+    (root only), and returns it (no polish or refine there). Its plan fits, is the union's and here is
+    cheaper than the start."""
+    from env.workloads import random_problem as env_random_problem
+    from solvers.bp import bp_solve
+    from solvers.ilp import IlpConfig, solve_ilp
+    from solvers.lagrange import union_plan
+    p = env_random_problem(np.random.default_rng(0), 80, 4, memory_cap_fraction=0.3)
+    start = [int(v) for v in bp_solve(p, rounds=30, memory_prices=True).plan]
+    b = dataclasses.replace(lns_mod.CAPPED_BUDGET, lagrange_max_nodes=10)
+    x, info = lns_mod.capped_search(p, start, b, return_info=True)
+    free, _ = solve_ilp(p.with_usage_limit(None), time_limit_s=60, initial_plan=start, config=IlpConfig.node_limited(200))
+    assert not evaluate(p, free).feasible                # the cap binds
+    u = evaluate(p, union_plan(p, [free, start], 60, start=start, max_nodes=0))
+    c = evaluate(p, x)
+    assert info["rounds"] == 0 and info["phase"] == "free union" and info["free union"] == pytest.approx(u.total, rel=1e-12)
+    assert c.feasible and c.total == pytest.approx(u.total, rel=1e-12) and c.total < evaluate(p, start).total * (1 - 1e-6)
+
+
+def test_capped_search_stops_repeating_bp_rounds_only():
+    """``CappedBudget.repeat_stop`` applies to ``bp_relaxed`` rounds alone: HiGHS rounds run all 16 (on
+    outside:rnn they repeat plans early, before L rises, and stopping there lost 1.136x -> 1.000x);
+    BP rounds on the same problem stop at round 4 with the same plan as 16 rounds give."""
+    from env.workloads import random_problem as env_random_problem
+    from solvers.bp import bp_solve
+    p = env_random_problem(np.random.default_rng(0), 80, 4, memory_cap_fraction=0.3)
+    start = [int(v) for v in bp_solve(p, rounds=30, memory_prices=True).plan]
+    _, highs = lns_mod.capped_search(p, start, return_info=True)
+    assert highs["rounds"] == 16
+    bp = dataclasses.replace(lns_mod.CAPPED_BUDGET, highs_max_nodes=0)
+    x, info = lns_mod.capped_search(p, start, bp, return_info=True)
+    y, full = lns_mod.capped_search(p, start, dataclasses.replace(bp, repeat_stop=None), return_info=True)
+    assert info["rounds"] == 4 and full["rounds"] == 16
+    assert evaluate(p, x).total == pytest.approx(evaluate(p, y).total, rel=1e-12)

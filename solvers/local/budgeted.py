@@ -35,6 +35,11 @@ class CappedBudget:
     polish_moves: int = 64        # polish's forest moves (``polish``'s ``tree_moves``)
     neighbourhoods: int = 2       # refine's LNS neighbourhoods
     sub_nodes: int = SUB_NODES    # ... each neighbourhood MILP's node limit
+    repeat_stop: int | None = 1   # ``bp_relaxed`` rounds stop after this many in a row repeat a plan, L not raised
+    free_max_nodes: int = 5000    # the uncapped optimum (step 1) up to this many graph nodes (``milp_ok``'s)
+    lagrange_max_nodes: int = WHOLE_MILP_MAX_NODES   # with the uncapped optimum, rounds only up to this size;
+    #                               above it the union of the uncapped optimum and the start instead (step 2b)
+    free_union_nodes: int = 0     # ... that union MILP's node limit (0: HiGHS's root alone)
     safety_s: float = 300.0
     step_safety_s: float = 60.0
 
@@ -51,17 +56,30 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
     Never worse than ``plan`` when ``plan`` fits; None when ``plan`` does not fit and nothing is
     found that does.
 
-    1. The uncapped optimum (HiGHS, node-limited): when it fits the cap it is the capped optimum,
-       returned at once (the cap does not bind).
+    1. The uncapped optimum (HiGHS, node-limited; up to ``free_max_nodes`` graph nodes): when it
+       fits the cap it is the capped optimum, returned at once (the cap does not bind).
     2. ``budget.rounds`` Lagrangian rounds (``solvers.lagrange.lagrangian_bound`` from the uncapped
        optimum, ``plan`` the reference and Polyak target): relaxed MILPs (``round_nodes``) up to
        ``highs_max_nodes`` graph nodes, ``bp_relaxed`` above (one relaxed MILP of meshgraphnet tiny,
        819 nodes, took 10.7 s at load 2.4; fno tiny's, 323 nodes, 0.3-0.7 s). Each relaxed plan is
-       repaired to fit (``repair_memory``); the cheapest fitting one is the best start.
+       repaired to fit (``repair_memory``); the cheapest fitting one is the best start. ``bp_relaxed``
+       rounds stop early after ``repeat_stop`` rounds in a row repeat a plan without raising L (random
+       2,000 nodes at cap 0.3: 11 rounds, the same plan, 2-3 s less at load 3-4); HiGHS rounds do not:
+       on outside:rnn (211 nodes, cpu-2x4) they repeat plans at rounds 2-3 before L rises, and stopping
+       there returned the decode, 1.136x the ILP, against 1.000x after 16 (session 27).
     3. The union MILP (``solvers.lagrange.union_plan``, ``union_nodes``) over ``plan``, the best start
        and the ``union_plans`` relaxed plans whose peaks are nearest the cap (the rounds jump between
        a cheap plan over the cap and a dearer one under it; the union picks per node), seeded with the
        cheaper start, so never worse than it.
+    2b. Instead of 2-3, above ``lagrange_max_nodes`` graph nodes with the uncapped optimum in hand: the
+       union MILP over it and the start (``free_union_nodes``: the root alone). Why (session 27,
+       meshgraphnet large @ h100-2x8 cap 0.3, 4,095 nodes, load 3): there each ``bp_relaxed`` round
+       costs ~1.3 s and without the uncapped optimum the rounds stopped after one (BP's uncapped
+       plan fits) and moved nothing (the union, polish and refine gave 0.0134041 from 0.0134044 in
+       9.4 s); the uncapped optimum (4.6 s) and the union of it and the start (5.0 s at 0 nodes,
+       17 s at 50, the same plan) give 0.0133134, 0.5 % under a 60-s ``solve(method="ilp")``. Step 4
+       is skipped there: after that union, polish and the 2 LNS neighbourhoods moved nothing (2.1 s at
+       load 3.7; 10 s of ``refine`` gave 0.0133119, 0.01 %).
     4. ``polish`` (``polish_moves`` forest moves) and ``refine`` (``neighbourhoods`` LNS MILPs).
 
     Measured through ``solve(method="policy")`` on the held-out split (session 16, load 2.0-2.2,
@@ -116,8 +134,18 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
         if c.feasible and c.total < best_cost * (1 - 1e-12):
             best, best_cost = x, c.total
 
+    def finish():     # step 4, from the best plan so far (skipped past a caller's limit)
+        if over():
+            return done(best, "search")
+        consider(polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves),
+                 "polish")
+        if b.neighbourhoods > 0 and not over():
+            consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
+                            sub_nodes=b.sub_nodes), "refine")
+        return done(best, "search")
+
     first = None
-    if problem.num_nodes <= WHOLE_MILP_MAX_NODES and not over():
+    if problem.num_nodes <= b.free_max_nodes and not over():
         try:
             free, fi = solve_ilp(problem.with_usage_limit(None), time_limit_s=left(b.step_safety_s),
                                  initial_plan=None if s is None else [int(v) for v in s], config=IlpConfig.node_limited(b.round_nodes))
@@ -130,13 +158,19 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
             pass
     if best is not None and over():      # a fitting plan and no time left: no rounds
         return done(best, "search")
+    if first is not None and best is not None and problem.num_nodes > b.lagrange_max_nodes:   # step 2b
+        info["bound"] = first[0]
+        consider(union_plan(problem, [first[1], [int(v) for v in best]], left(b.step_safety_s),
+                            start=[int(v) for v in best], max_nodes=b.free_union_nodes), "free union")
+        return done(best, "free union")     # no step 4 here: it moved nothing (the docstring)
     ref = None if best is None else [int(v) for v in best]
     solver = None if problem.num_nodes <= b.highs_max_nodes else bp_relaxed(b.bp_rounds, b.polish_moves)
     # the rounds leave a share of the time for their plans' repairs and the union (a caller's limit: the core's
     # planner_search on vit base h100-2x8 0.79 GB spent all 23 s of its limit in 8 rounds and had no start)
     res = lagrangian_bound(problem, max(LAGRANGE_SHARE * (deadline - time.perf_counter()), 1.0), upper=lambda: best_cost if np.isfinite(best_cost) else np.inf,
                            ref=ref, round_s=b.step_safety_s, first=first, max_rounds=b.rounds,
-                           round_nodes=b.round_nodes, relaxed_solver=solver)
+                           round_nodes=b.round_nodes, relaxed_solver=solver,
+                           repeat_stop=None if solver is None else b.repeat_stop)
     info["rounds"], info["bound"] = res.rounds, float(res.bound)
     starts = []
     for x in res.plans:
@@ -164,11 +198,4 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
             pool.append([int(v) for v in s])
         consider(union_plan(problem, pool, left(b.step_safety_s), start=[int(v) for v in best], max_nodes=b.union_nodes),
                  "union")
-    if over():
-        return done(best, "search")
-    x = polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves)
-    consider(x, "polish")
-    if b.neighbourhoods > 0 and not over():
-        consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
-                        sub_nodes=b.sub_nodes), "refine")
-    return done(best, "search")
+    return finish()
