@@ -29,9 +29,9 @@ solving for them: the same caps in bytes as X's cells, and no setup solves; prob
 ``--compare FIELD=VALUE,...`` runs every cell twice in one run, interleaved (which goes first
 alternates): "before" with the capped core's configuration (``solvers.dispatch.TRACED``) overridden
 by those fields, "after" as it is (or with ``--after``'s overrides), so that a change is measured under the same load; rows carry
-``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X`` and ``policy_search=1``
-(``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` / ``POLICY_SEED_SHARE`` /
-``POLICY_SEED_SEARCH``. ``--table --ab`` prints such a run one line per cell, the two variants side by side
+``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X``, ``policy_search=1`` and
+``policy_search_after=1`` (``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` /
+``POLICY_SEED_SHARE`` / ``POLICY_SEED_SEARCH`` / ``POLICY_SEARCH_AFTER_RAW``. ``--table --ab`` prints such a run one line per cell, the two variants side by side
 (ILP cost, gap, ILP / policy, how the policy seed reached the core, load) with the cheaper / equal / dearer counts.
 
     nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
@@ -132,7 +132,8 @@ def _step(spec: str):
 
 #: ``--compare`` names that set a ``solvers.dispatch`` setting rather than a CappedConfig field (its type: the setting's)
 _DISPATCH = {"policy_beside": "POLICY_SEED_BESIDE", "policy_skips_bp": "POLICY_SKIPS_BP",
-             "policy_seed_share": "POLICY_SEED_SHARE", "policy_search": "POLICY_SEED_SEARCH"}
+             "policy_seed_share": "POLICY_SEED_SHARE", "policy_search": "POLICY_SEED_SEARCH",
+             "policy_search_after": "POLICY_SEARCH_AFTER_RAW"}
 #: the default grid (``--full``: every zoo tiny model and outside step on FULL_CLUSTERS)
 SUBSET = ("gpt:tiny,vit:tiny,unet:tiny,meshgraphnet:tiny,outside:moe,autoencoder", "cpu-2x4,h100-2x8")
 FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"

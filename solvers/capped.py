@@ -292,7 +292,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
     through the pipe and are passed to ``progress`` here. ``late``: (process, receiving end) of a
     seed computed beside the core (``solvers.dispatch``'s policy seed), which sends ("plan", plan,
-    seconds) or ("none", why): a plan that fits is a candidate answer here and is passed on to the
+    seconds) or ("none", why), one or more times: a plan that fits is a candidate answer here and is passed on to the
     core (its ``inbox``), which starts its later phases from it if it is the best; the process is
     killed at the limit like the core (a seed that is late is lost, never waited for)."""
     t0 = time.perf_counter()
@@ -330,8 +330,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             except EOFError:
                 conns.remove(conn)
                 continue
-            if late is not None and conn is late[1]:     # the late seed: ("plan", plan, s) or ("none", why)
-                conns.remove(conn)
+            if late is not None and conn is late[1]:     # a late seed: ("plan", plan, s) or ("none", why); open to EOF
                 c = evaluate(problem, msg[1]) if msg[0] == "plan" else None
                 say(f"late seed: {c.total:.10g} after {msg[2]:.1f}s ({time.perf_counter() - t0:.1f}s)" if c is not None
                     else f"late seed: none ({msg[1]})")
