@@ -376,7 +376,8 @@ def markdown(res: dict) -> str:
 
 def seed_path(row: dict) -> str:
     """How the cell's policy seed reached the capped core, from its phase log: "inline N s" (the core
-    waited for it and had it after N s), "late" (still running at ``POLICY_SEED_SHARE`` of the limit,
+    waited for it and had it after N s; ", search at M s": the planner's search beside the core after it, its plan
+    M s into the solve, or ", search late": not within the limit), "late" (still running at ``POLICY_SEED_SHARE`` of the limit,
     then beside the core), "beside" (an idle core: beside from the start), "none" (no plan), "—" (no log)."""
     for m in row.get("log", []):
         text = m.split(" ", 1)[-1]
@@ -384,8 +385,11 @@ def seed_path(row: dict) -> str:
             return "late"
         if text.startswith("policy seed: none"):
             return "none"
-        if text.startswith("policy seed: "):
-            return f"inline {text.rsplit('(', 1)[-1].rstrip('s)')} s"
+        if text.startswith("policy seed: "):    # "...: the planner's search goes on": ``POLICY_SEARCH_AFTER_RAW``
+            head, _, going = text.partition("): ")
+            out = f"inline {head.rsplit('(', 1)[-1].rstrip('s)')} s"
+            at = next((x.split(" ", 1)[0].rstrip("s") for x in row["log"] if " late seed: " in x and " after " in x), None)
+            return out if not going else out + (f", search at {at} s" if at else ", search late")
         if text.startswith("late seed"):
             return "beside"
     return "—"

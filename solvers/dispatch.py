@@ -109,11 +109,12 @@ POLICY_SEED_SHARE = 0.4
 #: cheaper 10, equal 27, dearer 14; the ILP worse than ``method="policy"`` in 4 cells with it, 7 without
 #: (all on cpu-2x4 but tpu's 2). Kept False: neither setting gives "never worse"
 POLICY_SEED_SEARCH = False
-#: with copy groups on a busy machine (the raw decode is the seed, above), the seed's child does not end with the
-#: raw decode: it goes on with ``method="policy"``'s own plan (``policy_seed`` in full, the planner's search
-#: ``solvers.local.budgeted.capped_search``, budgeted in work units, so the same plan ``method="policy"`` finds)
-#: beside the core, a late seed when it ends within the limit. The core starts from the raw decode as before
-#: (no wait for the search) and shares the cores with it (session 27, helper a; figures at ``_send_raw_then_plan``)
+#: with copy groups on a busy machine (the raw decode the seed): the seed's child then goes on to ``method="policy"``'s
+#: own plan (``policy_seed`` in full: its search is budgeted in work units, so it is that plan) beside the core, a late
+#: seed if in time. Session 27 A/B, 15 cells at load 2.2-4 (results/s27a_search_after_ab.json, README "Session 27
+#: (helper a)"): the search's plan came in time in 7 (28-56 s), the answer cheaper in 2 (fno tiny tpu-4x4 50 % 1.131 ->
+#: 1.000 of the policy, vit tiny cpu-2x4 50 % 1.131 -> 1.015), dearer in 9 (the core, sharing the cores, lost late
+#: phases: vit tiny cpu-2x4 25 % 0.985 -> 1.118); worse than the policy in 8 of 15 with it, 6 without. Kept False
 POLICY_SEARCH_AFTER_RAW = False
 
 
@@ -370,9 +371,8 @@ def _seed_line(problem: Problem, msg) -> str:
 
 
 def _send_raw_then_plan(send, policy_seed, then, problem: Problem) -> None:
-    """The policy seed's child (``solvers.ilp.guard.start_child``): sends ``_run_policy``'s message
-    (a "none"'s reason cut to 200 characters); with ``then`` (``POLICY_SEARCH_AFTER_RAW``: the full
-    planner, ``policy_seed`` being its raw decode) and a plan, then ``then``'s message too."""
+    """The policy seed's child (``start_child``): sends ``_run_policy``'s message (a "none"'s reason cut to 200
+    characters); after a plan, ``then``'s too (``POLICY_SEARCH_AFTER_RAW``: the full planner after its raw decode)."""
     msg = _run_policy(policy_seed, problem)
     send.send(msg if msg[0] == "plan" else ("none", msg[1][:200]))
     if then is not None and msg[0] == "plan":
