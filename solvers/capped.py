@@ -76,6 +76,7 @@ from solvers.cfn import available as cfn_available
 from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
+from solvers.local.budgeted import rounds_tail
 from solvers.search import solve_large
 from solvers.tied_milp import tied_phase
 
@@ -107,6 +108,7 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
+    rounds_tail: bool = False            # before that union: the planner's steps after its rounds on the core's (``rounds_tail``)
     lp_beside_idle: float = float("inf")  # solve_guarded, copies, MILP-sized: the capped LP's bound beside the core
                                          # when cores - 1-min load >= this (inf: never; 1: on an idle core)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
@@ -257,6 +259,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
         say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
+        if take() and cf.rounds_tail and r.plans and left() > 2.0 and not closed(best[1], bound):
+            consider(rounds_tail(problem, r.plans, best[0], deadline=deadline - 1.0), "rounds tail")
         if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not closed(best[1], bound):
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
