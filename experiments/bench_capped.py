@@ -29,9 +29,9 @@ solving for them: the same caps in bytes as X's cells, and no setup solves; prob
 ``--compare FIELD=VALUE,...`` runs every cell twice in one run, interleaved (which goes first
 alternates): "before" with the capped core's configuration (``solvers.dispatch.TRACED``) overridden
 by those fields, "after" as it is (or with ``--after``'s overrides), so that a change is measured under the same load; rows carry
-``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X`` and ``policy_search=1``
-(``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` / ``POLICY_SEED_SHARE`` /
-``POLICY_SEED_SEARCH``. ``--table --ab`` prints such a run one line per cell, the two variants side by side
+``variant``, and the policy runs once per cell. ``policy_beside=0``, ``policy_skips_bp=0``, ``policy_seed_share=X``, ``policy_search=1`` and
+``policy_search_after=1`` (``_DISPATCH``) set ``solvers.dispatch.POLICY_SEED_BESIDE`` / ``POLICY_SKIPS_BP`` /
+``POLICY_SEED_SHARE`` / ``POLICY_SEED_SEARCH`` / ``POLICY_SEARCH_AFTER_RAW``. ``--table --ab`` prints such a run one line per cell, the two variants side by side
 (ILP cost, gap, ILP / policy, how the policy seed reached the core, load) with the cheaper / equal / dearer counts.
 
     nice -n 10 python experiments/bench_capped.py --full              # the full grid, resumable
@@ -132,7 +132,8 @@ def _step(spec: str):
 
 #: ``--compare`` names that set a ``solvers.dispatch`` setting rather than a CappedConfig field (its type: the setting's)
 _DISPATCH = {"policy_beside": "POLICY_SEED_BESIDE", "policy_skips_bp": "POLICY_SKIPS_BP",
-             "policy_seed_share": "POLICY_SEED_SHARE", "policy_search": "POLICY_SEED_SEARCH"}
+             "policy_seed_share": "POLICY_SEED_SHARE", "policy_search": "POLICY_SEED_SEARCH",
+             "policy_search_after": "POLICY_SEARCH_AFTER_RAW"}
 #: the default grid (``--full``: every zoo tiny model and outside step on FULL_CLUSTERS)
 SUBSET = ("gpt:tiny,vit:tiny,unet:tiny,meshgraphnet:tiny,outside:moe,autoencoder", "cpu-2x4,h100-2x8")
 FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"
@@ -376,7 +377,8 @@ def markdown(res: dict) -> str:
 
 def seed_path(row: dict) -> str:
     """How the cell's policy seed reached the capped core, from its phase log: "inline N s" (the core
-    waited for it and had it after N s), "late" (still running at ``POLICY_SEED_SHARE`` of the limit,
+    waited for it and had it after N s; ", search at M s": the planner's search beside the core after it, its plan
+    M s into the solve, or ", search late": not within the limit), "late" (still running at ``POLICY_SEED_SHARE`` of the limit,
     then beside the core), "beside" (an idle core: beside from the start), "none" (no plan), "—" (no log)."""
     for m in row.get("log", []):
         text = m.split(" ", 1)[-1]
@@ -384,8 +386,11 @@ def seed_path(row: dict) -> str:
             return "late"
         if text.startswith("policy seed: none"):
             return "none"
-        if text.startswith("policy seed: "):
-            return f"inline {text.rsplit('(', 1)[-1].rstrip('s)')} s"
+        if text.startswith("policy seed: "):    # "...: the planner's search goes on": ``POLICY_SEARCH_AFTER_RAW``
+            head, _, going = text.partition("): ")
+            out = f"inline {head.rsplit('(', 1)[-1].rstrip('s)')} s"
+            at = next((x.split(" ", 1)[0].rstrip("s") for x in row["log"] if " late seed: " in x and " after " in x), None)
+            return out if not going else out + (f", search at {at} s" if at else ", search late")
         if text.startswith("late seed"):
             return "beside"
     return "—"

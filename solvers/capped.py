@@ -91,8 +91,7 @@ class CappedConfig:
     bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
     bp_max_s: float = 6.0
     bp_copies_max_s: float = float("inf")  # with copy groups: BP at most this long (0 skipped it: vit tiny cpu-2x4, 50 % cap, 1.4 -> 33 %)
-    bp_big_share: float = 0.0            # with copy groups, too big for the MILP: of the budget for BP, first (0: skipped;
-                                         # the traced config's figures at ``solvers.dispatch.TRACED``)
+    bp_big_share: float = 0.0            # with copies, too big for the MILP: of the budget for BP, first (0: skipped; TRACED's)
     search_share: float = 0.1            # of the budget for the search's start on MILP-sized graphs (at
     search_max_s: float = 6.0            # most search_max_s): it finds its plan in the first second or two there
     cfn_min_s: float = 5.0               # toulbar2 (solvers.cfn, when pytoulbar2 is installed) from this budget on
@@ -108,20 +107,19 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
+    rounds_tail: bool = False            # before that union: the planner's steps after its rounds on the core's (``rounds_tail``)
     lp_beside_idle: float = float("inf")  # solve_guarded, copies, MILP-sized: the capped LP's bound beside the core
                                          # when cores - 1-min load >= this (inf: never; 1: on an idle core)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
     lagrange_step: str = "polyak"        # solvers.lagrange's ``step``: "polyak" or "bundle" (solvers.lagrange_bundle)
     cfn_copies_max_s: float = 5.0        # with copy groups, MILP-sized: toulbar2 at most this long (its bound ignores copies)
-    least_peak_share: float = 0.25        # with copies and no plan that fits after the anchor: of the budget (at
-                                         # most half the time left) for the least-peak search (``least_peak``)
+    least_peak_share: float = 0.25       # with copies, no fitting plan after the anchor: of the budget (<= half the time left), ``least_peak``
     tied_share: float = 0.8              # too big for the MILP, no copies: of the time left, the tied MILP's phase
     second_search: bool = True           # solve_guarded, graphs too big for the MILP, an idle core (cores - 1-min load
     second_min_s: float = 10.0           # >= 1): a second search process, from this budget on
     big_planner_share: float = 0.0       # too big for the MILP, with copies: of the time left after BP, the planner's search
-    uncapped_beside: bool = False        # solve_guarded, graphs too big for the MILP, with copy groups: the uncapped
-                                         # MILP (its bound; its plan, repaired) in a child beside the core
-                                         # (``solvers.capped_phases.uncapped_beside``; ``shardgym.solve``'s traced graphs)
+    uncapped_beside: bool = False        # solve_guarded, too big for the MILP, with copies: the uncapped MILP (its bound;
+                                         # its plan, repaired) in a child beside the core (``capped_phases.uncapped_beside``)
 
 
 DEFAULT = CappedConfig()
@@ -261,6 +259,8 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
                              first=None if free_plan is None else (ub, free_plan))
         tighten(r.bound)
         say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
+        if take() and cf.rounds_tail and r.plans and left() > 2.0 and not closed(best[1], bound):
+            consider(capped_phases.rounds_tail(problem, r.plans, best[0], deadline=deadline - 1.0), "rounds tail")
         if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not closed(best[1], bound):
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent
@@ -296,7 +296,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
     (or "optimal" when that bound meets the plan's cost). The child's ``progress`` messages come
     through the pipe and are passed to ``progress`` here. ``late``: (process, receiving end) of a
     seed computed beside the core (``solvers.dispatch``'s policy seed), which sends ("plan", plan,
-    seconds) or ("none", why): a plan that fits is a candidate answer here and is passed on to the
+    seconds) or ("none", why), one or more times: a plan that fits is a candidate answer here and is passed on to the
     core (its ``inbox``), which starts its later phases from it if it is the best; the process is
     killed at the limit like the core (a seed that is late is lost, never waited for)."""
     t0 = time.perf_counter()
@@ -334,8 +334,7 @@ def solve_guarded(problem: Problem, time_limit_s: float, seeds=(), progress=None
             except EOFError:
                 conns.remove(conn)
                 continue
-            if late is not None and conn is late[1]:     # the late seed: ("plan", plan, s) or ("none", why)
-                conns.remove(conn)
+            if late is not None and conn is late[1]:     # a late seed: ("plan", plan, s) or ("none", why); open to EOF
                 c = evaluate(problem, msg[1]) if msg[0] == "plan" else None
                 say(f"late seed: {c.total:.10g} after {msg[2]:.1f}s ({time.perf_counter() - t0:.1f}s)" if c is not None
                     else f"late seed: none ({msg[1]})")

@@ -109,6 +109,13 @@ POLICY_SEED_SHARE = 0.4
 #: cheaper 10, equal 27, dearer 14; the ILP worse than ``method="policy"`` in 4 cells with it, 7 without
 #: (all on cpu-2x4 but tpu's 2). Kept False: neither setting gives "never worse"
 POLICY_SEED_SEARCH = False
+#: with copy groups on a busy machine (the raw decode the seed): the seed's child then goes on to ``method="policy"``'s
+#: own plan (``policy_seed`` in full: its search is budgeted in work units, so it is that plan) beside the core, a late
+#: seed if in time. Session 27 A/B, 15 cells at load 2.2-4 (results/s27a_search_after_ab.json, README "Session 27
+#: (helper a)"): the search's plan came in time in 7 (28-56 s), the answer cheaper in 2 (fno tiny tpu-4x4 50 % 1.131 ->
+#: 1.000 of the policy, vit tiny cpu-2x4 50 % 1.131 -> 1.015), dearer in 9 (the core, sharing the cores, lost late
+#: phases: vit tiny cpu-2x4 25 % 0.985 -> 1.118); worse than the policy in 8 of 15 with it, 6 without. Kept False
+POLICY_SEARCH_AFTER_RAW = False
 
 
 def binding_cap(problem: Problem) -> float | None:
@@ -271,15 +278,17 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
     if policy_seed is not None and time_limit_s >= POLICY_SEED_MIN_S and milp_ok(problem):
         prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
         beside = _beside()
+        full, then = policy_seed, False
         if not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
             policy_seed = getattr(policy_seed, "raw", policy_seed)   # the raw decode (POLICY_SEED_SEARCH)
+            then = POLICY_SEARCH_AFTER_RAW and policy_seed is not full
         if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
             prime()
-            late = start_child(lambda send: _send_policy_plan(send, policy_seed, problem))
+            late = start_child(lambda send: _send_raw_then_plan(send, policy_seed, full if then else None, problem))
             pol = None
             if not beside:
                 pol, running = _await_seed(late, POLICY_SEED_SHARE * time_limit_s - (time.perf_counter() - t0),
-                                           problem, progress)
+                                           problem, progress, keep=then)
                 late = late if running else None
         else:
             pol = _policy_plan_or_none(policy_seed, problem, progress)
@@ -318,20 +327,22 @@ def _beside() -> bool:
     return POLICY_SEED_BESIDE and hasattr(os, "fork") and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
 
 
-def _await_seed(late, wait_s: float, problem: Problem, progress=None):
-    """(plan or None, still running) of the policy seed's child (``_send_policy_plan``), waiting at
-    most ``wait_s``; a finished child is reaped, one still running is left to the caller."""
+def _await_seed(late, wait_s: float, problem: Problem, progress=None, keep: bool = False):
+    """(plan or None, still running) of the policy seed's child (``_send_raw_then_plan``), waiting at
+    most ``wait_s`` for its first message; a finished child is reaped (``keep``: one that sent a plan
+    goes on, ``POLICY_SEARCH_AFTER_RAW``), one still running is left to the caller."""
     t = time.perf_counter()
     try:
         msg = late[1].recv() if late[1].poll(max(wait_s, 0.0)) else None
     except EOFError:           # the child died without a plan
         msg = ("none", "the planner's process ended without a plan")
-    if msg is not None:
+    going = msg is None or (keep and msg[0] == "plan")
+    if not going:
         stop_child(late[0])
     if progress:
         progress(f"policy seed: still running after {time.perf_counter() - t:.1f}s: beside the core" if msg is None
-                 else _seed_line(problem, msg))
-    return (msg[1] if msg is not None and msg[0] == "plan" else None), msg is None
+                 else _seed_line(problem, msg) + (": the planner's search goes on beside the core" if going else ""))
+    return (msg[1] if msg is not None and msg[0] == "plan" else None), going
 
 
 def _run_policy(policy_seed, problem: Problem) -> tuple:
@@ -359,11 +370,14 @@ def _seed_line(problem: Problem, msg) -> str:
             else f"policy seed: none ({msg[1]})")
 
 
-def _send_policy_plan(send, policy_seed, problem: Problem) -> None:
-    """The policy seed's child (``solvers.ilp.guard.start_child``): sends ``_run_policy``'s message
-    (a "none"'s reason cut to 200 characters)."""
+def _send_raw_then_plan(send, policy_seed, then, problem: Problem) -> None:
+    """The policy seed's child (``start_child``): sends ``_run_policy``'s message (a "none"'s reason cut to 200
+    characters); after a plan, ``then``'s too (``POLICY_SEARCH_AFTER_RAW``: the full planner after its raw decode)."""
     msg = _run_policy(policy_seed, problem)
     send.send(msg if msg[0] == "plan" else ("none", msg[1][:200]))
+    if then is not None and msg[0] == "plan":
+        msg = _run_policy(then, problem)
+        send.send(msg if msg[0] == "plan" else ("none", msg[1][:200]))
 
 
 def baseline_seeds(problem: Problem, use_ilp: bool = True) -> list:

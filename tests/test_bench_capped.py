@@ -55,6 +55,10 @@ def test_ab_table_pairs_the_variants_and_reads_the_seed_path():
             row("before", 0.75, 1.119e-4, 1.119e-4, 0.01, ["27.5s late seed: 0.0001119 after 27.5s (3.1s)"])]
     assert [seed_path(r) for r in rows] == ["inline 11.2 s", "inline 0.2 s", "late", "beside"]
     assert seed_path({"log": ["1.0s policy seed: none (nothing fits)"]}) == "none" and seed_path({}) == "—"
+    after = ["2.1s policy seed: 0.0002552516466 (2.1s): the planner's search goes on beside the core"]   # s27a's log
+    assert seed_path({"log": after}) == "inline 2.1 s, search late"
+    assert seed_path({"log": after + ["45.6s late seed: 0.0002552516466 after 43.4s (43.0s)",
+                                      "45.9s late seed: 0.0002552516466 (43.3s)"]}) == "inline 2.1 s, search at 45.6 s"
     text = ab_markdown({"rows": rows, "complete": True})
     assert ("| fno:tiny | tpu-4x4 | 50% | 0.0001441 / 0.000163 | 12.0% / 15.6% | 1.000 / 1.131 | 0.0001441 | "
             "inline 11.2 s / inline 0.2 s | 1.2 / 1.2 |") in text

@@ -163,3 +163,37 @@ def test_with_copies_the_seed_is_the_planners_raw_decode(monkeypatch, tmp_path):
         ran = sorted(f.name for f in tmp_path.iterdir())
         assert ran == ["primed", "raw" if copies and not (search or idle) else "search"], (copies, search, idle, ran)
         assert evaluate(p, plan).feasible and evaluate(p, plan).total <= evaluate(p, seed).total * (1 + 1e-9)
+
+
+def test_busy_machine_with_copies_gets_the_planners_search_after_its_raw_decode(monkeypatch, tmp_path):
+    """``dispatch.POLICY_SEARCH_AFTER_RAW``: on a busy machine with copy groups the core starts from the
+    planner's raw decode at once, and the planner's full plan (``method="policy"``'s search), computed
+    after it in the same child beside the core, is a late seed: the answer is never dearer than it. Here
+    the raw decode is the dearest fitting plan, the full plan the brute-force optimum and the core
+    (``_weak_core``) cannot leave its start: without the switch the answer is the raw decode."""
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(907)
+    p = _with_random_copies(rng, random_problem(rng, 6, kmax=3, edge_p=0.5, limit_q=None))
+    plans = [[int(rng.integers(k)) for k in p.num_strategies] for _ in range(8)]
+    p = p.with_usage_limit(sorted(evaluate(p, s).peak_memory_bytes for s in plans)[4])
+    best, bc = brute_force(p, "time")
+    fits = [list(s) for s in itertools.product(*[range(int(k)) for k in p.num_strategies]) if evaluate(p, list(s)).feasible]
+    worst = max(fits, key=lambda s: evaluate(p, s).total)
+    assert p.edge_memory is not None and (bc.total, evaluate(p, worst).total) == (205.0, 321.0)   # by brute force, 18 fit
+    _weak_core(monkeypatch, worst, tmp_path)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    monkeypatch.setattr(dispatch, "_beside", lambda: False)
+
+    def policy(q):
+        time.sleep(1.0)       # the search: the core has started from the raw decode by then
+        return [int(x) for x in best]
+    policy.raw = lambda q: list(worst)
+    for after, want in ((True, bc.total), (False, evaluate(p, worst).total)):
+        monkeypatch.setattr(dispatch, "POLICY_SEARCH_AFTER_RAW", after)
+        log = []
+        t = time.perf_counter()
+        plan, info = dispatch.solve_capped_time(p, 4.0, t, policy_seed=policy, progress=log.append)
+        assert time.perf_counter() - t < 4.5
+        assert evaluate(p, plan).feasible and evaluate(p, plan).total == pytest.approx(want), (after, log)
+        assert any(m.startswith("policy seed: ") for m in log)                # the raw decode, waited for inline
+        assert any(m.startswith("late seed: ") for m in log) == after, log   # the search's plan, beside

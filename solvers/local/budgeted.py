@@ -134,16 +134,6 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
         if c.feasible and c.total < best_cost * (1 - 1e-12):
             best, best_cost = x, c.total
 
-    def finish():     # step 4, from the best plan so far (skipped past a caller's limit)
-        if over():
-            return done(best, "search")
-        consider(polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves),
-                 "polish")
-        if b.neighbourhoods > 0 and not over():
-            consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
-                            sub_nodes=b.sub_nodes), "refine")
-        return done(best, "search")
-
     first = None
     if problem.num_nodes <= b.free_max_nodes and not over():
         try:
@@ -172,8 +162,55 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
                            round_nodes=b.round_nodes, relaxed_solver=solver,
                            repeat_stop=None if solver is None else b.repeat_stop)
     info["rounds"], info["bound"] = res.rounds, float(res.bound)
+    if best is None and not res.plans:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
+        info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
+        return (None, info) if return_info else None
+    out = rounds_tail(problem, res.plans, None if best is None else [int(v) for v in best], b, seed=seed, lc=lc,
+                      deadline=deadline, extra=None if s is None else [int(v) for v in s], info=info, t0=t0)
+    if out is None:
+        info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
+        return (None, info) if return_info else None
+    return done(out, "search")
+
+
+def rounds_tail(problem: Problem, plans, start, budget: CappedBudget = CAPPED_BUDGET, seed: int = 0,
+                lc: LocalCosts | None = None, deadline: float | None = None, extra=None, info: dict | None = None,
+                t0: float | None = None):
+    """``capped_search``'s steps after its Lagrangian rounds, from the relaxed ``plans`` and ``start`` (a plan that
+    fits, or None): each relaxed plan repaired (``repair_memory``; the cheapest a start), the union MILP over the
+    ``budget.union_plans`` plans whose peaks are nearest the cap, the best start (and ``extra``), then ``polish``
+    and ``refine`` (``budget.neighbourhoods``). The best plan that fits (never worse than ``start``), or None.
+    ``deadline``: a wall-clock cap on each step (the safety cap; the capped core passes its own deadline).
+    ``info``: each phase's cost and end time (s from ``t0``) recorded as ``capped_search``'s info."""
+    b, lc = budget, lc or LocalCosts(problem)
+    t0 = time.perf_counter() if t0 is None else t0
+    deadline = time.perf_counter() + float(b.safety_s) if deadline is None else deadline
+    info = {} if info is None else info
+    cost = (lambda x: evaluate(problem, x).total)
+    best, best_cost = (None, np.inf) if start is None else (np.asarray(start, dtype=np.int64), cost(start))
+
+    def left(cap: float) -> float:
+        return max(min(cap, deadline - time.perf_counter()), 0.5)
+
+    def over() -> bool:       # past the deadline (a caller's time limit): the steps left are skipped
+        if time.perf_counter() < deadline:
+            return False
+        info["stopped"] = "time limit"
+        return True
+
+    def consider(x, phase):
+        nonlocal best, best_cost
+        if x is None:
+            return
+        x = np.asarray(x, dtype=np.int64)
+        c = evaluate(problem, x)
+        info[phase] = c.total if c.feasible else None
+        info["t_" + phase] = round(time.perf_counter() - t0, 2)   # when the phase ended (s from the start)
+        if c.feasible and c.total < best_cost * (1 - 1e-12):
+            best, best_cost = x, c.total
+
     starts = []
-    for x in res.plans:
+    for x in plans:
         y = np.asarray(x, dtype=np.int64)
         if not lc.feasible(y):
             if over():
@@ -184,18 +221,24 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
     if starts:
         consider(min(starts, key=lambda t: t[0])[1], "lagrange start")
     seed_plan = best
-    if best is None:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
-        info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
-        return (None, info) if return_info else None
-    if res.plans and not over():
+    if best is None:   # nothing fits
+        return None
+    if plans and not over():
         free_p = problem.with_usage_limit(None)
-        uniq = list({tuple(x): None for x in res.plans})     # the rounds repeat plans (first seen first)
+        uniq = list({tuple(x): None for x in plans})     # the rounds repeat plans (first seen first)
         peaks = np.array([evaluate(free_p, list(x)).peak_memory_bytes for x in uniq])
         near = np.argsort(np.abs(np.log(np.maximum(peaks, 1.0) / float(problem.usage_limit))), kind="stable")[:b.union_plans]
         pool = [list(uniq[i]) for i in sorted(near.tolist())] + [[int(v) for v in seed_plan]]
         info["union_pool"] = len(pool)
-        if s is not None:
-            pool.append([int(v) for v in s])
+        if extra is not None:
+            pool.append([int(v) for v in extra])
         consider(union_plan(problem, pool, left(b.step_safety_s), start=[int(v) for v in best], max_nodes=b.union_nodes),
                  "union")
-    return finish()
+    if over():
+        return [int(v) for v in best]
+    consider(polish(problem, best, time_limit_s=left(b.step_safety_s), lc=lc, seed=seed, tree_moves=b.polish_moves),
+             "polish")
+    if b.neighbourhoods > 0 and not over():
+        consider(refine(problem, best, left(b.step_safety_s * 4), seed=seed, max_neighbourhoods=b.neighbourhoods,
+                        sub_nodes=b.sub_nodes), "refine")
+    return [int(v) for v in best]
