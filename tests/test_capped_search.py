@@ -166,3 +166,20 @@ def test_capped_search_stops_repeating_bp_rounds_only():
     y, full = lns_mod.capped_search(p, start, dataclasses.replace(bp, repeat_stop=None), return_info=True)
     assert info["rounds"] == 4 and full["rounds"] == 16
     assert evaluate(p, x).total == pytest.approx(evaluate(p, y).total, rel=1e-12)
+
+
+def test_capped_search_mid_size_goes_on_to_the_rounds_when_that_union_gains_nothing():
+    """Step 2b returns at once only when its union is cheaper than the start. Started from step 2b's own answer
+    (the union of the uncapped optimum and it can only give it back), the rounds run, and here find a
+    cheaper plan (vit base @ h100-2x8 0.79 GB: the union kept the decode, 0.017744; the rounds 0.0157)."""
+    from env.workloads import random_problem as env_random_problem
+    from solvers.bp import bp_solve
+    p = env_random_problem(np.random.default_rng(0), 80, 4, memory_cap_fraction=0.3)
+    start = [int(v) for v in bp_solve(p, rounds=30, memory_prices=True).plan]
+    b = dataclasses.replace(lns_mod.CAPPED_BUDGET, lagrange_max_nodes=10)
+    x, info = lns_mod.capped_search(p, start, b, return_info=True)
+    assert info["phase"] == "free union" and info["rounds"] == 0
+    y, again = lns_mod.capped_search(p, x, b, return_info=True)
+    assert again["free union"] == pytest.approx(evaluate(p, x).total, rel=1e-12)      # no gain there
+    assert again["phase"] == "search" and again["rounds"] > 0
+    assert evaluate(p, y).feasible and evaluate(p, y).total < evaluate(p, x).total * (1 - 1e-6)
