@@ -18,11 +18,9 @@ the head's rows are joined to a base tree's and, once, bp_solve's plan of the la
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,16 +77,14 @@ def rows(large: bool = True) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows-json", default="")
-    ap.add_argument("--before", default="")
-    ap.add_argument("--ilp-s", type=float, default=60.0)
-    ap.add_argument("--no-large", action="store_true")
-    args = ap.parse_args()
-    sys.path.insert(0, os.getcwd() if args.rows_json else ROOT)
-    if args.rows_json:
-        with open(args.rows_json, "w") as f:
-            json.dump(rows(not args.no_large), f, indent=1)
+    import tree_ab
+
+    def extra(ap):
+        ap.add_argument("--ilp-s", type=float, default=60.0)
+        ap.add_argument("--no-large", action="store_true")
+    args = tree_ab.parse(__doc__, ROOT, extra)
+    before = tree_ab.rows_or_before(args, lambda: rows(not args.no_large))
+    if before is None:
         return
     import numpy as np
 
@@ -98,8 +94,6 @@ def main() -> None:
     from experiments.common import write_results
     from solvers.bp import bp_solve
     head = rows(not args.no_large)
-    with open(args.before) as f:
-        before = json.load(f)
     summary = {}
     for tree, r in (("before", before), ("after", head)):
         for path in ("jitted", "numpy"):

@@ -13,10 +13,8 @@ many plans are the same).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,20 +52,14 @@ def rows() -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows-json", default="")
-    ap.add_argument("--before", default="")
-    args = ap.parse_args()
-    sys.path.insert(0, os.getcwd() if args.rows_json else ROOT)
-    if args.rows_json:
-        with open(args.rows_json, "w") as f:
-            json.dump(rows(), f, indent=1)
+    import tree_ab
+    args = tree_ab.parse(__doc__, ROOT)
+    before = tree_ab.rows_or_before(args, rows)
+    if before is None:
         return
     import numpy as np
 
     from experiments.common import write_results
-    with open(args.before) as f:
-        before = json.load(f)
     head = rows()
     summary = {}
     for tree, r in (("before", before), ("after", head)):

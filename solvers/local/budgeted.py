@@ -49,6 +49,17 @@ CAPPED_BUDGET = CappedBudget()
 LAGRANGE_SHARE = 0.6
 
 
+def _record(problem: Problem, info: dict, t0: float, x, phase: str) -> float:
+    """``phase``'s plan ``x`` into ``info`` (its cost, None if it does not fit; ``"t_" + phase``: when the phase
+    ended, s from ``t0``); returns its cost if it fits, else inf (and inf for no plan)."""
+    if x is None:
+        return np.inf
+    c = evaluate(problem, np.asarray(x, dtype=np.int64))
+    info[phase] = c.total if c.feasible else None
+    info["t_" + phase] = round(time.perf_counter() - t0, 2)
+    return c.total if c.feasible else np.inf
+
+
 def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, seed: int = 0,
                   lc: LocalCosts | None = None, return_info: bool = False):
     """The planners' search under a usage limit, budgeted in work units (``CappedBudget``), so that
@@ -127,14 +138,9 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
 
     def consider(x, phase):
         nonlocal best, best_cost
-        if x is None:
-            return
-        x = np.asarray(x, dtype=np.int64)
-        c = evaluate(problem, x)
-        info[phase] = c.total if c.feasible else None
-        info["t_" + phase] = round(time.perf_counter() - t0, 2)   # when the phase ended (s from the start)
-        if c.feasible and c.total < best_cost * (1 - 1e-12):
-            best, best_cost = x, c.total
+        c = _record(problem, info, t0, x, phase)
+        if c < best_cost * (1 - 1e-12):
+            best, best_cost = np.asarray(x, dtype=np.int64), c
 
     first = None
     if problem.num_nodes <= b.free_max_nodes and not over():
@@ -203,14 +209,9 @@ def rounds_tail(problem: Problem, plans, start, budget: CappedBudget = CAPPED_BU
 
     def consider(x, phase):
         nonlocal best, best_cost
-        if x is None:
-            return
-        x = np.asarray(x, dtype=np.int64)
-        c = evaluate(problem, x)
-        info[phase] = c.total if c.feasible else None
-        info["t_" + phase] = round(time.perf_counter() - t0, 2)   # when the phase ended (s from the start)
-        if c.feasible and c.total < best_cost * (1 - 1e-12):
-            best, best_cost = x, c.total
+        c = _record(problem, info, t0, x, phase)
+        if c < best_cost * (1 - 1e-12):
+            best, best_cost = np.asarray(x, dtype=np.int64), c
 
     starts = []
     for x in plans:
