@@ -102,7 +102,7 @@ class FGPlanner:
         t0 = time.perf_counter()
         deadline = None if time_limit_s is None else t0 + float(time_limit_s)
         left = (lambda cap: cap) if deadline is None else (lambda cap: max(min(cap, deadline - time.perf_counter()), 0.0))
-        x, lb = self._decode(problem, params, bound=polish, time_limit_s=left(float("inf")) if deadline else None)
+        x, lb = self._decode(problem, params, bound=polish, time_limit_s=None if deadline is None else left(float("inf")))
         if x is None or (not polish and not evaluate(problem, x).feasible):
             # no decode (raw: none that fits): the least-usage plan, repaired with its copies priced
             fit = fitting_least_usage_plan(problem, time_limit_s=2.0)
@@ -129,14 +129,15 @@ class FGPlanner:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)
                 binds = binds or free.peak_memory_bytes > 0.999 * problem.usage_limit
+            report = {}      # improve's proof, if any
             out = improve(problem, x, refine_time_limit_s=left((CAPPED_REFINE_TIME_LIMIT_S if binds else 0.0)
                                                                if refine_time_limit_s is None else refine_time_limit_s),
                           seed=seed, polish_time_limit_s=max(left(0.5), 0.05),
                           whole_time_limit_s=0.0 if binds else left(whole_milp_time_limit(problem)),
                           lagrange_time_limit_s=0.0 if problem.usage_limit is None else left(lagrange_time_limit(problem)),
-                          report=extra)
+                          report=report)
             x = x if out is None else out
-            proven = bool(extra.pop("proven", False))
+            proven = bool(report.get("proven"))
         x = [int(v) for v in x]
         if return_info:
             wall = time.perf_counter() - t0

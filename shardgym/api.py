@@ -130,14 +130,13 @@ def _solve_policy(problem: Problem, time_limit_s: float | None = None, checkpoin
     planner = Planner.load(checkpoint)
     if not search:
         kw["polish"] = False
-    t0 = time.perf_counter()
     strategies, got = planner.plan(problem, time_limit_s=time_limit_s, return_info=True, **kw)
     info = {"planner": planner.describe()} if hasattr(planner, "describe") else {}
     if got.get("proven"):       # BP's bound met, the whole MILP's proof, or the uncapped optimum fits the cap
-        cost = evaluate(problem, strategies).total
-        info.update(status="optimal", bound=cost, gap=0.0)
-    return strategies, dict(info, time_limit_s=time_limit_s, wall_s=round(time.perf_counter() - t0, 3),
-                            **({} if got.get("proven") else {"status": "heuristic", "gap": None}))
+        info.update(status="optimal", bound=evaluate(problem, strategies).total, gap=0.0)
+    else:
+        info.update(status="heuristic", gap=None)
+    return strategies, dict(info, time_limit_s=time_limit_s, wall_s=round(got["plan_time_s"], 3))
 
 
 def _policy_plan(problem: Problem) -> list[int]:

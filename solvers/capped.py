@@ -77,6 +77,7 @@ from solvers.cfn import available as cfn_available
 from solvers.ilp.guard import start_child, stop_child
 from solvers.lagrange import lagrangian_bound, union_plan
 from solvers.local import fitting_least_usage_plan, improve, prepare, refine
+from solvers.local.budgeted import rounds_tail
 from solvers.search import solve_large
 from solvers.tied_milp import tied_phase
 
@@ -260,7 +261,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         tighten(r.bound)
         say(f"lagrange bound: {r.bound:.10g} after {r.rounds} rounds")
         if take() and cf.rounds_tail and r.plans and left() > 2.0 and not closed(best[1], bound):
-            consider(capped_phases.rounds_tail(problem, r.plans, best[0], deadline=deadline - 1.0), "rounds tail")
+            consider(rounds_tail(problem, r.plans, best[0], deadline=deadline - 1.0), "rounds tail")
         if take() and cf.union_share > 0 and r.plans and left() > 2.0 and not closed(best[1], bound):
             consider(union_plan(problem, r.plans + [best[0]], cf.union_share * left(), best[0], threads), "union")
     # 3. exact MILP, then MILP neighbourhoods from its incumbent

@@ -17,7 +17,7 @@ from solvers.cfn import cfn_solve
 from solvers.ilp import IlpConfig, solve_ilp
 from solvers.ilp.guard import start_child
 from solvers.local import fitting_least_usage_plan, improve
-from solvers.local.budgeted import CAPPED_BUDGET, capped_search, rounds_tail  # noqa: F401 (rounds_tail: the core's)
+from solvers.local.budgeted import CAPPED_BUDGET, capped_search
 from solvers.search import solve_large
 
 
