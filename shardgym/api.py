@@ -148,6 +148,8 @@ def _policy_plan(problem: Problem) -> list[int]:
 #: the raw decode alone (``_solve_policy(search=False)``): the seed ``solvers.dispatch`` asks for on problems
 #: with copy groups (``POLICY_SEED_SEARCH``), where the capped core runs the planner's search itself
 _policy_plan.raw = lambda problem: _solve_policy(problem, search=False)[0]
+#: the default plan within ``seconds`` (``solvers.dispatch`` beside the capped core on an idle core)
+_policy_plan.limited = lambda problem, seconds: _solve_policy(problem, time_limit_s=max(seconds, 1.0))[0]
 
 #: loads the planner (cached; JAX shapes) in the caller's process, before ``solvers.dispatch`` runs
 #: ``_policy_plan`` in a forked child beside the capped core (the child then runs numpy and HiGHS only)

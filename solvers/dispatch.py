@@ -37,7 +37,7 @@ from solvers.baselines import baseline_plan
 from solvers.capped import DEFAULT as CAPPED_DEFAULT
 from solvers.capped import milp_ok, solve_guarded
 from solvers.ilp.bounds import best_seed, node_min_peak
-from solvers.ilp.guard import SolveOverrun, solve_ilp_guarded, start_child, stop_child
+from solvers.ilp.guard import SolveOverrun, idle_cores, solve_ilp_guarded, start_child, stop_child
 from solvers.minmem_bisect import BISECT_SHARE, core_descent, min_peak_within
 from solvers.minmem_lns import LNS_MIN_NODES, LNS_SHARE, lns_after, peak_lns
 from solvers.minmem_seeds import keep_best, memory_seeds
@@ -76,14 +76,14 @@ CORE_BISECT_MAX_S = 45.0
 CORE_TAIL_SHARE = 0.2
 #: the last this many plans of the descent are kept as the answer's ``info["candidates"]``
 CANDIDATES = 4
-#: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core
-#: is idle (cores - 1-min load >= 1); on a busy machine it runs first, inline. Beside the core on 2
-#: cores at load 2.6-7.3 (results/bench_capped_s15b_ab_h100.json, gpt / unet tiny h100-2x8 at 25/50/75 %)
-#: the planner took 23-57 s instead of 16-19 s, BP and the search ~1.5x longer, and the Lagrangian,
-#: started without the planner's plan, got 3-5 rounds on gpt instead of 3-14: gpt plans 1.015e-3 /
-#: 2.450e-4 / 1.711e-4 against 6.898e-4 / 2.455e-4 / 1.388e-4 inline (gap at 50 %: 29.5 against 7.4 %);
-#: unet mixed (plans 0 / -1.0 / +5.3 %, gaps lower beside). False: always inline.
+#: the policy seed runs in a forked child beside the core (``solve_guarded``'s ``late``) when a core is idle
+#: (``idle_cores() >= 1``); on a busy machine first, inline. Beside on a busy machine (s15b_ab_h100, load 2.6-7.3:
+#: the planner 23-57 s instead of 16-19 s, the Lagrangian 3-5 rounds instead of 3-14; gpt tiny h100-2x8 25/50/75 %
+#: 1.015e-3 / 2.450e-4 / 1.711e-4 against 6.898e-4 / 2.455e-4 / 1.388e-4 inline) is why the gate. False: inline.
 POLICY_SEED_BESIDE = True
+#: beside, a planner with a time limit (``policy_seed.limited(problem, seconds)``) sends its raw decode, then its plan
+#: stopped this long before the core's limit (its phases overran a limit by 0.0-2.5 s in session 27)
+BESIDE_MARGIN_S = 4.0
 #: inline, with copy groups: the core skips its own BP and BP's improvement (the planner's decode is
 #: ``bp_solve`` with memory prices, then ``improve``: the same work; BP's bound ignores the copies)
 POLICY_SKIPS_BP = True
@@ -109,12 +109,10 @@ POLICY_SEED_SHARE = 0.4
 #: cheaper 10, equal 27, dearer 14; the ILP worse than ``method="policy"`` in 4 cells with it, 7 without
 #: (all on cpu-2x4 but tpu's 2). Kept False: neither setting gives "never worse"
 POLICY_SEED_SEARCH = False
-#: with copy groups on a busy machine (the raw decode the seed): the seed's child then goes on to ``method="policy"``'s
-#: own plan (``policy_seed`` in full: its search is budgeted in work units, so it is that plan) beside the core, a late
-#: seed if in time. Session 27 A/B, 15 cells at load 2.2-4 (results/s27a_search_after_ab.json, README "Session 27
-#: (helper a)"): the search's plan came in time in 7 (28-56 s), the answer cheaper in 2 (fno tiny tpu-4x4 50 % 1.131 ->
-#: 1.000 of the policy, vit tiny cpu-2x4 50 % 1.131 -> 1.015), dearer in 9 (the core, sharing the cores, lost late
-#: phases: vit tiny cpu-2x4 25 % 0.985 -> 1.118); worse than the policy in 8 of 15 with it, 6 without. Kept False
+#: with copy groups on a busy machine (the raw decode the seed): the seed's child then goes on to the planner's own plan
+#: beside the core, a late seed if in time. Session 27 A/B, 15 cells at load 2.2-4 (results/s27a_search_after_ab.json):
+#: in time in 7 (28-56 s); cheaper in 2 (fno tiny tpu-4x4 50 % 1.131 -> 1.000 of the policy), dearer in 9 (the core,
+#: sharing the cores, lost late phases: vit tiny cpu-2x4 25 % 0.985 -> 1.118); worse than the policy in 8, 6 without
 POLICY_SEARCH_AFTER_RAW = False
 
 
@@ -279,7 +277,10 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
         prime = getattr(policy_seed, "prime", lambda: None)   # what must not run in a forked child
         beside = _beside()
         full, then = policy_seed, False
-        if not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
+        if beside and hasattr(full, "limited"):   # the raw decode first, then the planner stopped before the core ends
+            end, policy_seed, then = t0 + time_limit_s - BESIDE_MARGIN_S, getattr(full, "raw", full), True
+            full = (lambda q, f=full.limited: f(q, end - time.perf_counter()))
+        elif not (POLICY_SEED_SEARCH or beside) and problem.edge_memory is not None:
             policy_seed = getattr(policy_seed, "raw", policy_seed)   # the raw decode (POLICY_SEED_SEARCH)
             then = POLICY_SEARCH_AFTER_RAW and policy_seed is not full
         if hasattr(os, "fork"):      # in a forked child: beside the core, or first for at most a share
@@ -324,13 +325,12 @@ def solve_capped_time(problem: Problem, time_limit_s: float, t0: float, initial_
 
 def _beside() -> bool:
     """Run the policy seed beside the core (``POLICY_SEED_BESIDE``): with fork and an idle core."""
-    return POLICY_SEED_BESIDE and hasattr(os, "fork") and (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
+    return POLICY_SEED_BESIDE and hasattr(os, "fork") and idle_cores() >= 1.0
 
 
 def _await_seed(late, wait_s: float, problem: Problem, progress=None, keep: bool = False):
-    """(plan or None, still running) of the policy seed's child (``_send_raw_then_plan``), waiting at
-    most ``wait_s`` for its first message; a finished child is reaped (``keep``: one that sent a plan
-    goes on, ``POLICY_SEARCH_AFTER_RAW``), one still running is left to the caller."""
+    """(plan or None, still running) of the policy seed's child (``_send_raw_then_plan``), waiting at most ``wait_s`` for its
+    first message; reaped when finished (``keep``: one that sent a plan goes on), left to the caller if still running."""
     t = time.perf_counter()
     try:
         msg = late[1].recv() if late[1].poll(max(wait_s, 0.0)) else None

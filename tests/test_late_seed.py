@@ -197,3 +197,24 @@ def test_busy_machine_with_copies_gets_the_planners_search_after_its_raw_decode(
         assert evaluate(p, plan).feasible and evaluate(p, plan).total == pytest.approx(want), (after, log)
         assert any(m.startswith("policy seed: ") for m in log)                # the raw decode, waited for inline
         assert any(m.startswith("late seed: ") for m in log) == after, log   # the search's plan, beside
+
+
+def test_beside_the_planner_sends_its_raw_decode_then_its_plan_stopped_before_the_limit(monkeypatch, tmp_path):
+    """On an idle core a planner with ``limited`` (``shardgym.api._policy_plan``) sends its raw decode first (a seed
+    at once), then its full plan under a limit that ends ``BESIDE_MARGIN_S`` before the core's: the answer is that plan
+    (the weak core keeps its start), and the limit the planner got is the time left less the margin."""
+    p, best, cost, worst = _case()
+    _weak_core(monkeypatch, worst, tmp_path)
+    monkeypatch.setattr(dispatch, "POLICY_SEED_MIN_S", 0.0)
+    monkeypatch.setattr(dispatch, "_beside", lambda: True)
+    said = tmp_path / "limit.txt"     # the planner runs in a forked child
+
+    def policy(q):
+        raise AssertionError("beside, the planner with a limit is called through .raw and .limited")
+    policy.raw = lambda q: list(worst)
+    policy.limited = lambda q, seconds: said.write_text(repr(seconds)) or time.sleep(0.3) or best
+    t = time.perf_counter()
+    plan, info = dispatch.solve_capped_time(p, 8.0, t, policy_seed=policy)
+    assert time.perf_counter() - t < 8.5
+    assert evaluate(p, plan).total == pytest.approx(cost) and evaluate(p, plan).feasible
+    assert 8.0 - dispatch.BESIDE_MARGIN_S - 1.0 < float(said.read_text()) <= 8.0 - dispatch.BESIDE_MARGIN_S

@@ -65,6 +65,29 @@ def start_child(body):
     return proc, recv
 
 
+def idle_cores(sample_s: float = 0.3) -> float:
+    """How many cores are idle now: the smaller of (a) the idle share of CPU time over ``sample_s``
+    (/proc/stat's "cpu" line, idle + iowait) times the core count and (b) cores + 1.5 − the 1-min load
+    average (without /proc/stat: cores − that load). The gate of the work run beside the capped core
+    (``solvers.dispatch._beside``, ``solvers.capped_phases.start_besides``). Why not the load average
+    alone: it trails by a minute, so right after a run an idle machine reads as busy (a benchmark's
+    sequential solves on 2 idle cores leave it at 1.2-2.0: no core "idle" by cores − load >= 1). Why
+    (b) too: a 0.25-s sample on 2 cores busy with 3 jobs read 0.98 idle cores once in 6 (processes
+    starting); at load >= cores + 0.5 it reads none."""
+    def ticks():
+        with open("/proc/stat") as f:
+            v = [float(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0]
+    try:
+        idle0, total0 = ticks()
+        time.sleep(sample_s)
+        idle1, total1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return cores - load
+    return min(cores * (idle1 - idle0) / max(total1 - total0, 1e-9), cores + 1.5 - load)
+
+
 def stop_child(proc) -> None:
     """Kill ``proc`` if it still runs, and reap it."""
     if proc.is_alive():
