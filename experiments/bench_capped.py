@@ -14,7 +14,7 @@ The outside-the-zoo steps: ``outside:moe``, ``outside:rnn``, ``outside:convae``
 convolutions, two of them residual, and a transposed convolution, MSE, SGD with momentum) and
 ``moe_adam`` (a six-expert soft mixture of MLPs with a softmax gate, Adam written out).
 
-``--full`` is every zoo tiny model and the five outside steps on cpu-2x4, h100-2x8 and tpu-4x4
+``--full`` is every zoo tiny model and the outside steps (tests/data/outside_steps.py and two here) on cpu-2x4, h100-2x8 and tpu-4x4
 (99 cells, hours on 2 shared cores); the default is a subset (``SUBSET``: the four zoo models whose
 caps session 12 found hardest, and two outside steps, on cpu-2x4 and h100-2x8; 36 cells). It is
 resumable per cell: every finished cell is written to ``results/<--out>.json`` at once (with the git
@@ -141,8 +141,9 @@ FULL_CLUSTERS = "cpu-2x4,h100-2x8,tpu-4x4"
 
 def _full_problems() -> str:
     import zoo
+    from experiments.fidelity import outside_steps
     return ",".join([f"{m}:{zoo.sizes(m)[0]}" for m in zoo.names()]
-                    + ["outside:moe", "outside:rnn", "outside:convae", *OUTSIDE])
+                    + [f"outside:{n}" for n in outside_steps()] + list(OUTSIDE))
 
 
 def _overrides(text: str | None) -> dict:

@@ -2,7 +2,8 @@
 
 Issue 18's point "train steps it has never seen ... on cpu-2x4, uncapped and under a binding cap:
 default policy / ILP median <= 1.02, planned faster than the ILP on each; raw decode median
-<= 1.05". Steps: ``outside:moe``, ``outside:rnn``, ``outside:convae`` (tests/data/outside_steps.py)
+<= 1.05". Steps: ``outside:NAME`` for every step of tests/data/outside_steps.py (moe, rnn, convae; since session 28
+also mixer, ssm, gnn, gqa, conv3d)
 and ``autoencoder``, ``moe_adam`` (experiments/bench_capped.py), plus ``tcn`` written here (a
 temporal convolution net: causal 1-D convolutions with dilations 1, 2, 4 and residuals, SGD), none
 of them in any training split. Per step and cluster: uncapped, and under a cap half way between the
@@ -70,7 +71,8 @@ def binding_cap(problem, optimum) -> float | None:
 
 def _steps():
     from experiments.bench_capped import OUTSIDE, _step
-    out = {f"outside:{n}": (lambda n=n: _step(f"outside:{n}")) for n in ("moe", "rnn", "convae")}
+    from experiments.fidelity import outside_steps
+    out = {f"outside:{n}": (lambda n=n: _step(f"outside:{n}")) for n in outside_steps()}
     out.update(OUTSIDE)
     out["tcn"] = tcn_step
     return out
