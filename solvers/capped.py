@@ -108,7 +108,7 @@ class CappedConfig:
     lagrange_share: float = 0.6          # with copies, MILP-sized: of the budget (at most lagrange_left of the time left)
     lagrange_left: float = 0.6           # for the Lagrangian bound (solvers.lagrange; the capped MILP's root LP is slow)
     union_share: float = 0.85            # of the time left after it: the capped MILP on its plans' strategies
-    rounds_tail: bool = False            # before that union: the planner's steps after its rounds on the core's (``rounds_tail``)
+    rounds_tail: bool = True             # before that union: the planner's steps after its rounds on the core's (``rounds_tail``)
     lp_beside_idle: float = float("inf")  # solve_guarded, copies, MILP-sized: the capped LP's bound beside the core
                                          # when cores - 1-min load >= this (inf: never; 1: on an idle core)
     lagrange_restart: bool = True        # solvers.lagrange's ``restart``: an overshooting round steps from the best prices
