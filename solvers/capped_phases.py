@@ -7,6 +7,7 @@ beside the core (``start_besides``): ``lp_beside`` (the capped LP's bound), ``se
 here from solvers/capped.py (its 400-line limit)."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from costmodel.problem import evaluate
 from solvers.cfn import cfn_solve
 from solvers.ilp import IlpConfig, solve_ilp
-from solvers.ilp.guard import idle_cores, start_child
+from solvers.ilp.guard import start_child
 from solvers.local import fitting_least_usage_plan, improve
 from solvers.local.budgeted import CAPPED_BUDGET, capped_search
 from solvers.search import solve_large
@@ -141,9 +142,7 @@ def uncapped_beside(problem, time_limit_s: float, repair_s: float):
 def start_besides(problem, seeds, time_limit_s: float, config, big: bool, say) -> tuple:
     """The children ``solvers.capped.solve_guarded`` runs beside the core, each (process, receiving end) or None:
     (second search, capped LP, uncapped MILP). ``big``: the graph is too big for the core's MILP (``milp_ok``)."""
-    copies = problem.edge_memory is not None    # idle cores (a loaded machine: none), measured when a gate reads them
-    spare = idle_cores() if big and (config.second_search or config.uncapped_beside and copies) or (
-        copies and np.isfinite(config.lp_beside_idle)) else 0.0
+    spare = (os.cpu_count() or 1) - os.getloadavg()[0]     # idle cores (a loaded machine: none to spare)
     free = second = None
     if config.uncapped_beside and big and problem.edge_memory is not None and time_limit_s >= 4 * config.guard_margin_s:
         if spare >= 1.0:     # on an idle core only: beside a starved core it cost gpt 7b h100-2x8 at 58.6 GB every plan

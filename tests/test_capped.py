@@ -114,7 +114,7 @@ def test_second_search_process_plans_are_kept(monkeypatch, load):
         return capped.CappedResult(None, float("inf"), -float("inf"), None, "time_limit", "none", 0.0)
 
     monkeypatch.setattr(capped, "solve_capped", nothing)       # inherited by the forked child
-    monkeypatch.setattr(capped.capped_phases, "idle_cores", lambda: 2.0 - load)   # idle cores now
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (load, load, load))
     p = random_problem(np.random.default_rng(7), 9, kmax=3, edge_p=0.3, limit_q=0.4)
     from solvers.local import least_usage_plan
     anchor = evaluate(p, least_usage_plan(p))

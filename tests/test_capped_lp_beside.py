@@ -77,7 +77,7 @@ def test_solve_guarded_reports_the_lp_beside_bound(monkeypatch, on):
         time.sleep(600)
 
     monkeypatch.setattr(capped, "solve_capped", hang)   # inherited by the forked core
-    monkeypatch.setattr(capped_phases, "idle_cores", lambda: 2.0)   # an idle core (the LP's gate)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (0.0, 0.0, 0.0))   # an idle core (the LP's gate)
     log = []
     t0 = time.perf_counter()
     r = capped.solve_guarded(p, 2.5, seeds=[list(worst)], progress=log.append,
@@ -96,6 +96,6 @@ def test_lp_beside_waits_for_an_idle_core(monkeypatch):
     p = _capped(2)
     seen = []
     monkeypatch.setattr(capped_phases, "lp_beside", lambda *a, **k: seen.append(a))   # started by start_besides
-    monkeypatch.setattr(capped_phases, "idle_cores", lambda: 0.0)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
     r = capped.solve_guarded(p, 2.5, config=CappedConfig(lp_beside_idle=1.0, guard_margin_s=0.5))
     assert not seen and r.plan is not None

@@ -1,5 +1,5 @@
-"""``solvers.ilp.guard.idle_cores``: the gate of the work run beside the capped core (the policy seed, the second
-search, the uncapped MILP and the LP beside it) reads the CPU's idle time now, not the 1-min load average alone."""
+"""``solvers.ilp.guard.idle_cores``: the gate of the policy seed beside the capped core (``solvers.dispatch._beside``)
+reads the CPU's idle time now, not the 1-min load average alone."""
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -49,7 +49,7 @@ def _case(seed: int, binds: bool):
 @pytest.mark.parametrize("seed", range(4))
 def test_a_cap_that_does_not_bind_is_proven_by_the_uncapped_milp_beside(monkeypatch, seed):
     monkeypatch.setattr(capped, "solve_capped", _nothing)
-    monkeypatch.setattr(capped.capped_phases, "idle_cores", lambda: 2.0)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     p, free = _case(seed, binds=False)
     log = []
     r = capped.solve_guarded(p, 8.0, progress=log.append, config=BIG)
@@ -61,7 +61,7 @@ def test_a_cap_that_does_not_bind_is_proven_by_the_uncapped_milp_beside(monkeypa
 @pytest.mark.parametrize("seed", range(8))
 def test_under_a_binding_cap_its_bound_is_the_uncapped_optimum_and_below_the_capped_one(monkeypatch, seed):
     monkeypatch.setattr(capped, "solve_capped", _nothing)
-    monkeypatch.setattr(capped.capped_phases, "idle_cores", lambda: 2.0)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     p, free = _case(seed, binds=True)
     if p is None:
         pytest.skip("no cap between the least and the uncapped optimum's peak here")
@@ -76,7 +76,7 @@ def test_under_a_binding_cap_its_bound_is_the_uncapped_optimum_and_below_the_cap
 
 def test_not_started_on_a_loaded_machine(monkeypatch):
     monkeypatch.setattr(capped, "solve_capped", _nothing)
-    monkeypatch.setattr(capped.capped_phases, "idle_cores", lambda: 0.0)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     p, _ = _case(0, binds=False)
     log = []
     r = capped.solve_guarded(p, 4.0, progress=log.append, config=BIG)
@@ -90,7 +90,7 @@ def test_solve_ilp_sends_a_big_capped_graph_to_the_core(monkeypatch, seed):
     found by brute force here (these graphs are tiny)."""
     monkeypatch.setattr(dispatch, "milp_ok", lambda problem, config=None: False)
     monkeypatch.setattr(dispatch, "TRACED", replace(dispatch.TRACED, milp_nodes=0))
-    monkeypatch.setattr(capped.capped_phases, "idle_cores", lambda: 2.0)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     p, _ = _case(seed, binds=True)
     if p is None or dispatch.binding_cap(p) is None:     # (its rule: every node at its largest usage breaks it)
         pytest.skip("no binding cap here")

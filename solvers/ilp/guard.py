@@ -66,10 +66,10 @@ def start_child(body):
 
 
 def idle_cores(sample_s: float = 0.3) -> float:
-    """How many cores are idle now: the smaller of (a) the idle share of CPU time over ``sample_s``
+    """How many cores are idle now (the policy seed's gate, ``solvers.dispatch._beside``): the smaller of (a) the idle share of CPU time over ``sample_s``
     (/proc/stat's "cpu" line, idle + iowait) times the core count and (b) cores + 1.5 − the 1-min load
-    average (without /proc/stat: cores − that load). The gate of the work run beside the capped core
-    (``solvers.dispatch._beside``, ``solvers.capped_phases.start_besides``). Why not the load average
+    average (without /proc/stat: cores − that load). ``solvers.capped_phases.start_besides`` (the second search,
+    the uncapped MILP and the LP beside the core) still reads cores − the load average. Why not the load average
     alone: it trails by a minute, so right after a run an idle machine reads as busy (a benchmark's
     sequential solves on 2 idle cores leave it at 1.2-2.0: no core "idle" by cores − load >= 1). Why
     (b) too: a 0.25-s sample on 2 cores busy with 3 jobs read 0.98 idle cores once in 6 (processes
