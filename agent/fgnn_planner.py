@@ -124,7 +124,8 @@ class FGPlanner:
             extra["search"] = search
             x = x if out is None else out
             binds = search["phase"] != "uncapped optimum"
-            proven = not binds        # the uncapped optimum (HiGHS proved it) fits: the capped optimum
+            # the uncapped optimum (HiGHS proved it) fits: the capped optimum; or the start meets a lower bound
+            proven = not binds or search["phase"] == "at the bound"
         elif polish and not proven:
             if problem.usage_limit is not None and refine_time_limit_s is None:
                 free = evaluate(problem.with_usage_limit(None), x)

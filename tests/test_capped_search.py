@@ -69,6 +69,32 @@ def test_capped_search_returns_the_uncapped_optimum_when_it_fits(monkeypatch):
     assert info["phase"] == "uncapped optimum" and evaluate(p, out).total == pytest.approx(bc.total)
 
 
+def test_capped_search_returns_a_start_that_meets_a_lower_bound_at_once(monkeypatch):
+    """A start that fits and costs what a lower bound says (the uncapped optimum's, whose own plan does not fit;
+    or the Lagrangian's) is optimal: returned at once, phase "at the bound", no rounds / polish / refine (session 28:
+    outside:mixer cpu-2x4 capped, whose decode costs the uncapped optimum, took 4.0 s of polish and refine)."""
+    p = _capped(3, True)
+    best, bc = brute_force(p, "time")
+    rng = np.random.default_rng(7)
+    over = next(s for s in ([int(rng.integers(k)) for k in p.num_strategies] for _ in range(500))
+                if not evaluate(p, s).feasible)
+    info_free = type("I", (), {"status": "optimal", "bound": bc.total})()
+    monkeypatch.setattr(lns_mod, "solve_ilp", lambda *a, **k: (list(over), info_free))   # an uncapped optimum over the cap
+
+    def boom(*a, **k):
+        raise AssertionError("searched past a start at the bound")
+    for name in ("lagrangian_bound", "rounds_tail"):
+        monkeypatch.setattr(lns_mod, name, boom)
+    out, info = lns_mod.capped_search(p, best, SMALL, return_info=True)
+    assert info["phase"] == "at the bound" and info["bound"] == bc.total and list(out) == [int(x) for x in best]
+    # the same through the Lagrangian's bound (no uncapped optimum in time)
+    monkeypatch.setattr(lns_mod, "solve_ilp", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no plan in time")))
+    monkeypatch.setattr(lns_mod, "lagrangian_bound", lambda *a, **k: type("R", (), {"rounds": 2, "bound": bc.total,
+                                                                                   "plans": []})())
+    out, info = lns_mod.capped_search(p, best, SMALL, return_info=True)
+    assert info["phase"] == "at the bound" and info["rounds"] == 2 and list(out) == [int(x) for x in best]
+
+
 def test_lagrangian_rounds_stop_at_max_rounds():
     from solvers.lagrange import bp_relaxed, lagrangian_bound
     p = _capped(4, True)

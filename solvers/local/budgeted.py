@@ -94,6 +94,9 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
        steps 2-4 follow (the uncapped optimum their first round): on vit base @ h100-2x8 at 0.79 GB it kept
        the decode's 0.017744, where the rounds reach 0.0157 in a 60-s ``solve(method="policy")``.
     4. ``polish`` (``polish_moves`` forest moves) and ``refine`` (``neighbourhoods`` LNS MILPs).
+    Where the start (``plan``, repaired) meets a lower bound (the uncapped optimum's after step 1, the
+    Lagrangian's after step 2) it is optimal and returned at once, phase "at the bound" (session 28: the
+    decode of outside:mixer cpu-2x4 capped costs the uncapped optimum; polish and refine took 4.0 s on it).
 
     Measured through ``solve(method="policy")`` on the held-out split (session 16, load 2.0-2.2,
     against results/heldout_reference.json refreshed that night): binding caps median 1.000x, max
@@ -154,6 +157,9 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
                     return done(free, "uncapped optimum")
         except (RuntimeError, ValueError):
             pass
+    if first is not None and best is not None and best_cost - first[0] <= 1e-9 * abs(best_cost):
+        info["bound"] = first[0]     # the start meets the uncapped optimum's bound: optimal (mixer capped: 4.0 s -> 0)
+        return done(best, "at the bound")
     if best is not None and over():      # a fitting plan and no time left: no rounds
         return done(best, "search")
     if first is not None and best is not None and problem.num_nodes > b.lagrange_max_nodes:   # step 2b
@@ -171,6 +177,8 @@ def capped_search(problem: Problem, plan, budget: CappedBudget = CAPPED_BUDGET, 
                            round_nodes=b.round_nodes, relaxed_solver=solver,
                            repeat_stop=None if solver is None else b.repeat_stop)
     info["rounds"], info["bound"] = res.rounds, float(res.bound)
+    if best is not None and best_cost - res.bound <= 1e-9 * abs(best_cost):   # the Lagrangian bound proves the start
+        return done(best, "at the bound")
     if best is None and not res.plans:   # nothing fits: neither ``plan`` (repaired) nor any relaxed plan
         info["phase"], info["wall_s"] = "none", time.perf_counter() - t0
         return (None, info) if return_info else None
