@@ -228,7 +228,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         relax_cap = relax_cap and not proven_free   # proven: the MILP below need not try it again
     take()
     t_bp = min(cf.bp_share * budget, cf.bp_max_s, 0.5 * left(), cf.bp_copies_max_s if copies else float("inf"))
-    if small and t_bp > 0 and left() > (0.2 if short else 2.0):   # contest-size graphs: BP's plans lose to the search's
+    if small and t_bp > 0 and left() > (0.2 if short else 2.0) and not closed(best[1], bound):   # contest-size: BP loses
         bp_phase(t_bp)
     info, prepared, use_cfn = None, None, cfn_available() and not short and budget >= cf.cfn_min_s
     if take() and not copies and not small and cf.tied_share > 0 and not short and left() > 4.0:
@@ -242,7 +242,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         prepared = prepared or prepare(problem)    # pruning and ties, once for both
         tighten(cfn_phase(problem, cf.cfn_share_large * left(), best, consider, say, give_up_empty=True,
                      prepared=prepared))
-    if take() and left() > (0.1 if short else 1.0):
+    if take() and left() > (0.1 if short else 1.0) and not closed(best[1], bound):   # (a seed at the uncapped bound)
         t_search = min(cf.search_share * budget, cf.search_max_s) if small and not short else left()
         margin = 0.3 * left() if short else 0.5   # solve_large can run ~0.3 s past a short limit
         plan = solve_large(problem, max(min(t_search, left() - margin), 0.05), progress=say, use_lns=not small,

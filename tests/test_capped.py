@@ -211,3 +211,19 @@ def test_toulbar2_time_capped_on_milp_sized_graphs_with_copies(monkeypatch):
         if ran_with_copies:
             break
     assert ran_with_copies
+
+
+def test_a_seed_at_the_uncapped_bound_skips_bp_and_the_search(monkeypatch):
+    """A seed that costs the uncapped optimum's bound is the capped optimum: the core answers it, "optimal", without
+    BP or the search (session 28: outside:mixer cpu-2x4 capped, the policy seed at that bound; 6 s of search, now none)."""
+    rng = np.random.default_rng(2811)
+    p = random_problem(rng, 8, kmax=3, edge_p=0.5, limit_q=0.5)
+    best, bc = brute_force(p)
+
+    def boom(*a, **k):
+        raise AssertionError("ran past a seed at the bound")
+    monkeypatch.setattr(capped, "uncapped_bound", lambda problem, *a, **k: (bc.total, False, None))
+    monkeypatch.setattr(capped, "bp_solve", boom)
+    monkeypatch.setattr(capped, "solve_large", boom)
+    r = solve_capped(p, 20.0, seeds=[list(best)], config=capped.CappedConfig(uncapped_share=0.15))
+    assert r.status == "optimal" and r.cost == pytest.approx(bc.total) and r.source == "seed 0"
