@@ -270,3 +270,39 @@ def test_lagrangian_bp_fits_and_is_near_the_optimum_on_small_capped_problems(see
     r = bp_solve(p, rounds=60, memory_prices=True)
     assert r.plan is not None and evaluate(p, r.plan).feasible
     assert r.cost <= 1.5 * bc.total + 1e-9
+
+
+def test_copy_aware_decode_is_the_plain_one_where_that_fits_with_its_copies():
+    """The rule ``DecodeQueue`` skips copy-aware decodes by (session 28): on random capped problems with
+    random copy groups and no forbidden entry, at random messages, wherever the plain decode fits with its
+    copies the copy-aware decode returns the same plan; and bp_solve returns the same plan and cost with
+    the skip turned off."""
+    from dataclasses import replace
+
+    from solvers.bp import Messages, decode
+    from solvers.bp_decode import DecodeQueue
+    from solvers.local import LocalCosts
+    from tests.test_edge_memory import _with_random_copies
+    hits = 0
+    for seed in range(60):
+        rng = np.random.default_rng(4000 + seed)
+        p = _with_random_copies(rng, random_problem(rng, 9, kmax=4, edge_p=0.5, limit_q=None))
+        peaks = sorted(evaluate(p, [int(rng.integers(k)) for k in p.num_strategies]).peak_memory_bytes for _ in range(12))
+        p = replace(p, usage_limit=float(peaks[int(rng.integers(2, 10))]))
+        g = LocalCosts(p)
+        mp = Messages(g)
+        for _ in range(6):
+            tu, tv = rng.random(int(mp.su[-1])) * 30, rng.random(int(mp.sv[-1])) * 30
+            x = decode(mp, mp.cost, tu, tv)
+            if x is not None and g.feasible(x):
+                hits += 1
+                assert np.array_equal(decode(mp, mp.cost, tu, tv, copies=True), x)
+        r = bp_solve(p, rounds=20)
+        old = DecodeQueue.twin_fits
+        try:
+            DecodeQueue.twin_fits = lambda self, x: False
+            r0 = bp_solve(p, rounds=20)
+        finally:
+            DecodeQueue.twin_fits = old
+        assert r.plan == r0.plan and r.cost == r0.cost
+    assert hits >= 100, hits
