@@ -53,7 +53,10 @@ from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, w
 # load 9.6: 1,000 nodes 0.08 vs 0.14 s, 4,000 nodes 0.35 vs 0.58 s) and level under a cap (the decode
 # dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s. 4,000 until
 # session 27: meshgraphnet large @ h100-2x8 cap 0.3 (4,095 nodes, a first call, the same plan) took
-# 3.5-4.5 s jitted against 2.1 s in numpy at load 3 (1.7 s at load 2, session 25).
+# 3.5-4.5 s jitted against 2.1 s in numpy at load 3 (1.7 s at load 2, session 25). Above it numpy BP too where
+# the problem has copy groups under a usage limit (session 28): the copy-priced phase stops the jitted rounds every
+# 2 rounds to price and decode on the host, so the jit saves little and adds its compile, inputs and transfers
+# (gpt 7b @ h100-2x8 cap 0.05, 8,583 nodes: see ``_decode``).
 NUMPY_BP_MAX_NODES = 5000
 
 
@@ -150,8 +153,8 @@ class FGPlanner:
     def _decode(self, problem: Problem, params, bound: bool = True, time_limit_s: float | None = None) -> tuple:
         """(raw decode or None when none fits, a lower bound on the optimum or −inf). Without live
         corrections (``agent.fgnn.live_parts`` empty, damping parameters at 0, no warm hint) the network is BP exactly
-        (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
-        (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
+        (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes, and above with copy groups under a limit, it
+        runs as ``solvers.bp.bp_solve`` (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
         tree DPs: 0.04 s of 0.14 s at 1,000 nodes), else through the jitted forward."""
         if params is None:
             params = self.net.params
@@ -159,7 +162,9 @@ class FGPlanner:
                 table = self.tables.get(problem_fingerprint(problem))
                 params = params if table is None else {**params, TABLE: table}
         damped = bool(np.any(np.asarray(params["damp"])))     # a learned damping is no PART, but not BP's 0.5
-        if not live_parts(params) and not damped and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
+        numpy_bp = problem.num_nodes <= NUMPY_BP_MAX_NODES or (problem.usage_limit is not None
+                                                               and problem.edge_memory is not None)
+        if not live_parts(params) and not damped and not self.config.warm and numpy_bp:
             r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
                          bound="end" if bound else False, time_limit_s=time_limit_s)
             return r.plan, r.lower_bound

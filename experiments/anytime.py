@@ -15,7 +15,9 @@ Per problem, three curves of (wall seconds from that method's start, best feasib
   alone (``ilp_summary.phase_log``: how many points the log gave). Its final cost is the target:
   "the ILP's 60 s incumbent".
 * ``policy``: the default planner's network (``agent.planner.DEFAULT_POLICY``, loaded before the
-  clock starts): its raw decode (one forward pass + masked decode, a point if it fits), then
+  clock starts): its raw decode (one forward pass + masked decode, a point if it fits: ``Planner.plan(polish=
+  False)``, ``solve(search=False)``, routed as the planner routes it; before session 28 ``net.plan``, the
+  jitted forward whatever the size), then
   ``solvers.local.improve`` (repair + polish), then ``solvers.local.refine`` chained in slices of
   1, 2, 4, ... s until ``--search-seconds`` after the polish. ``default`` is one more point,
   ``Planner.plan`` as ``solve(method="policy")`` runs it (decode + its own search), timed alone:
@@ -166,7 +168,7 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
     planner = Planner.load(DEFAULT_POLICY)
     t0 = time.perf_counter()
     try:
-        raw = planner.net.plan(problem)
+        raw = planner.plan(problem, polish=False)
     except ValueError:
         raw = None
     out["policy_raw_s"] = round(time.perf_counter() - t0, 2)
