@@ -99,12 +99,14 @@ BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at 
 @dataclass(frozen=True)
 class BPResult:
     """A BP run: ``plan`` (None when the lowest-usage plan is already over the limit), its true
-    ``cost`` (inf without a plan), ``lower_bound`` (−inf when not computed), rounds and wall time."""
+    ``cost`` (inf without a plan), ``lower_bound`` (−inf when not computed), rounds and wall time; ``found``: (s
+    from the start, cost) each time a plan that fits and is cheaper than those before was decoded (or repaired)."""
     plan: list[int] | None
     cost: float
     lower_bound: float
     rounds: int
     wall_s: float
+    found: tuple = ()
 
     @property
     def gap(self) -> float | None:
@@ -353,7 +355,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     if best_cost >= FORBIDDEN_COST:
         lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
-                    lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0)
+                    lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0,
+                    found=tuple((round(t - t0, 3), c) for t, c in cands.found))
 
 
 def bp_plan(problem: Problem, rounds: int = 60, memory_prices: bool = True,

@@ -366,7 +366,7 @@ class Candidates:
     def __init__(self, problem: Problem, back=None, max_repairs: int = 12):
         self.problem, self.back, self.max_repairs = problem, back, max_repairs
         self.plan, self.cost, self.last = None, float("inf"), None
-        self.waiting, self.seen = [], set()
+        self.waiting, self.seen, self.found = [], set(), []   # found: (perf_counter, cost) of each new best
 
     def add(self, x) -> None:
         if x is None:
@@ -381,6 +381,7 @@ class Candidates:
         if c.feasible:
             if c.total < self.cost:
                 self.plan, self.cost = x, c.total
+                self.found.append((time.perf_counter(), c.total))
         elif self.problem.edge_memory is not None:
             self.waiting.append((c.total, len(self.waiting), x))
 
@@ -394,5 +395,6 @@ class Candidates:
             fit = fit_with_copies(self.problem, x, time_limit_s=left)
             if fit is not None and (cost := evaluate(self.problem, fit).total) < self.cost:
                 self.plan, self.cost = np.asarray(fit, dtype=np.int64), cost
+                self.found.append((time.perf_counter(), cost))
         self.waiting = []
         return self.plan, self.cost

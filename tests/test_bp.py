@@ -306,3 +306,16 @@ def test_copy_aware_decode_is_the_plain_one_where_that_fits_with_its_copies():
             DecodeQueue.twin_fits = old
         assert r.plan == r0.plan and r.cost == r0.cost
     assert hits >= 100, hits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bp_solve_logs_each_cheaper_fitting_plan_it_found(seed):
+    """``BPResult.found`` (session 28, experiments/anytime.py's curve points): times within the run, costs
+    falling, the last one the returned plan's cost, and each one a fitting plan's: bp_solve's plan priced."""
+    p = random_problem(np.random.default_rng(5000 + seed), 12, kmax=4, edge_p=0.4, limit_q=0.4)
+    r = bp_solve(p, rounds=30)
+    assert r.plan is not None and r.found
+    ts, cs = zip(*r.found)
+    assert list(ts) == sorted(ts) and 0 <= ts[0] and ts[-1] <= r.wall_s
+    assert all(b < a for a, b in zip(cs, cs[1:]))
+    assert cs[-1] == r.cost == evaluate(p, r.plan).total
