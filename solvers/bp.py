@@ -356,7 +356,7 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
         lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
                     lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0,
-                    found=tuple((round(t - t0, 3), c) for t, c in cands.found))
+                    found=tuple((t - t0, c) for t, c in cands.found))
 
 
 def bp_plan(problem: Problem, rounds: int = 60, memory_prices: bool = True,
