@@ -136,7 +136,6 @@ class Messages:
         self.row_slot = self.su[ent] + row               # to_u slot of each entry's row
         self.col_slot = self.sv[ent] + col
         self.ent = ent
-        self.tperm = np.lexsort((row, col, ent))          # column-major order of the entries
         eu_slot = np.repeat(np.arange(m), ku)             # (edge, row) segments, row-major order
         self.seg_u = g.eoff[eu_slot] + (np.arange(len(eu_slot)) - self.su[eu_slot]) * kv[eu_slot]
         ev_slot = np.repeat(np.arange(m), kv)             # (edge, column) segments, transposed order
