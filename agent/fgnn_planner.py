@@ -53,7 +53,10 @@ from solvers.local.lns import CAPPED_REFINE_TIME_LIMIT_S, lagrange_time_limit, w
 # load 9.6: 1,000 nodes 0.08 vs 0.14 s, 4,000 nodes 0.35 vs 0.58 s) and level under a cap (the decode
 # dominates: 0.49 vs 0.47 s, 1.76 vs 1.88 s); its first call there took 2.15 and 2.16 s. 4,000 until
 # session 27: meshgraphnet large @ h100-2x8 cap 0.3 (4,095 nodes, a first call, the same plan) took
-# 3.5-4.5 s jitted against 2.1 s in numpy at load 3 (1.7 s at load 2, session 25).
+# 3.5-4.5 s jitted against 2.1 s in numpy at load 3 (1.7 s at load 2, session 25). Above it numpy BP too where
+# the problem has copy groups under a usage limit (session 28): the copy-priced phase stops the jitted rounds every
+# 2 rounds to price and decode on the host, so the jit saves little and adds its compile, inputs and transfers
+# (gpt 7b @ h100-2x8 cap 0.05, 8,583 nodes: see ``_decode``).
 NUMPY_BP_MAX_NODES = 5000
 
 
@@ -97,12 +100,13 @@ class FGPlanner:
         it (its decode then runs on the messages it has), and the search's phases get what is left (each
         phase started before the limit runs to its own end, so a call can end past the limit by one phase,
         ``search_over_s`` below); a decode that needs more than the limit (the jitted run above
-        ``NUMPY_BP_MAX_NODES``) is not cut."""
+        ``NUMPY_BP_MAX_NODES``) is not cut. ``return_info``'s ``decode_found`` (numpy BP): (s from the decode's
+        start, cost) of each cheaper fitting plan as BP decoded it (experiments/anytime.py's curve points)."""
         problem = Limits.of(memory_cap_bytes=memory_cap_bytes).apply(problem)
         t0 = time.perf_counter()
         deadline = None if time_limit_s is None else t0 + float(time_limit_s)
         left = (lambda cap: cap) if deadline is None else (lambda cap: max(min(cap, deadline - time.perf_counter()), 0.0))
-        x, lb = self._decode(problem, params, bound=polish, time_limit_s=None if deadline is None else left(float("inf")))
+        x, lb, found = self._decode(problem, params, bound=polish, time_limit_s=None if deadline is None else left(float("inf")))
         if x is None or (not polish and not evaluate(problem, x).feasible):
             # no decode (raw: none that fits): the least-usage plan, repaired with its copies priced
             fit = fitting_least_usage_plan(problem, time_limit_s=2.0)
@@ -112,7 +116,7 @@ class FGPlanner:
                 raise ValueError(f"no plan of {problem.name!r} fits the memory cap {problem.usage_limit:.4g} "
                                  f"bytes: the least-usage plan peaks at {c.peak_memory_bytes:.4g} bytes")
         raw = evaluate(problem, x)
-        extra = {}
+        extra = {"decode_found": list(found)} if found else {}   # (s from numpy BP's start, ~this call's: cost)
         binds = problem.usage_limit is not None and not raw.feasible
         proven = raw.feasible and raw.total <= lb + 1e-9 * abs(lb)   # BP's lower bound: nothing to search
         if polish and not proven and problem.usage_limit is not None and refine_time_limit_s is None:
@@ -149,10 +153,11 @@ class FGPlanner:
         return x
 
     def _decode(self, problem: Problem, params, bound: bool = True, time_limit_s: float | None = None) -> tuple:
-        """(raw decode or None when none fits, a lower bound on the optimum or −inf). Without live
+        """(raw decode or None when none fits, a lower bound on the optimum or −inf, numpy BP's ``found`` log or ()).
+        Without live
         corrections (``agent.fgnn.live_parts`` empty, damping parameters at 0, no warm hint) the network is BP exactly
-        (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes it runs as ``solvers.bp.bp_solve``
-        (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
+        (tests/test_fgnn.py): up to ``NUMPY_BP_MAX_NODES`` nodes, and above with copy groups under a limit, it
+        runs as ``solvers.bp.bp_solve`` (numpy, nothing to compile; with ``bound`` its lower bound at the start and the end, two
         tree DPs: 0.04 s of 0.14 s at 1,000 nodes), else through the jitted forward."""
         if params is None:
             params = self.net.params
@@ -160,14 +165,16 @@ class FGPlanner:
                 table = self.tables.get(problem_fingerprint(problem))
                 params = params if table is None else {**params, TABLE: table}
         damped = bool(np.any(np.asarray(params["damp"])))     # a learned damping is no PART, but not BP's 0.5
-        if not live_parts(params) and not damped and not self.config.warm and problem.num_nodes <= NUMPY_BP_MAX_NODES:
+        numpy_bp = problem.num_nodes <= NUMPY_BP_MAX_NODES or (problem.usage_limit is not None
+                                                               and problem.edge_memory is not None)
+        if not live_parts(params) and not damped and not self.config.warm and numpy_bp:
             r = bp_solve(problem, rounds=self.config.rounds, memory_prices=self.config.base == "lagrangian",
                          bound="end" if bound else False, time_limit_s=time_limit_s)
-            return r.plan, r.lower_bound
+            return r.plan, r.lower_bound, r.found
         try:
-            return self.net.plan(problem, params=params), -float("inf")
+            return self.net.plan(problem, params=params), -float("inf"), ()
         except ValueError:
-            return None, -float("inf")
+            return None, -float("inf"), ()
 
     def finetune(self, problem: Problem, time_limit_s: float, memory_cap_bytes=None, seed: int = 0,
                  reinforce: bool = False, max_blocks: int | None = None, tune: str = "readout", **_ignored) -> list[dict]:

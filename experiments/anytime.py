@@ -15,7 +15,9 @@ Per problem, three curves of (wall seconds from that method's start, best feasib
   alone (``ilp_summary.phase_log``: how many points the log gave). Its final cost is the target:
   "the ILP's 60 s incumbent".
 * ``policy``: the default planner's network (``agent.planner.DEFAULT_POLICY``, loaded before the
-  clock starts): its raw decode (one forward pass + masked decode, a point if it fits), then
+  clock starts): its raw decode (one forward pass + masked decode, a point if it fits: ``Planner.plan(polish=
+  False)``, ``solve(search=False)``, routed as the planner routes it; before session 28 ``net.plan``, the
+  jitted forward whatever the size), then
   ``solvers.local.improve`` (repair + polish), then ``solvers.local.refine`` chained in slices of
   1, 2, 4, ... s until ``--search-seconds`` after the polish. ``default`` is one more point,
   ``Planner.plan`` as ``solve(method="policy")`` runs it (decode + its own search), timed alone:
@@ -23,7 +25,9 @@ Per problem, three curves of (wall seconds from that method's start, best feasib
   curve is its phase log: under a cap ``capped_search`` records each phase's plan cost and when the
   phase ended (``info["search"]``: ``<phase>`` and ``t_<phase>``, seconds from the search's start, which
   is the decode's end: ``plan_time_s`` - the search's ``wall_s``), plus the returned plan at the
-  wall time (``default_curve``'s last point is the ``default`` point).
+  wall time (``default_curve``'s last point is the ``default`` point). Session 28: both ``policy`` and
+  ``default_curve`` also hold the raw decode's own log where it runs numpy BP (``decode_found``: each cheaper
+  fitting plan BP decoded, stamped when it was decoded and priced), as the ILP's curve holds its phase log.
 * ``bp``: ``solvers.bp.bp_plan(memory_prices=True)`` (a point if it fits), then the same
   improve + chained refine as ``policy``.
 
@@ -166,11 +170,11 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
     planner = Planner.load(DEFAULT_POLICY)
     t0 = time.perf_counter()
     try:
-        raw = planner.net.plan(problem)
+        raw, raw_info = planner.plan(problem, polish=False, return_info=True)
     except ValueError:
-        raw = None
+        raw, raw_info = None, {}
     out["policy_raw_s"] = round(time.perf_counter() - t0, 2)
-    out["policy"] = monotone(search_curve(problem, raw, t0, search_seconds))
+    out["policy"] = monotone(list(raw_info.get("decode_found", [])) + search_curve(problem, raw, t0, search_seconds))
     t0 = time.perf_counter()
     start = bp_plan(problem, memory_prices=True)
     out["bp_start_s"] = round(time.perf_counter() - t0, 2)
@@ -194,12 +198,13 @@ def run_problem(problem, ilp_seconds: float = 60.0, search_seconds: float = 30.0
 
 def default_points(info: dict, wall: float) -> list:
     """(seconds from the plan call, cost) of each search phase ``Planner.plan``'s ``info`` logs (module
-    docstring, ``default_curve``); [] without a budgeted search (no cap)."""
+    docstring, ``default_curve``), numpy BP's ``decode_found`` first; only those without a budgeted search."""
     search = info.get("search") or {}
+    found = [tuple(p) for p in info.get("decode_found", [])]     # numpy BP's cheaper fitting decodes as they came
     if "wall_s" not in search:
-        return []
+        return found
     start = info.get("plan_time_s", wall) - search["wall_s"]     # the decode (and its bound) before the search
-    pts = [(start, search["start"])] if np.isfinite(search.get("start", np.inf)) else []
+    pts = found + ([(start, search["start"])] if np.isfinite(search.get("start", np.inf)) else [])
     return pts + [(start + search[f"t_{k}"], search[k]) for k in search
                   if f"t_{k}" in search and isinstance(search[k], float)]
 

@@ -53,7 +53,8 @@ def rows() -> dict:
 
 def main() -> None:
     import tree_ab
-    args = tree_ab.parse(__doc__, ROOT)
+    args = tree_ab.parse(__doc__, ROOT, lambda ap: ap.add_argument("--out", default="s27b_heldout_default_ab",
+                                                                    help="results/OUT.json (session 28: s28a_...)"))
     before = tree_ab.rows_or_before(args, rows)
     if before is None:
         return
@@ -70,7 +71,7 @@ def main() -> None:
         summary[f"{tree}_all_feasible"] = all(v["feasible"] for v in r["rows"].values())
     summary["same_plans"] = sum(before["rows"][k]["plan"] == v["plan"] for k, v in head["rows"].items())
     print(json.dumps(summary, indent=1))
-    write_results("s27b_heldout_default_ab", {"before": before, "after": head, "summary": summary}, config=vars(args))
+    write_results(args.out, {"before": before, "after": head, "summary": summary}, config=vars(args))
 
 
 if __name__ == "__main__":

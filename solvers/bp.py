@@ -99,12 +99,14 @@ BOUND_EVERY_NODES = 5000   # the bound (a Python tree DP, ~2 s at 40k nodes) at 
 @dataclass(frozen=True)
 class BPResult:
     """A BP run: ``plan`` (None when the lowest-usage plan is already over the limit), its true
-    ``cost`` (inf without a plan), ``lower_bound`` (−inf when not computed), rounds and wall time."""
+    ``cost`` (inf without a plan), ``lower_bound`` (−inf when not computed), rounds and wall time; ``found``: (s
+    from the start, cost) each time a plan that fits and is cheaper than those before was decoded (or repaired)."""
     plan: list[int] | None
     cost: float
     lower_bound: float
     rounds: int
     wall_s: float
+    found: tuple = ()
 
     @property
     def gap(self) -> float | None:
@@ -134,7 +136,6 @@ class Messages:
         self.row_slot = self.su[ent] + row               # to_u slot of each entry's row
         self.col_slot = self.sv[ent] + col
         self.ent = ent
-        self.tperm = np.lexsort((row, col, ent))          # column-major order of the entries
         eu_slot = np.repeat(np.arange(m), ku)             # (edge, row) segments, row-major order
         self.seg_u = g.eoff[eu_slot] + (np.arange(len(eu_slot)) - self.su[eu_slot]) * kv[eu_slot]
         ev_slot = np.repeat(np.arange(m), kv)             # (edge, column) segments, transposed order
@@ -353,7 +354,8 @@ def bp_solve(problem: Problem, rounds: int = 60, damping: float = DAMPING, memor
     if best_cost >= FORBIDDEN_COST:
         lb = -float("inf")
     return BPResult(plan=None if best is None else [int(v) for v in best], cost=best_cost,
-                    lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0)
+                    lower_bound=lb, rounds=r, wall_s=time.perf_counter() - t0,
+                    found=tuple((t - t0, c) for t, c in cands.found))
 
 
 def bp_plan(problem: Problem, rounds: int = 60, memory_prices: bool = True,

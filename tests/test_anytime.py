@@ -49,3 +49,15 @@ def test_unseeded_ilp_curve_runs_without_the_planner(monkeypatch):
     assert free["cost"] is not None and seeded["cost"] is not None
     assert not any("policy seed" in line for line in free["log"])
     assert any("policy seed" in line for line in seeded["log"]), seeded["log"]
+
+
+def test_default_points_take_the_decodes_log_then_the_search_phases():
+    """``default_points`` (session 28): numpy BP's ``decode_found`` points as logged, then the search's start at
+    the decode's end (``plan_time_s`` - the search's wall) and each phase at its end; the log alone without a
+    budgeted search."""
+    from experiments.anytime import default_points
+    info = {"plan_time_s": 10.0, "decode_found": [(1.0, 9.0), (2.5, 7.0)],
+            "search": {"wall_s": 6.0, "start": 7.0, "union": 6.5, "t_union": 2.0, "polish": None, "t_polish": 3.0}}
+    assert default_points(info, 10.5) == [(1.0, 9.0), (2.5, 7.0), (4.0, 7.0), (6.0, 6.5)]
+    assert default_points({"decode_found": [(1.0, 9.0)]}, 3.0) == [(1.0, 9.0)]
+    assert default_points({}, 3.0) == []

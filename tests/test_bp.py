@@ -270,3 +270,52 @@ def test_lagrangian_bp_fits_and_is_near_the_optimum_on_small_capped_problems(see
     r = bp_solve(p, rounds=60, memory_prices=True)
     assert r.plan is not None and evaluate(p, r.plan).feasible
     assert r.cost <= 1.5 * bc.total + 1e-9
+
+
+def test_copy_aware_decode_is_the_plain_one_where_that_fits_with_its_copies():
+    """The rule ``DecodeQueue`` skips copy-aware decodes by (session 28): on random capped problems with
+    random copy groups and no forbidden entry, at random messages, wherever the plain decode fits with its
+    copies the copy-aware decode returns the same plan; and bp_solve returns the same plan and cost with
+    the skip turned off."""
+    from dataclasses import replace
+
+    from solvers.bp import Messages, decode
+    from solvers.bp_decode import DecodeQueue
+    from solvers.local import LocalCosts
+    from tests.test_edge_memory import _with_random_copies
+    hits = 0
+    for seed in range(60):
+        rng = np.random.default_rng(4000 + seed)
+        p = _with_random_copies(rng, random_problem(rng, 9, kmax=4, edge_p=0.5, limit_q=None))
+        peaks = sorted(evaluate(p, [int(rng.integers(k)) for k in p.num_strategies]).peak_memory_bytes for _ in range(12))
+        p = replace(p, usage_limit=float(peaks[int(rng.integers(2, 10))]))
+        g = LocalCosts(p)
+        mp = Messages(g)
+        for _ in range(6):
+            tu, tv = rng.random(int(mp.su[-1])) * 30, rng.random(int(mp.sv[-1])) * 30
+            x = decode(mp, mp.cost, tu, tv)
+            if x is not None and g.feasible(x):
+                hits += 1
+                assert np.array_equal(decode(mp, mp.cost, tu, tv, copies=True), x)
+        r = bp_solve(p, rounds=20)
+        old = DecodeQueue.twin_fits
+        try:
+            DecodeQueue.twin_fits = lambda self, x: False
+            r0 = bp_solve(p, rounds=20)
+        finally:
+            DecodeQueue.twin_fits = old
+        assert r.plan == r0.plan and r.cost == r0.cost
+    assert hits >= 100, hits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bp_solve_logs_each_cheaper_fitting_plan_it_found(seed):
+    """``BPResult.found`` (session 28, experiments/anytime.py's curve points): times within the run, costs
+    falling, the last one the returned plan's cost, and each one a fitting plan's: bp_solve's plan priced."""
+    p = random_problem(np.random.default_rng(5000 + seed), 12, kmax=4, edge_p=0.4, limit_q=0.4)
+    r = bp_solve(p, rounds=30)
+    assert r.plan is not None and r.found
+    ts, cs = zip(*r.found)
+    assert list(ts) == sorted(ts) and 0 <= ts[0] and ts[-1] <= r.wall_s
+    assert all(b < a for a, b in zip(cs, cs[1:]))
+    assert cs[-1] == r.cost == evaluate(p, r.plan).total

@@ -105,3 +105,54 @@ def test_copies_breaking_the_limit_are_priced_on_a_traced_rnn():
     r = bp.bp_solve(pc)
     assert evaluate(pc, r.plan).feasible
     assert r.cost <= 1.5 * evaluate(p, opt).total, r.cost / evaluate(p, opt).total
+
+
+def _copy_prices_by_member(g):
+    """``copy_prices`` as one loop over the members (its form before session 28): the reference."""
+    em = g.p.edge_memory
+    edge = {(u, v): e for e, (u, v) in enumerate(zip(g.eu.tolist(), g.ev.tolist()))}
+    idx, lo, hi, nb = [], [], [], []
+    for m in range(len(em.member_node)):
+        gi = int(em.member_group[m])
+        P, C = int(em.group_node[gi]), int(em.member_node[m])
+        e, forward = (edge[(P, C)], True) if (P, C) in edge else (edge.get((C, P)), False)
+        if e is None:
+            continue
+        want = em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]]
+        free = em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]]
+        act = ~free[:, None] & want[None, :]
+        start = np.full(len(free), int(np.searchsorted(g.times, em.member_time[m])))
+        early = em.group_early[em.early_offsets[gi]:em.early_offsets[gi + 1]]
+        if len(early):
+            start = np.where(early, int(np.searchsorted(g.times, em.group_time[gi])), start)
+        start = np.broadcast_to(start[:, None], act.shape)
+        act, start = (act, start) if forward else (act.T, start.T)
+        flat = act.ravel()
+        idx.append(g.eoff[e] + np.nonzero(flat)[0])
+        lo.append(start.ravel()[flat])
+        hi.append(np.full(int(flat.sum()), int(np.searchsorted(g.times, em.member_time[m] + 1))))
+        nb.append(np.full(int(flat.sum()), float(em.group_bytes[gi])))
+    if not idx or not sum(map(len, idx)):
+        return None
+    hi_a = np.concatenate(hi)
+    return np.concatenate(idx), np.minimum(np.concatenate(lo), hi_a), hi_a, np.concatenate(nb)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_vectorised_copy_prices_equal_the_member_loop(seed):
+    """Random problems with random copy groups (members on edges either way round, on no edge, early
+    copies or not): the vectorised ``copy_prices`` gives the member loop's entries in its order, so the
+    priced edge costs are the same bit for bit."""
+    rng = np.random.default_rng(900 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 7, kmax=4, edge_p=0.5, limit_q=None))
+    g = LocalCosts(p)
+    cp, ref = copy_prices(g), _copy_prices_by_member(g)
+    assert (cp is None) == (ref is None)
+    if ref is None:
+        return
+    for name, a in zip(("idx", "lo", "hi", "nbytes"), ref):
+        assert np.array_equal(getattr(cp, name), a) and getattr(cp, name).dtype == a.dtype, name
+    lam = rng.random(len(g.times))
+    assert np.array_equal(cp(lam), np.bincount(ref[0], ref[3] * np.maximum(np.cumsum(np.r_[0.0, lam])[ref[2]]
+                                                                            - np.cumsum(np.r_[0.0, lam])[ref[1]], 0.0),
+                                               minlength=len(g.ec)))

@@ -397,3 +397,27 @@ def test_weights_read_through_a_slice_are_copied_only_for_a_sharded_reader():
     s2 = s.copy()
     s2[v] = int(np.argmax(want))
     assert want.any() and em.active(s2)[m]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_restrict_keeps_each_members_entries_of_the_kept_strategies(seed):
+    """``CopyGroups.restrict`` (vectorised, session 28) against its definition, member by member: each
+    member's want flags at its consumer's kept strategies, its free flags at its producer's, each early
+    group's flags (and comm bytes) at its producer's."""
+    rng = np.random.default_rng(1300 + seed)
+    p = _with_random_copies(rng, random_problem(rng, 7, kmax=4, limit_q=None))
+    em = p.edge_memory
+    keep = [np.sort(rng.choice(int(k), size=int(rng.integers(1, int(k) + 1)), replace=False)) for k in p.num_strategies]
+    r = em.restrict(keep)
+    g_of = em.member_group
+    for m, v in enumerate(em.member_node.tolist()):
+        u = int(em.group_node[g_of[m]])
+        assert np.array_equal(r.member_want[r.want_offsets[m]:r.want_offsets[m + 1]],
+                              em.member_want[em.want_offsets[m]:em.want_offsets[m + 1]][keep[v]])
+        assert np.array_equal(r.member_free[r.free_offsets[m]:r.free_offsets[m + 1]],
+                              em.member_free[em.free_offsets[m]:em.free_offsets[m + 1]][keep[u]])
+    for g, u in enumerate(em.group_node.tolist()):
+        a, b = em.early_offsets[g], em.early_offsets[g + 1]
+        want = em.group_early[a:b][keep[u]] if b > a else np.zeros(0, dtype=bool)
+        assert np.array_equal(r.group_early[r.early_offsets[g]:r.early_offsets[g + 1]], want)
+    assert r.member_want.dtype == r.member_free.dtype == r.group_early.dtype == bool

@@ -136,3 +136,28 @@ def test_lagrange_starts_return_the_uncapped_optimum_when_it_fits(seed, monkeypa
         raise AssertionError("polish ran after a proven optimum")
     monkeypatch.setattr(lns_mod, "polish", boom)
     assert evaluate(p, lns_mod.improve(p, least_usage_plan(p), lagrange_time_limit_s=4.0)).total == pytest.approx(bc.total)
+
+
+def test_above_the_numpy_size_capped_problems_with_copies_plan_through_numpy_bp(planner, monkeypatch):
+    """Above ``NUMPY_BP_MAX_NODES`` (set to 0 here) a zero-correction network plans through numpy BP where the
+    problem has copy groups under a limit (session 28, gpt 7b), and through its jitted forward otherwise; the
+    plans are the same either way."""
+    from dataclasses import replace
+
+    import agent.fgnn_planner as fp
+    from tests.test_edge_memory import _with_random_copies
+    rng = np.random.default_rng(720)
+    free = _with_random_copies(rng, random_problem(rng, 9, kmax=4, edge_p=0.5, limit_q=None))
+    peaks = sorted(evaluate(free, [int(rng.integers(k)) for k in free.num_strategies]).peak_memory_bytes for _ in range(9))
+    capped = replace(free, usage_limit=float(peaks[4]))
+    monkeypatch.setattr(fp, "NUMPY_BP_MAX_NODES", 0)
+    jitted, numpy_bp = [], []
+    monkeypatch.setattr(planner.net, "plan", lambda p, params=None: jitted.append(p) or FGNN.plan(planner.net, p, params=params))
+    solve = fp.bp_solve
+    monkeypatch.setattr(fp, "bp_solve", lambda p, **kw: numpy_bp.append(p) or solve(p, **kw))
+    x = planner.plan(capped, polish=False)
+    assert len(numpy_bp) == 1 and not jitted
+    assert x == FGNN.plan(planner.net, capped)
+    planner.plan(free, polish=False)
+    planner.plan(replace(capped, edge_memory=None), polish=False)
+    assert len(numpy_bp) == 1 and len(jitted) == 2
