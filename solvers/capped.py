@@ -89,6 +89,7 @@ class CappedConfig:
     milp_edge_entries: int = 1_000_000   # the exact MILP only up to this many edge-cost entries
     milp_nodes: int = 5_000              # ... and nodes
     milp_share: float = 0.6              # of the time left after the starts, for the MILP
+    busy_threads: int = 0                # HiGHS's threads when cores - 1-min load < 1 (0: as on an idle machine)
     bp_share: float = 0.1                # of the budget for BP (and at most bp_max_s)
     bp_max_s: float = 6.0
     bp_copies_max_s: float = float("inf")  # with copy groups: BP at most this long (0 skipped it: vit tiny cpu-2x4, 50 % cap, 1.4 -> 33 %)
@@ -156,7 +157,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
     budget = float(time_limit_s)
     deadline = t0 + budget
     say = progress or (lambda msg: None)
-    threads = threads or min(os.cpu_count() or 2, 8)
+    threads = threads or (cf.busy_threads if cf.busy_threads > 0 and (os.cpu_count() or 1) - os.getloadavg()[0] < 1.0 else min(os.cpu_count() or 2, 8))
     best: list = [None, float("inf"), "none"]
     bound = -float("inf")
 
@@ -271,8 +272,7 @@ def solve_capped(problem: Problem, time_limit_s: float, seeds=(), progress=None,
         if take() and (info is None or info.status != "optimal") and best[0] is not None and left() > 2.0 \
                 and not closed(best[1], bound):
             consider(list(refine(problem, best[0], left() - 1.5)), "lns")   # its last MILP can overrun
-    proven = info is not None and info.status == "optimal"
-    if proven:
+    if proven := info is not None and info.status == "optimal":
         tighten(min(best[1], float(info.bound)))
     return _result(best, bound, info, t0, proven)
 

@@ -54,9 +54,9 @@ CAPPED_OPTIONS = frozenset({"initial_plan", "initial_plans", "threads", "progres
 #: (``bp_big_share``): at cap fraction 0.05 on h100-2x8, load ~4, BP alone fits vit base in 21.7 s (0.01774 s a
 #: step; the core without it found no plan in 60 s), gpt 125m in 13.4 s (0.01498; the core 0.02166), gpt 7b in
 #: 40 s (0.3805; the core 0.3934-0.4253). BP runs before the core's least-peak search, which took 29 s on gpt 125m
-#: there and found nothing
+#: there and found nothing. HiGHS on one thread when no core is idle (``busy_threads``; README "Session 28 (helper b)")
 TRACED = replace(CAPPED_DEFAULT, uncapped_share=0.15, early_lns_share=0.0, bp_improve_s=2.0, lagrange_step="bundle",
-                 cfn_copies_max_s=0.0, uncapped_beside=True, bp_big_share=0.8, big_planner_share=0.85)
+                 cfn_copies_max_s=0.0, uncapped_beside=True, bp_big_share=0.8, big_planner_share=0.85, busy_threads=1)
 #: seconds each baseline's own ILP may take when it seeds another solve
 SEED_TIME_LIMIT_S = 10.0
 #: the seeded memory objective's MIP is killed this long past the time left (default guard: 2 s + 5 %);

@@ -106,12 +106,18 @@ class Bundle:
 
 
 def _prox_qp(G: np.ndarray, C: np.ndarray, mc: np.ndarray, u: float, time_limit_s: float) -> np.ndarray:
-    """argmax over μ >= 0 of min_k (C_k + G_k·μ) - (u/2)|μ - mc|² (HiGHS's QP, at most ``time_limit_s``)."""
+    """argmax over μ >= 0 of min_k (C_k + G_k·μ) - (u/2)|μ - mc|² (HiGHS's QP, at most ``time_limit_s``),
+    posed divided by u: min ½|μ|² - mc·μ - z/u, z <= C_k + G_k·μ. Posed as written (Hessian u·I, z's cost -1),
+    HiGHS 1.16's QP solver ran to its limit once u was small: fno tiny tpu-4x4 at the 75 % cap, round 11,
+    u = 0.00268, 11 cuts x 10 time points (2 ms per QP before that round), so the Lagrangian ended there
+    and 5 s of the core's minute went nowhere (23 logged cells of sessions 25-27: fno tiny tpu-4x4 at 50 / 75 %,
+    meshgraphnet tiny at 75 % on all three clusters); divided by u, ~2 ms, and the same maximiser to 9 digits
+    where both finish (47 QPs of fno tiny tpu-4x4's Lagrangian at 25 / 50 %, one of which the old form lost)."""
     K, T = G.shape
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = T + 1, K
-    lp.col_cost_ = np.r_[-u * mc, -1.0]
+    lp.col_cost_ = np.r_[-mc, -1.0 / u]
     lp.col_lower_ = np.r_[np.zeros(T), -inf]
     lp.col_upper_ = np.full(T + 1, inf)
     lp.row_lower_ = np.full(K, -inf)
@@ -123,7 +129,7 @@ def _prox_qp(G: np.ndarray, C: np.ndarray, mc: np.ndarray, u: float, time_limit_
     hs.dim_, hs.format_ = T + 1, highspy.HessianFormat.kTriangular
     hs.start_ = np.r_[np.arange(T + 1), T].astype(np.int32)
     hs.index_ = np.arange(T, dtype=np.int32)
-    hs.value_ = np.full(T, float(u))
+    hs.value_ = np.ones(T)
     model = highspy.HighsModel()
     model.lp_, model.hessian_ = lp, hs
     h = new_highs()

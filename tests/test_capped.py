@@ -227,3 +227,23 @@ def test_a_seed_at_the_uncapped_bound_skips_bp_and_the_search(monkeypatch):
     monkeypatch.setattr(capped, "solve_large", boom)
     r = solve_capped(p, 20.0, seeds=[list(best)], config=capped.CappedConfig(uncapped_share=0.15))
     assert r.status == "optimal" and r.cost == pytest.approx(bc.total) and r.source == "seed 0"
+
+
+@pytest.mark.parametrize("load, want", [(1.5, 1), (0.5, 2)])
+def test_busy_threads_on_a_busy_machine(monkeypatch, load, want):
+    """``CappedConfig.busy_threads``: with less than one idle core (cores - 1-min load < 1) the core's HiGHS phases
+    get that many threads, else min(cores, 8) (two here); seen at the uncapped MILP, the first of them."""
+    from dataclasses import replace
+    seen = []
+    real = capped.uncapped_bound
+
+    def spy(problem, time_limit_s, threads, *a, **kw):
+        seen.append(threads)
+        return real(problem, time_limit_s, threads, *a, **kw)
+
+    monkeypatch.setattr(capped, "uncapped_bound", spy)
+    monkeypatch.setattr(capped.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(capped.os, "getloadavg", lambda: (load, load, load))
+    p = random_problem(np.random.default_rng(7), 6, kmax=3, edge_p=0.5, limit_q=0.4)
+    r = solve_capped(p, 8.0, config=replace(capped.DEFAULT, uncapped_share=0.15, busy_threads=1))
+    assert seen == [want] and r.cost == pytest.approx(brute_force(p)[1].total)

@@ -1,5 +1,5 @@
 """The Lagrangian bound's proximal bundle step (``solvers.lagrange_bundle``, ``lagrangian_bound(...,
-step="bundle")``): its QP against the closed form, the 4-node hand case's dual optimum reached in a
+step="bundle")``): its QP against the closed form and a small-u kink by hand, the 4-node hand case's dual optimum reached in a
 few rounds, and on small random problems with copy groups the bound never above the brute-force
 capped optimum (the model only picks the prices; every reported L is evaluated)."""
 from __future__ import annotations
@@ -24,6 +24,16 @@ def test_prox_qp_one_cut_is_the_projected_gradient_step():
     g = np.array([[0.5, -1.0, 0.2, 0.0]])
     mu = _prox_qp(g, np.array([0.3]), np.zeros(4), 2.0, 5.0)
     assert mu == pytest.approx(np.maximum(g[0], 0) / 2.0, abs=1e-6)
+
+
+def test_prox_qp_small_u_kink_by_hand():
+    """Two cuts with the same direction over two equal time points, a tiny proximal weight (fno tiny tpu-4x4 at
+    the 75 % cap, round 11, cut to 2 x 2: HiGHS's QP posed with Hessian u·I ran to its limit there). With s = μ1 + μ2
+    the model is min(0.0145 + 0.3 s, 1 - 0.39 s), rising until the kink s* = 0.9855 / 0.69, where the proximal
+    term's slope (u/2)(s - 1.036) ~ 5e-4 is far below both cuts' slopes: μ = (s*/2, s*/2) = 0.714130..."""
+    g = np.array([[0.3, 0.3], [-0.39, -0.39]])
+    mu = _prox_qp(g, np.array([0.0145, 1.0]), np.array([0.518, 0.518]), 0.00268, 1.0)
+    assert mu == pytest.approx(np.full(2, 0.9855 / 0.69 / 2), abs=1e-6)
 
 
 def test_bundle_reaches_the_hand_case_dual_optimum():
